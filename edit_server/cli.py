@@ -1,0 +1,67 @@
+"""`edit-server` command line: argparse → modes.
+
+Each subcommand lives in the module that owns it; that module exposes
+``register(subparsers) -> None`` which adds its parser and sets ``func=run(args) -> int``.
+Modules are imported lazily here and must not import torch at module level (start-up time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from edit_server import __version__
+
+# (subcommand, owning module). Groups (bench) collect several owners.
+COMMANDS: list[tuple[str, str]] = [
+    ("serve", "edit_server.cli_serve"),  # also: check, http, demo
+    ("context", "edit_server.context.cli"),
+    ("train", "engine.train.cli"),
+    ("eval", "evals.cli"),
+]
+BENCH: list[str] = ["engine.bench", "edit_server.context.bench"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edit-server",
+        description="Next-edit / fill-in-the-middle LSP server powered by a diffusion LM. "
+        "Without a subcommand: serve LSP on stdio.",
+    )
+    parser.add_argument("--version", action="version", version=f"edit-server {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for _, module in COMMANDS:
+        _register(module, sub)
+    bench = sub.add_parser("bench", help="benchmarks (table, or --json)")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="WHAT", required=True)
+    for module in BENCH:
+        _register(module, bench_sub)
+    return parser
+
+
+def _register(module: str, sub: argparse._SubParsersAction) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:  # a subcommand whose module is not there yet
+        if e.name and module.startswith(e.name):
+            return
+        raise
+    mod.register(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # no subcommand (only global serve flags) → serve on stdio
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["serve", *argv]
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Prompt layouts: the one source of truth for serving *and* training.
+
+Every prompt is a list of token ids built from separately encoded pieces, so token counts are
+additive (the context builder's budget is exact) and the same text always yields the same ids
+(the prefix KV cache can reuse them).
+
+Layouts (``S`` = special token, pieces in ``{}``)::
+
+    sections   S(file_sep){path}\n{text}                ... one per context section
+    history    S(edit_history){diff}\n{diff}\n ...         unified diffs, oldest first (optional)
+    header     S(file_sep){path}\n
+    FIM  spm   S(fim_suffix){suffix}S(fim_prefix){prefix}S(fim_middle)   <- runtime default
+    FIM  psm   S(fim_prefix){prefix}S(fim_suffix){suffix}S(fim_middle)
+    edit       S(fim_suffix){after}S(fim_prefix){before}S(region_start){region[:c]}S(cursor)
+               {region[c:]}S(region_end)S(fim_middle)
+
+The canvas (masked span) follows the prompt. Its target is the middle / new region, then one
+``eom`` token, then ``pad`` up to the canvas length. Suffix-first layouts put the text that changes
+while typing (the end of the prefix) at the end of the prompt, so consecutive keystrokes reuse
+almost the whole KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from engine.tokens import TokenizerLike
+
+FimLayout = Literal["spm", "psm"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A piece of extra context with provenance (shown by `edit-server context`)."""
+
+    kind: str  # "definition", "import", "git_diff", "cochange", "recent", "open_file", ...
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FimPrompt:
+    prefix: str
+    suffix: str
+    path: str = ""
+    history: tuple[str, ...] = ()  # unified diffs, oldest first
+    sections: tuple[Section, ...] = ()
+    layout: FimLayout = "spm"
+
+
+@dataclass(frozen=True)
+class EditPrompt:
+    before: str  # file text before the editable region
+    region: str  # the editable region (to be rewritten)
+    after: str  # file text after the region
+    cursor: int  # character offset of the cursor inside ``region``
+    path: str = ""
+    history: tuple[str, ...] = ()
+    sections: tuple[Section, ...] = ()
+
+
+@dataclass
+class Rendered:
+    """A rendered prompt: its ids and, per labelled part, the span of ids it produced."""
+
+    ids: list[int] = field(default_factory=list)
+    parts: list[tuple[str, int, int]] = field(default_factory=list)  # (label, start, end)
+
+    def add(self, label: str, ids: list[int]) -> None:
+        start = len(self.ids)
+        self.ids.extend(ids)
+        self.parts.append((label, start, len(self.ids)))
+
+
+def _common(tok: TokenizerLike, out: Rendered, path: str, history: tuple[str, ...],
+            sections: tuple[Section, ...]) -> None:
+    sp = tok.special
+    for i, s in enumerate(sections):
+        out.add(f"section:{i}:{s.kind}", [sp.file_sep, *tok.encode(f"{s.path}\n{s.text}")])
+    if history:
+        ids = [sp.edit_history]
+        for diff in history:
+            ids.extend(tok.encode(diff if diff.endswith("\n") else diff + "\n"))
+        out.add("history", ids)
+    out.add("header", [sp.file_sep, *tok.encode(f"{path}\n")])
+
+
+def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
+    sp = tok.special
+    out = Rendered()
+    _common(tok, out, p.path, p.history, p.sections)
+    prefix = [sp.fim_prefix, *tok.encode(p.prefix)]
+    suffix = [sp.fim_suffix, *tok.encode(p.suffix)]
+    if p.layout == "spm":
+        out.add("suffix", suffix)
+        out.add("prefix", prefix)
+    else:
+        out.add("prefix", prefix)
+        out.add("suffix", suffix)
+    out.add("middle", [sp.fim_middle])
+    return out
+
+
+def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:
+    if not 0 <= p.cursor <= len(p.region):
+        raise ValueError(f"cursor {p.cursor} outside the editable region (length {len(p.region)})")
+    sp = tok.special
+    out = Rendered()
+    _common(tok, out, p.path, p.history, p.sections)
+    out.add("after", [sp.fim_suffix, *tok.encode(p.after)])
+    out.add("before", [sp.fim_prefix, *tok.encode(p.before)])
+    out.add("region", [sp.region_start, *tok.encode(p.region[: p.cursor]), sp.cursor,
+                       *tok.encode(p.region[p.cursor:]), sp.region_end])
+    out.add("middle", [sp.fim_middle])
+    return out
+
+
+def edit_canvas_length(region_tokens: int, *, slack: float = 0.25, minimum: int = 16,
+                       block_size: int = 32) -> int:
+    """Canvas length for rewriting a region of ``region_tokens`` tokens, rounded up to blocks."""
+    n = region_tokens + max(minimum, int(region_tokens * slack)) + 1  # + eom
+    return -(-n // block_size) * block_size
+
+
+def canvas_target(tok: TokenizerLike, text: str, length: int) -> list[int]:
+    """Training target of a canvas: ``text`` ids, one eom, pads up to ``length`` (truncating)."""
+    sp = tok.special
+    ids = [*tok.encode(text), sp.eom]
+    if len(ids) > length:
+        return ids[:length]
+    return ids + [sp.pad] * (length - len(ids))
+
+
+def strip_canvas(tok: TokenizerLike, ids: list[int]) -> list[int]:
+    """Output ids up to (not including) the first end/pad token."""
+    ends = tok.special.end_ids
+    for i, t in enumerate(ids):
+        if t in ends:
+            return ids[:i]
+    return ids

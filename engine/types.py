@@ -1,0 +1,108 @@
+"""Plain request/result types of the engine's public API (no torch, no LSP)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class SamplerConfig:
+    """How a masked canvas is denoised.
+
+    strategy:    "threshold" = Fast-dLLM: per step unmask the most confident masked position plus
+                 every other one with confidence >= ``threshold``; "topk" = LLaDA-style fixed
+                 ``tokens_per_step`` per step (low-confidence remasking).
+    order:       score used to rank positions: "confidence" (max prob), "margin" (top1 - top2),
+                 "entropy" (negative entropy).
+    temperature: 0 = greedy; > 0 samples (with ``top_p``) using ``seed``.
+    block_size:  canvas is decoded block by block, left to right (semi-autoregressive).
+    """
+
+    strategy: Literal["threshold", "topk"] = "threshold"
+    threshold: float = 0.9
+    tokens_per_step: int = 1
+    order: Literal["confidence", "margin", "entropy"] = "confidence"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    block_size: int = 32
+    max_steps: int | None = None  # per block; None = block length (always finishes)
+
+
+@dataclass
+class CanvasSpec:
+    """The masked span to fill, appended after the prompt tokens."""
+
+    length: int  # number of mask tokens (upper bound of the output length)
+    single_line: bool = False  # stop at the first newline
+    stop_at_end: bool = True  # the canvas ends at the first end/pad token
+
+
+class AbortSignal:
+    """Set from another thread to stop a generation between denoising steps."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def abort(self) -> None:
+        self._event.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._event.is_set()
+
+
+FinishReason = Literal["end", "length", "newline", "aborted"]
+
+
+@dataclass
+class StepEvent:
+    """One denoising step (for the optional per-step callback, Mercury's 'diffusing' stream)."""
+
+    step: int
+    block: int
+    canvas: list[int]  # current canvas ids, mask id where still masked
+    text: str  # canvas rendered with masks shown as the mask token text
+    unmasked: int  # positions unmasked in this step
+
+
+StepCallback = Callable[[StepEvent], None]
+
+
+@dataclass
+class GenerateResult:
+    text: str
+    tokens: list[int]
+    confidences: list[float]  # one per output token (prob of the chosen token when unmasked)
+    steps: int  # denoising steps taken (forwards over the canvas)
+    forwards: int  # model forwards, prefill included
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens whose KV came from the prefix cache
+    finish_reason: FinishReason
+    timings: dict[str, float] = field(default_factory=dict)  # prefill_ms, decode_ms, total_ms
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return len(self.tokens) / max(1, self.steps)
+
+    @property
+    def mean_confidence(self) -> float:
+        return sum(self.confidences) / len(self.confidences) if self.confidences else 0.0
+
+    @property
+    def aborted(self) -> bool:
+        return self.finish_reason == "aborted"
+
+
+@dataclass
+class GenerateRequest:
+    """One entry of a batched call (Engine.generate_batch)."""
+
+    prompt_tokens: list[int]
+    canvas: CanvasSpec
+    sampler: SamplerConfig | None = None
+    cache_key: str | None = None
+    abort: AbortSignal | None = None

@@ -1,0 +1,29 @@
+"""Shared pytest configuration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("EDIT_SERVER_SHARED", ROOT.parent / "shared"))
+HUMANEVAL_DIR = SHARED / "data" / "humaneval-infilling"
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip GPU tests without CUDA; run e2e tests last."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        has_cuda = False
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip_gpu)
+    items.sort(key=lambda it: 1 if "e2e" in it.keywords else 0)
