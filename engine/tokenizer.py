@@ -1,0 +1,84 @@
+"""Tokenizer wrapper: a `tokenizers.Tokenizer` plus the resolved special-token ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers
+
+from engine.tokens import SPECIAL_TOKENS, SpecialIds
+
+
+class Tokenizer:
+    """Encodes without adding BOS/EOS; decodes skipping nothing but our special tokens' text."""
+
+    def __init__(self, hf: HFTokenizer, special: SpecialIds) -> None:
+        self.hf = hf
+        self.special = special
+        self._special_set = frozenset(special.as_dict().values())
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def with_special_tokens(cls, hf: HFTokenizer, *, eos_token: str,
+                            ids: dict[str, int] | None = None) -> Tokenizer:
+        """Add our special tokens (those missing) to ``hf`` and resolve every role's id.
+
+        ``ids`` (role -> id, from a model config) is checked against the tokenizer: a mismatch
+        means the checkpoint and tokenizer disagree, which is an error, not a guess.
+        """
+        missing = [t for t in SPECIAL_TOKENS.values() if hf.token_to_id(t) is None]
+        if missing:
+            hf.add_special_tokens(missing)
+        resolved: dict[str, int] = {}
+        for role, text in SPECIAL_TOKENS.items():
+            resolved[role] = int(hf.token_to_id(text))
+        eos = hf.token_to_id(eos_token)
+        if eos is None:
+            raise ValueError(f"tokenizer has no eos token {eos_token!r}")
+        resolved["eos"] = int(eos)
+        if ids:
+            bad = {k: (v, resolved.get(k)) for k, v in ids.items() if resolved.get(k) != v}
+            if bad:
+                raise ValueError(f"special token ids in config disagree with the tokenizer: {bad}")
+        return cls(hf, SpecialIds.from_mapping(resolved, source="tokenizer"))
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, eos_token: str,
+                  ids: dict[str, int] | None = None) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: tokenizer.json not found")
+        return cls.with_special_tokens(HFTokenizer.from_file(str(path)), eos_token=eos_token, ids=ids)
+
+    @classmethod
+    def byte_level(cls) -> Tokenizer:
+        """A deterministic byte-level tokenizer (256 byte tokens + eos + specials) for tests."""
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+        vocab["<|endoftext|>"] = len(vocab)
+        hf = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        hf.decoder = decoders.ByteLevel()
+        hf.add_special_tokens(["<|endoftext|>"])
+        return cls.with_special_tokens(hf, eos_token="<|endoftext|>")
+
+    # ---- use ----------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def decode_content(self, ids: list[int]) -> str:
+        """Decode dropping our special tokens (used for model output)."""
+        return self.decode([i for i in ids if i not in self._special_set])
+
+    def token_text(self, i: int) -> str:
+        return self.hf.id_to_token(int(i)) or ""
