@@ -1,0 +1,119 @@
+"""Attention kernels and the masks of the block-diffusion layouts.
+
+`attend` runs flash-attn when it imports (CUDA, no mask), else PyTorch SDPA. Without a mask SDPA
+can pick its flash / memory-efficient kernel, so the hot path (a canvas block over a cached
+context) passes none. The path in use is logged once and reported by `attention_path()`.
+
+Masks are boolean, ``True`` = may attend, shaped ``(T, S)`` (queries × keys); callers add batch
+and head dims as ``mask[None, None]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+_flash: Any = None
+_flash_tried = False
+_logged: set[str] = set()
+
+
+def _flash_fn() -> Any:
+    global _flash, _flash_tried
+    if not _flash_tried:
+        _flash_tried = True
+        try:
+            from flash_attn import flash_attn_func  # type: ignore[import-not-found]
+
+            _flash = flash_attn_func
+        except Exception:  # not installed / no CUDA build: SDPA it is
+            _flash = None
+    return _flash
+
+
+def attention_path(device: torch.device | str) -> str:
+    """Human-readable name of the kernel used for unmasked attention on ``device``."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and _flash_fn() is not None:
+        return "flash-attn"
+    return f"torch-sdpa ({dev.type})"
+
+
+def _log_once(path: str) -> None:
+    if path not in _logged:
+        _logged.add(path)
+        log.info("attention path: %s", path)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+    """q: (B, nh, T, hs); k, v: (B, nkv, S, hs) with nh % nkv == 0 (GQA). Returns (B, nh, T, hs)."""
+    fa = _flash_fn() if q.is_cuda and mask is None and q.dtype in (torch.float16, torch.bfloat16) else None
+    if fa is not None and (not is_causal or q.shape[2] == k.shape[2]):
+        _log_once("flash-attn")
+        out = fa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=is_causal)
+        return out.transpose(1, 2)
+    _log_once(f"torch-sdpa ({q.device.type})")
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
+# ---- masks ---------------------------------------------------------------------------------
+def causal_mask(t: int, offset: int = 0, device: torch.device | str = "cpu") -> Tensor:
+    """(t, offset + t): query i (logical position offset + i) sees keys <= offset + i."""
+    q = torch.arange(t, device=device)[:, None] + offset
+    k = torch.arange(offset + t, device=device)[None, :]
+    return k <= q
+
+
+def block_causal_mask(n_prompt: int, canvas: int, block_size: int,
+                      device: torch.device | str = "cpu") -> Tensor:
+    """(L, L), L = n_prompt + canvas: prompt causal; a canvas block sees the prompt, earlier
+    blocks and all of its own block (the inference layout, clean or noisy blocks alike)."""
+    n = n_prompt + canvas
+    idx = torch.arange(n, device=device)
+    # group id: prompt tokens each their own (causal), canvas tokens share one per block
+    blk = torch.where(idx < n_prompt, idx, n_prompt + (idx - n_prompt) // block_size * block_size)
+    end = torch.where(idx < n_prompt, idx, torch.clamp(blk + block_size - 1, max=n - 1))
+    return idx[None, :] <= end[:, None]
+
+
+def bd3lm_layout(n_prompt: int, canvas: int, block_size: int,
+                 device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Training layout [prompt, x0 canvas (clean), xt canvas (noisy)] → (mask (L, L), positions (L,)).
+
+    x0 block b sees prompt + x0 blocks <= b; xt block b sees prompt + x0 blocks < b + its own xt
+    block; xt reuses the canvas' logical positions. Shifted logits: the j = 0 prediction of xt
+    block b is read from x0 block b-1's last position (or the prompt's last) — see
+    `bd3lm_logit_index`.
+    """
+    n, c = n_prompt, canvas
+    top = block_causal_mask(n, c, block_size, device)  # prompt + x0
+    L = n + 2 * c
+    mask = torch.zeros(L, L, dtype=torch.bool, device=device)
+    mask[: n + c, : n + c] = top
+    ci = torch.arange(c, device=device)
+    blk = ci // block_size
+    mask[n + c:, :n] = True
+    mask[n + c:, n: n + c] = blk[None, :] < blk[:, None]  # earlier clean blocks
+    mask[n + c:, n + c:] = blk[None, :] == blk[:, None]  # own noisy block
+    pos = torch.cat([torch.arange(n + c, device=device), torch.arange(n, n + c, device=device)])
+    return mask, pos
+
+
+def bd3lm_logit_index(n_prompt: int, canvas: int, block_size: int, shifted: bool = True,
+                      device: torch.device | str = "cpu") -> Tensor:
+    """(canvas,) index into the BD3-LM sequence of the output that predicts canvas token j."""
+    n, c = n_prompt, canvas
+    j = torch.arange(c, device=device)
+    xt = n + c + j
+    if not shifted:
+        return xt
+    first = (j % block_size) == 0
+    prev_clean = torch.where(j == 0, torch.full_like(j, n - 1), n + j - 1)
+    return torch.where(first, prev_clean, xt - 1)

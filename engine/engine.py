@@ -1,0 +1,399 @@
+"""The Engine API: load a model, then infill / rewrite / generate (single or batched).
+
+Decoding is block diffusion: the prompt is prefilled (reusing the longest cached token prefix of
+the same ``cache_key``), then the canvas is denoised block by block. For block-causal models a
+step runs only the current block over the cached context, with no mask (fast SDPA kernel); a
+finished block is committed by one forward over its clean tokens. Bidirectional models
+(Dream / LLaDA) recompute everything at each block start and, with ``approx_cache`` on, reuse
+the stale prefix+suffix KV inside a block (Fast-dLLM dual cache).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from engine.attention import attention_path, causal_mask
+from engine.cache import KVCache, PrefixCache, Slot, common_prefix
+from engine.checkpoint import LoadedCheckpoint
+from engine.config import ModelArgs, preset
+from engine.model import Transformer
+from engine.sampler import Denoiser
+from engine.templates import EditPrompt, FimPrompt, edit_canvas_length, render_edit, render_fim
+from engine.tokenizer import Tokenizer
+from engine.types import (
+    AbortSignal,
+    CanvasSpec,
+    GenerateRequest,
+    GenerateResult,
+    SamplerConfig,
+    StepCallback,
+    StepEvent,
+)
+
+log = logging.getLogger(__name__)
+
+PREFILL_CHUNK = 512
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def random_checkpoint(shape: str = "tiny", seed: int = 0) -> LoadedCheckpoint:
+    """Seeded random weights of a preset shape with the byte-level test tokenizer."""
+    tok = Tokenizer.byte_level()
+    args = preset(shape, special_tokens=tok.special.as_dict())
+    if args.vocab_size < tok.vocab_size:
+        raise ValueError(f"preset {shape!r}: vocab {args.vocab_size} < tokenizer {tok.vocab_size}")
+    model = Transformer(args).init_random(seed)
+    name = "tiny-random" if shape == "tiny" else f"random:{shape}"
+    return LoadedCheckpoint(args, model.state_dict(), tok, name,
+                            {"label": "random weights (tests / benchmarks)", "seed": seed})
+
+
+def load_checkpoint_spec(spec: str) -> LoadedCheckpoint:
+    if spec == "tiny-random":
+        return random_checkpoint("tiny")
+    if spec.startswith("random:"):
+        return random_checkpoint(spec.split(":", 1)[1])
+    module = "engine.default" if spec == "default" else "engine.loading"
+    try:
+        if spec == "default":
+            from engine.default import load_default  # type: ignore[import-not-found]
+
+            return load_default()
+        from engine.loading import load_checkpoint  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise RuntimeError(f"cannot load model {spec!r}: {module} is not available ({e})") from e
+    return load_checkpoint(spec)
+
+
+@dataclass
+class _Job:
+    prompt: list[int]
+    den: Denoiser
+    cache_key: str | None
+    abort: AbortSignal | None
+    on_step: StepCallback | None
+    slot: Slot | None = None
+    kv: KVCache | None = None
+    ctx: int = 0
+    last_hidden: Tensor | None = None
+    cached: int = 0
+    forwards: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
+                 meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
+                 approx_cache: bool = True) -> None:
+        self.model = model.eval()
+        self.args: ModelArgs = model.args
+        self.tokenizer = tokenizer
+        self.name = name
+        self.meta = dict(meta or {})
+        self.cache = PrefixCache(cache_bytes)
+        self.approx_cache = approx_cache
+        self._lock = threading.RLock()
+        self._newline_ids: frozenset[int] | None = None
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.info: dict[str, Any] = {
+            "model": name, "label": self.meta.get("label", name), "device": str(self.device),
+            "dtype": str(self.dtype).replace("torch.", ""), "attention": attention_path(self.device),
+            "regime": self.args.attention, "shifted_logits": self.args.shifted_logits,
+            "block_size": self.args.block_size,
+            "params": sum(t.numel() for t in model.parameters()),
+        }
+        log.info("engine ready: %s", self.info)
+
+    # ---- construction ------------------------------------------------------------------------
+    @classmethod
+    def load(cls, spec: str = "tiny-random", device: str = "auto", dtype: str | torch.dtype = "auto",
+             **kw: Any) -> Engine:
+        """``spec``: "tiny-random", "random:<preset>", "default", an HF directory or a .gguf file."""
+        return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: LoadedCheckpoint, device: str = "auto",
+                        dtype: str | torch.dtype = "auto", **kw: Any) -> Engine:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+        args = ckpt.args
+        if not args.special_tokens:
+            args.special_tokens = ckpt.tokenizer.special.as_dict()
+        with torch.device("meta"):
+            model = Transformer(args)
+        model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
+        model = model.to(device=dev, dtype=dt)
+        return cls(model, ckpt.tokenizer, name=ckpt.name, meta=ckpt.meta, **kw)
+
+    # ---- helpers -----------------------------------------------------------------------------
+    @property
+    def block_size(self) -> int:
+        return self.args.block_size
+
+    @property
+    def newline_ids(self) -> frozenset[int]:
+        if self._newline_ids is None:
+            tok = self.tokenizer
+            self._newline_ids = frozenset(i for i in range(tok.vocab_size) if "\n" in tok.decode([i]))
+        return self._newline_ids
+
+    @torch.no_grad()
+    def forward_logits(self, ids: Sequence[int] | Tensor) -> Tensor:
+        """Logits (1, T, V) of a plain prompt (causal for block-causal models, else full)."""
+        t = ids if isinstance(ids, Tensor) else torch.tensor([list(ids)])
+        t = t.to(self.device).reshape(1, -1)
+        return self.model(t, is_causal=self.args.attention == "block_causal").float()
+
+    # ---- requests ----------------------------------------------------------------------------
+    def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
+               sampler: SamplerConfig | None = None, cache_key: str | None = None,
+               abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
+        ids = render_fim(self.tokenizer, prompt).ids
+        b = self._block(sampler)
+        spec = CanvasSpec(-(-max_tokens // b) * b, single_line=single_line)
+        res = self.generate(ids, spec, sampler, cache_key, abort, on_step)
+        if len(res.tokens) > max_tokens:
+            res.tokens, res.confidences = res.tokens[:max_tokens], res.confidences[:max_tokens]
+            res.text = self._text(res.tokens, single_line)
+            res.finish_reason = "length"
+        return res
+
+    def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
+                cache_key: str | None = None, abort: AbortSignal | None = None,
+                on_step: StepCallback | None = None) -> GenerateResult:
+        ids = render_edit(self.tokenizer, prompt).ids
+        n_region = len(self.tokenizer.encode(prompt.region))
+        spec = CanvasSpec(edit_canvas_length(n_region, block_size=self._block(sampler)))
+        res = self.generate(ids, spec, sampler, cache_key, abort, on_step)
+        cur = self.tokenizer.special.cursor
+        keep = [i for i, t in enumerate(res.tokens) if t != cur]
+        res.tokens = [res.tokens[i] for i in keep]
+        res.confidences = [res.confidences[i] for i in keep]
+        res.text = self._text(res.tokens, False)
+        return res
+
+    def generate(self, prompt_tokens: Sequence[int], canvas: CanvasSpec,
+                 sampler: SamplerConfig | None = None, cache_key: str | None = None,
+                 abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
+        req = GenerateRequest(list(prompt_tokens), canvas, sampler, cache_key, abort)
+        return self._run([req], [on_step])[0]
+
+    def generate_batch(self, requests: Sequence[GenerateRequest],
+                       on_step: Sequence[StepCallback | None] | None = None) -> list[GenerateResult]:
+        """Several requests; for block-causal models each denoising step is one batched forward."""
+        if not requests:
+            return []
+        return self._run(list(requests), list(on_step or [None] * len(requests)))
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _block(self, cfg: SamplerConfig | None) -> int:
+        if self.args.attention == "block_causal":
+            return self.args.block_size  # fixed by training
+        return (cfg or SamplerConfig()).block_size
+
+    def _text(self, ids: list[int], single_line: bool) -> str:
+        text = self.tokenizer.decode_content(ids)
+        return text.split("\n", 1)[0] if single_line else text
+
+    def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> _Job:
+        if not req.prompt_tokens:
+            raise ValueError("generate needs at least one prompt token")
+        cfg = req.sampler or SamplerConfig()
+        sp = self.tokenizer.special
+        den = Denoiser(req.canvas, cfg, mask_id=sp.mask, end_ids=sp.end_ids,
+                       newline_ids=self.newline_ids if req.canvas.single_line else (),
+                       block_size=self._block(cfg))
+        return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step)
+
+    @torch.no_grad()
+    def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
+        with self._lock:
+            t0 = time.perf_counter()
+            jobs = [self._job(r, h) for r, h in zip(reqs, hooks, strict=True)]
+            if self.args.attention == "block_causal":
+                for j in jobs:
+                    self._prefill(j)
+                t1 = time.perf_counter()
+                self._decode_block_causal(jobs)
+                t2 = time.perf_counter()
+                for j in jobs:
+                    self._release(j)
+                    j.timings["decode_ms"] = (t2 - t1) * 1e3
+            else:
+                for j in jobs:
+                    t1 = time.perf_counter()
+                    self._decode_bidirectional(j)
+                    j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
+            total = (time.perf_counter() - t0) * 1e3
+            out = []
+            for j in jobs:
+                ids, confs = j.den.output()
+                j.timings["total_ms"] = total
+                out.append(GenerateResult(
+                    text=self._text(ids, j.den.spec.single_line), tokens=ids, confidences=confs,
+                    steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
+                    cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
+            return out
+
+    def _emit(self, j: _Job, unmasked: int) -> None:
+        if j.on_step is None:
+            return
+        canvas = list(j.den.canvas)
+        j.on_step(StepEvent(step=j.den.steps, block=j.den.block, canvas=canvas,
+                            text=self.tokenizer.decode(canvas), unmasked=unmasked))
+
+    def _step_logits(self, j: _Job, h_block: Tensor, prev: Tensor | None) -> int:
+        """Unmask from hidden states of the current block (T, dim); ``prev`` = hidden state of
+        the position before the block (shifted models)."""
+        cand = j.den.candidates()
+        if self.args.shifted_logits:
+            assert prev is not None
+            hs = torch.stack([prev if c == 0 else h_block[c - 1] for c in cand])
+        else:
+            hs = h_block[cand]
+        n = j.den.step(self.model.logits(hs[None])[0], cand)
+        self._emit(j, n)
+        return n
+
+    # -- block-causal: exact prefix cache ------------------------------------------------------
+    def _prefill(self, j: _Job) -> None:
+        t0 = time.perf_counter()
+        n = len(j.prompt)
+        need = n + j.den.spec.length + self.block_size
+        slot = self.cache.take(j.cache_key) if j.cache_key else None
+        reuse = 0
+        if slot is not None:
+            lcp = common_prefix(slot.tokens, j.prompt)
+            full_hit = lcp == n == len(slot.tokens) and slot.last_hidden is not None
+            reuse = n if full_hit else min(lcp, n - 1)
+            slot.kv.ensure(need)
+        else:
+            slot = Slot([], KVCache.for_model(self.args, 1, need, self.dtype, self.device))
+        kv = slot.kv
+        if reuse == n:
+            last = slot.last_hidden
+        else:
+            ids = torch.tensor([j.prompt], device=self.device)
+            for s in range(reuse, n, PREFILL_CHUNK):
+                e = min(n, s + PREFILL_CHUNK)
+                kv.length = s
+                mask = None if s == 0 else causal_mask(e - s, s, self.device)
+                h = self.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=s == 0,
+                               logits_slice=slice(0, 0))
+                j.forwards += 1
+            last = h[0, -1]
+        kv.length = n
+        slot.tokens, slot.last_hidden = list(j.prompt), last
+        j.slot, j.kv, j.ctx, j.last_hidden, j.cached = slot, kv, n, last, reuse
+        j.timings["prefill_ms"] = (time.perf_counter() - t0) * 1e3
+
+    def _release(self, j: _Job) -> None:
+        assert j.slot is not None and j.kv is not None
+        j.kv.length = len(j.prompt)
+        if j.cache_key:
+            self.cache.put(j.cache_key, j.slot)
+
+    def _commit(self, j: _Job, kv: KVCache) -> None:
+        """Compute the KV of the finished block's clean tokens and move the context past it."""
+        s, e = j.den.block_range()
+        ids = torch.tensor([j.den.canvas[s:e]], device=self.device)
+        kv.length = j.ctx
+        h = self.model(ids, offset=j.ctx, cache=kv, logits_slice=slice(0, 0))
+        j.forwards += 1
+        j.last_hidden = h[0, -1]
+        j.ctx += e - s
+        kv.length = j.ctx
+
+    def _decode_block_causal(self, jobs: list[_Job]) -> None:
+        mask_id = self.tokenizer.special.mask
+        single = len(jobs) == 1
+        if single:
+            kv = jobs[0].kv
+            assert kv is not None
+        else:
+            cap = max(j.ctx + j.den.spec.length for j in jobs) + self.block_size
+            kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
+            kv.length = 0
+        while True:
+            for j in jobs:
+                if not j.den.finished and j.abort is not None and j.abort.aborted:
+                    j.den.abort()
+            active = [i for i, j in enumerate(jobs) if not j.den.finished]
+            if not active:
+                return
+            blocks = [j.den.block_ids() for j in jobs]
+            width = max(len(b) for b in blocks)
+            ids = torch.tensor([b + [mask_id] * (width - len(b)) for b in blocks], device=self.device)
+            if single:
+                h = self.model(ids, offset=jobs[0].ctx, cache=kv, logits_slice=slice(0, 0))
+            else:
+                offs = [j.ctx for j in jobs]
+                keys = torch.arange(max(offs) + width, device=self.device)
+                lim = torch.tensor([o + len(b) for o, b in zip(offs, blocks, strict=True)],
+                                   device=self.device)
+                mask = (keys[None, :] < lim[:, None])[:, None, None, :]  # (N, 1, 1, S)
+                h = self.model(ids, offset=offs, cache=kv, mask=mask, logits_slice=slice(0, 0))
+            for i in active:
+                j = jobs[i]
+                j.forwards += 1
+                self._step_logits(j, h[i], j.last_hidden)
+                if not j.den.finished and j.den.block_done():
+                    self._commit(j, kv if single else kv.row(i))
+                    j.den.next_block()
+
+    # -- bidirectional: approximate dual cache -------------------------------------------------
+    def _decode_bidirectional(self, j: _Job) -> None:
+        n = len(j.prompt)
+        total = n + j.den.spec.length
+        kv = KVCache.for_model(self.args, 1, total, self.dtype, self.device) if self.approx_cache else None
+        fresh = True
+        block = -1
+        while not j.den.finished:
+            if j.abort is not None and j.abort.aborted:
+                j.den.abort()
+                break
+            s, e = j.den.block_range()
+            if j.den.block != block or not self.approx_cache or fresh:
+                block, fresh = j.den.block, False
+                ids = torch.tensor([j.prompt + j.den.canvas], device=self.device)
+                if kv is not None:
+                    kv.length = 0
+                h = self.model(ids, cache=kv, logits_slice=slice(0, 0))[0]
+                if kv is not None:
+                    kv.length = total
+                prev, hb = h[n + s - 1], h[n + s: n + e]
+            else:
+                ids = torch.tensor([j.den.block_ids()], device=self.device)
+                hb = self.model(ids, offset=n + s, cache=kv, logits_slice=slice(0, 0))[0]
+            j.forwards += 1
+            self._step_logits(j, hb, prev)
+            if not j.den.finished and j.den.block_done():
+                j.den.next_block()

@@ -1,0 +1,192 @@
+"""Masked-diffusion decoding of one canvas, block by block (model-agnostic, no_grad).
+
+`Denoiser` holds one request's canvas; the engine feeds it, per step, the logits that predict the
+current block's positions (already aligned for shifted / unshifted models) and it unmasks:
+
+* ``threshold`` (Fast-dLLM): the best-scored masked position plus every other with confidence
+  ≥ τ — the number of steps adapts to how sure the model is;
+* ``topk`` (LLaDA low-confidence remasking): a fixed ``tokens_per_step`` best positions.
+
+Scores: ``confidence`` (prob of the chosen token), ``margin`` (top1 − top2), ``entropy``
+(negative entropy). Greedy at temperature 0, else temperature + top-p sampling from a seeded
+generator. Variable length: positions after the first decided end/pad token are never decoded
+and the canvas finishes once everything before it is decided; single-line mode does the same at
+the first token containing a newline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from engine.types import CanvasSpec, FinishReason, SamplerConfig
+
+
+@torch.no_grad()
+def choose_tokens(logits: Tensor, cfg: SamplerConfig, generator: torch.Generator | None = None
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """logits (M, V) → (tokens (M,), confidence (M,), score (M,)); higher score = decode first."""
+    logits = logits.float()
+    if cfg.temperature > 0:
+        probs = torch.softmax(logits / cfg.temperature, dim=-1)
+        if cfg.top_p < 1.0:
+            sp, si = probs.sort(dim=-1, descending=True)
+            keep = (sp.cumsum(-1) - sp) < cfg.top_p  # always keeps the top token
+            sp = torch.where(keep, sp, torch.zeros_like(sp))
+            probs = torch.zeros_like(probs).scatter(-1, si, sp)
+            probs = probs / probs.sum(-1, keepdim=True)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:
+        probs = torch.softmax(logits, dim=-1)
+        tokens = probs.argmax(-1)
+    conf = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if cfg.order == "margin":
+        top2 = probs.topk(2, dim=-1).values
+        score = top2[:, 0] - top2[:, 1]
+    elif cfg.order == "entropy":
+        score = (probs * torch.log(probs.clamp_min(1e-12))).sum(-1)  # = -entropy
+    else:
+        score = conf
+    return tokens, conf, score
+
+
+def select_positions(conf: Tensor, score: Tensor, cfg: SamplerConfig, minimum: int = 1) -> list[int]:
+    """Indices (into the candidate list) to unmask this step.
+
+    threshold: argmax of ``score`` plus every candidate with ``conf >= cfg.threshold``;
+    topk: the ``cfg.tokens_per_step`` best scores. At least ``minimum`` (step budget)."""
+    m = conf.shape[0]
+    if m == 0:
+        return []
+    if cfg.strategy == "topk":
+        k = max(cfg.tokens_per_step, minimum)
+    else:
+        k = minimum
+    order = torch.argsort(score, descending=True, stable=True)
+    chosen = set(order[: min(k, m)].tolist())
+    if cfg.strategy == "threshold":
+        chosen.add(int(order[0]))
+        chosen.update(torch.nonzero(conf >= cfg.threshold).flatten().tolist())
+    return sorted(chosen)
+
+
+class Denoiser:
+    """One canvas being denoised block by block."""
+
+    def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
+                 newline_ids: Iterable[int] = (), block_size: int = 32) -> None:
+        if spec.length <= 0:
+            raise ValueError("canvas length must be positive")
+        self.spec, self.cfg = spec, cfg
+        self.mask_id = mask_id
+        self.end_ids = frozenset(end_ids) if spec.stop_at_end else frozenset()
+        self.newline_ids = frozenset(newline_ids) if spec.single_line else frozenset()
+        self.block_size = block_size
+        self.canvas = [mask_id] * spec.length
+        self.conf = [0.0] * spec.length
+        self.decided = [False] * spec.length
+        self.block = 0
+        self.steps = 0
+        self.block_steps = 0
+        self.finish: FinishReason | None = None
+        self._stop = spec.length  # canvas positions >= this are not needed
+        self._stop_kind: FinishReason | None = None
+        self.generator: torch.Generator | None = None
+        if cfg.temperature > 0:
+            self.generator = torch.Generator()
+            self.generator.manual_seed(cfg.seed if cfg.seed is not None else 0)
+
+    # ---- geometry --------------------------------------------------------------------------
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.spec.length // self.block_size)
+
+    def block_range(self, b: int | None = None) -> tuple[int, int]:
+        b = self.block if b is None else b
+        s = b * self.block_size
+        return s, min(s + self.block_size, self.spec.length)
+
+    def block_ids(self) -> list[int]:
+        s, e = self.block_range()
+        return self.canvas[s:e]
+
+    def candidates(self) -> list[int]:
+        """Block-relative indices of masked positions that still matter."""
+        s, e = self.block_range()
+        return [i - s for i in range(s, min(e, self._stop)) if not self.decided[i]]
+
+    @property
+    def finished(self) -> bool:
+        return self.finish is not None
+
+    def block_done(self) -> bool:
+        return not self.candidates()
+
+    # ---- one step ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, logits: Tensor, rows: list[int] | None = None) -> int:
+        """``logits`` (M, V) predict block positions ``rows`` (default: `candidates()`)."""
+        cand = self.candidates() if rows is None else rows
+        if not cand:
+            return 0
+        tokens, conf, score = choose_tokens(logits, self.cfg, self.generator)
+        minimum = 1
+        if self.cfg.max_steps:  # finish the block within the step budget
+            left = max(1, self.cfg.max_steps - self.block_steps)
+            minimum = math.ceil(len(cand) / left)
+        picked = select_positions(conf, score, self.cfg, minimum)
+        s, _ = self.block_range()
+        for j in picked:
+            p = s + cand[j]
+            self.canvas[p] = int(tokens[j])
+            self.conf[p] = float(conf[j])
+            self.decided[p] = True
+        self.steps += 1
+        self.block_steps += 1
+        self._update_stop()
+        return len(picked)
+
+    def _update_stop(self) -> None:
+        for i in range(self._stop):
+            if self.decided[i] and self.canvas[i] in self.end_ids:
+                self._stop, self._stop_kind = i, "end"
+                break
+            if self.decided[i] and self.canvas[i] in self.newline_ids:
+                self._stop, self._stop_kind = i + 1, "newline"
+                break
+        if all(self.decided[: self._stop]):
+            if self._stop_kind is not None:
+                self.finish = self._stop_kind
+            elif self._stop == self.spec.length:
+                self.finish = "length"
+
+    def next_block(self) -> bool:
+        """Move to the next block; False when there is none (finish = "length")."""
+        if self.block + 1 >= self.n_blocks or self.block_range(self.block + 1)[0] >= self._stop:
+            if self.finish is None:
+                self.finish = "length"
+            return False
+        self.block += 1
+        self.block_steps = 0
+        return True
+
+    def abort(self) -> None:
+        if self.finish is None:
+            self.finish = "aborted"
+
+    # ---- result ------------------------------------------------------------------------------
+    def output(self) -> tuple[list[int], list[float]]:
+        """Decided ids up to the first end token / newline token (inclusive) / still-masked slot."""
+        ids: list[int] = []
+        confs: list[float] = []
+        for i in range(self.spec.length):
+            if not self.decided[i] or self.canvas[i] in self.end_ids:
+                break
+            ids.append(self.canvas[i])
+            confs.append(self.conf[i])
+            if self.canvas[i] in self.newline_ids:
+                break
+        return ids, confs
