@@ -1,0 +1,242 @@
+-- Next-edit suggestions: request `textDocument/copilotInlineEdit`, render the first edit with extmarks
+-- (inserted text as virtual text, deleted text highlighted), accept (apply + run the server's command)
+-- or dismiss. One suggestion per buffer; any change to the buffer drops it.
+
+local api = vim.api
+local M = {}
+
+local ns = api.nvim_create_namespace('edit_server.next_edit')
+local METHOD = 'textDocument/copilotInlineEdit'
+
+---@class edit_server.Suggestion
+---@field edit table the LSP edit {text, range, textDocument, command?}
+---@field client_id integer
+---@field version integer buffer version it was computed for
+
+---@type table<integer, edit_server.Suggestion>
+M.shown = {}
+M.last_response = nil -- {bufnr, err, result} of the latest reply (for statuslines and tests)
+
+local opts = {} ---@type table
+local get_client ---@type fun(bufnr: integer?): vim.lsp.Client?
+local timers = {} ---@type table<integer, uv.uv_timer_t>
+
+local function buf_version(bufnr)
+  return vim.lsp.util.buf_versions[bufnr] or 0
+end
+
+-- LSP position → 0-based (row, byte col), using the client's position encoding
+local function to_byte_pos(bufnr, pos, encoding)
+  local line = api.nvim_buf_get_lines(bufnr, pos.line, pos.line + 1, false)[1]
+  if not line then
+    local n = api.nvim_buf_line_count(bufnr)
+    return n - 1, #(api.nvim_buf_get_lines(bufnr, n - 1, n, false)[1] or '')
+  end
+  local ok, col = pcall(vim.str_byteindex, line, encoding, pos.character, false)
+  return pos.line, ok and col or #line
+end
+
+-- (row, col) after walking `text` from (row, col)
+local function advance(row, col, text)
+  local lines = vim.split(text, '\n', { plain = true })
+  if #lines == 1 then
+    return row, col + #text
+  end
+  return row + #lines - 1, #lines[#lines]
+end
+
+-- length of the common prefix / suffix of a and b in bytes, kept on UTF-8 boundaries
+local function common_affixes(a, b)
+  local p, la, lb = 0, #a, #b
+  while p < la and p < lb and a:byte(p + 1) == b:byte(p + 1) do
+    p = p + 1
+  end
+  while p > 0 and (a:byte(p + 1) or 0) >= 0x80 and (a:byte(p + 1) or 0) < 0xC0 do
+    p = p - 1
+  end
+  local s = 0
+  while s < la - p and s < lb - p and a:byte(la - s) == b:byte(lb - s) do
+    s = s + 1
+  end
+  while s > 0 and (a:byte(la - s + 1) or 0) >= 0x80 and (a:byte(la - s + 1) or 0) < 0xC0 do
+    s = s - 1
+  end
+  return p, s
+end
+
+function M.dismiss(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
+  api.nvim_buf_clear_namespace(bufnr, ns, 0, -1)
+  M.shown[bufnr] = nil
+end
+
+-- Draw `edit` in `bufnr`; returns false when the edit changes nothing.
+local function render(bufnr, edit, encoding)
+  local srow, scol = to_byte_pos(bufnr, edit.range.start, encoding)
+  local erow, ecol = to_byte_pos(bufnr, edit.range['end'], encoding)
+  local old = table.concat(api.nvim_buf_get_text(bufnr, srow, scol, erow, ecol, {}), '\n')
+  local new = edit.text or ''
+  if old == new then
+    return false
+  end
+  local p, s = common_affixes(old, new)
+  local del, ins = old:sub(p + 1, #old - s), new:sub(p + 1, #new - s)
+  local drow, dcol = advance(srow, scol, old:sub(1, p)) -- where the change starts
+  local arow, acol = advance(drow, dcol, del) -- where the deleted text ends
+  local hl = opts.hl
+  if del ~= '' then
+    api.nvim_buf_set_extmark(bufnr, ns, drow, dcol, { end_row = arow, end_col = acol, hl_group = hl.delete })
+  end
+  if ins ~= '' then
+    local lines = vim.split(ins, '\n', { plain = true })
+    local virt_lines = {}
+    for i = 2, #lines do
+      virt_lines[#virt_lines + 1] = { { lines[i], hl.insert } }
+    end
+    api.nvim_buf_set_extmark(bufnr, ns, arow, acol, {
+      virt_text = lines[1] ~= '' and { { lines[1], hl.insert } } or nil,
+      virt_text_pos = 'inline',
+      virt_lines = #virt_lines > 0 and virt_lines or nil,
+    })
+  end
+  local hint = opts.keymaps.accept and ('  ' .. opts.keymaps.accept .. ' accept edit') or '  next edit'
+  api.nvim_buf_set_extmark(bufnr, ns, drow, 0, { virt_text = { { hint, hl.hint } }, virt_text_pos = 'eol' })
+  return true
+end
+
+--- Ask the server for a next edit at the cursor of the current window.
+---@param cb? fun(shown: boolean)
+function M.request(bufnr, cb)
+  bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
+  local client = get_client(bufnr)
+  if not client then
+    return cb and cb(false)
+  end
+  local win = vim.fn.bufwinid(bufnr)
+  if win == -1 then
+    return cb and cb(false)
+  end
+  local version = buf_version(bufnr)
+  local params = vim.lsp.util.make_position_params(win, client.offset_encoding)
+  params.textDocument.version = version
+  client:request(METHOD, params, function(err, result)
+    M.last_response = { bufnr = bufnr, err = err, result = result }
+    local shown = false
+    if err then
+      vim.notify_once('edit-server: ' .. METHOD .. ' failed: ' .. (err.message or ''), vim.log.levels.DEBUG)
+    elseif api.nvim_buf_is_valid(bufnr) and buf_version(bufnr) == version then
+      local edit = result and result.edits and result.edits[1]
+      M.dismiss(bufnr)
+      if edit and render(bufnr, edit, client.offset_encoding) then
+        M.shown[bufnr] = { edit = edit, client_id = client.id, version = version }
+        client:notify('textDocument/didShowInlineEdit', { item = edit })
+        shown = true
+      end
+    end
+    if cb then
+      cb(shown)
+    end
+  end, bufnr)
+end
+
+--- Apply the shown edit and run its command (so the server learns it was accepted).
+---@return boolean accepted
+function M.accept(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
+  local sug = M.shown[bufnr]
+  local client = sug and vim.lsp.get_client_by_id(sug.client_id)
+  if not sug or not client or buf_version(bufnr) ~= sug.version then
+    M.dismiss(bufnr)
+    return false
+  end
+  M.dismiss(bufnr)
+  local edit = sug.edit
+  vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
+  local srow, scol = to_byte_pos(bufnr, edit.range.start, client.offset_encoding)
+  local row, col = advance(srow, scol, edit.text)
+  local win = vim.fn.bufwinid(bufnr)
+  if win ~= -1 then
+    pcall(api.nvim_win_set_cursor, win, { row + 1, col })
+  end
+  if edit.command then
+    client:exec_cmd(edit.command, { bufnr = bufnr })
+  end
+  return true
+end
+
+local function schedule_request(bufnr)
+  local t = timers[bufnr]
+  if not t then
+    t = assert(vim.uv.new_timer())
+    timers[bufnr] = t
+  end
+  t:stop()
+  t:start(opts.debounce_ms, 0, vim.schedule_wrap(function()
+    if api.nvim_buf_is_valid(bufnr) and api.nvim_get_current_buf() == bufnr and vim.fn.mode() == 'n' then
+      M.request(bufnr)
+    end
+  end))
+end
+
+local function map(modes, lhs, rhs, desc, expr)
+  if lhs and lhs ~= '' then
+    vim.keymap.set(modes, lhs, rhs, { desc = desc, expr = expr or false })
+  end
+end
+
+---@param cfg table the `next_edit` section of the plugin config
+---@param client_fn fun(bufnr: integer?): vim.lsp.Client?
+function M.setup(cfg, client_fn)
+  opts, get_client = cfg, client_fn
+  local group = api.nvim_create_augroup('edit_server.next_edit', { clear = true })
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI', 'InsertEnter', 'BufLeave' }, {
+    group = group,
+    callback = function(ev)
+      if M.shown[ev.buf] then
+        M.dismiss(ev.buf)
+      end
+    end,
+  })
+  if cfg.auto then
+    api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
+      group = group,
+      callback = function(ev)
+        if get_client(ev.buf) then
+          schedule_request(ev.buf)
+        end
+      end,
+    })
+  end
+  api.nvim_create_autocmd('BufUnload', {
+    group = group,
+    callback = function(ev)
+      local t = timers[ev.buf]
+      if t then
+        t:stop()
+        t:close()
+        timers[ev.buf] = nil
+      end
+      M.shown[ev.buf] = nil
+    end,
+  })
+  -- accept/dismiss keys only act when an edit is shown, else they do what they did before
+  local keys = cfg.keymaps
+  map({ 'n', 'i' }, keys.accept, function()
+    if M.shown[api.nvim_get_current_buf()] then
+      vim.schedule(function()
+        M.accept(0)
+      end)
+      return ''
+    end
+    return vim.keycode(keys.accept)
+  end, 'edit-server: accept next edit', true)
+  map({ 'n', 'i' }, keys.dismiss, function()
+    if M.shown[api.nvim_get_current_buf()] then
+      M.dismiss(0)
+      return ''
+    end
+    return vim.keycode(keys.dismiss)
+  end, 'edit-server: dismiss next edit', true)
+end
+
+return M
