@@ -1,0 +1,99 @@
+"""Token counting for the budget: the engine's tokenizer, cached per chunk (line / section).
+
+Counts are summed per line. That is exact for tokenizers whose pre-tokenizer never merges across a
+newline (the byte-level test tokenizer, checked by ``additive`` on probe strings at start-up); for
+others the builder renders the final prompt once and trims it until it fits (``verify``). Without a
+tokenizer, a cheap conservative estimate (UTF-8 bytes / 3, rounded up, per line) is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.tokens import TokenizerLike
+
+_PROBES = ("def f(x):\n", "    return x\n", "\n", "\n\n", "  \n", "\tif (a) {\n", "}\n", "é漢字 ok\n",
+           "x = 1  # c\n", "    \n", "        y\n", "// comment\n")
+
+
+def estimate(text: str) -> int:
+    return -(-len(text.encode("utf-8")) // 3)
+
+
+@dataclass
+class TokenCounter:
+    tokenizer: TokenizerLike | None = None
+    max_cache: int = 200_000
+
+    def __post_init__(self) -> None:
+        self._cache: dict[str, int] = {}
+        self.additive = self.tokenizer is None or self._probe_additive()
+
+    def _probe_additive(self) -> bool:
+        tok = self.tokenizer
+        assert tok is not None
+        for a in _PROBES:
+            for b in _PROBES:
+                if tok.encode(a + b) != tok.encode(a) + tok.encode(b):
+                    return False
+        return True
+
+    @property
+    def exact(self) -> bool:
+        return self.tokenizer is not None and self.additive
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        n = self._cache.get(text)
+        if n is None:
+            if len(self._cache) >= self.max_cache:
+                self._cache.clear()
+            n = len(self.tokenizer.encode(text)) if self.tokenizer is not None else estimate(text)
+            self._cache[text] = n
+        return n
+
+    def count_lines(self, lines: Iterable[str]) -> int:
+        c = self._cache
+        total = 0
+        for line in lines:
+            n = c.get(line)
+            total += n if n is not None else self.count(line)
+        return total
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a piece as the templates encode it (one ``encode`` call)."""
+        if self.exact or self.tokenizer is None:
+            return self.count_lines(text.splitlines(keepends=True))
+        return self.count(text) if len(text) < 4096 else len(self.tokenizer.encode(text))
+
+    def fit_lines(self, lines: list[str], budget: int) -> int:
+        """How many leading ``lines`` fit in ``budget`` tokens (per-line sums)."""
+        total = 0
+        for i, line in enumerate(lines):
+            total += self.count(line)
+            if total > budget:
+                return i
+        return len(lines)
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Fractions of the total budget per source, in priority order. The cursor window is first:
+    it always gets at least its share, and whatever the other sources leave unused."""
+
+    window: float = 0.5
+    history: float = 0.15
+    definitions: float = 0.15
+    imports: float = 0.05
+    git: float = 0.1
+    open_files: float = 0.05
+
+    def order(self) -> list[tuple[str, float]]:
+        return [("history", self.history), ("definitions", self.definitions), ("imports", self.imports),
+                ("git", self.git), ("open_files", self.open_files)]
+
+
+OVERHEAD_FIM = 3  # fim_prefix, fim_suffix, fim_middle
+OVERHEAD_EDIT = 6  # fim_suffix, fim_prefix, region_start, cursor, region_end, fim_middle

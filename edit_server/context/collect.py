@@ -1,0 +1,91 @@
+"""Candidate sections per source for one build (definitions, imports, git, open files)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edit_server.context.exclusions import redact
+from edit_server.context.imports import import_targets
+from edit_server.context.sources import snippet_around
+from edit_server.context.symbols import identifiers_near
+from edit_server.context.syntax import Document
+from engine.templates import Section
+
+if TYPE_CHECKING:
+    from edit_server.context.builder import ContextBuilder
+
+
+def outline(b: ContextBuilder, path: Path, head: int = 40) -> str | None:
+    """Definition first lines of an indexed file (else its first ``head`` lines), redacted."""
+    if not b._allowed(path):
+        return None
+    defs = b.index.in_file(str(path))
+    if defs:
+        seen: list[str] = []
+        for d in sorted(defs, key=lambda d: d.start_line):
+            first = d.text.splitlines(keepends=True)[0]
+            if first not in seen:
+                seen.append(first)
+        return "".join(seen)
+    text = b.exclusions.read(path)
+    return None if text is None else "".join(text.splitlines(keepends=True)[:head])
+
+
+def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, int]) -> Iterator[Section]:
+    seen: set[tuple[str, int]] = set()
+    here = Path(doc.path).parent
+    n = 0
+    for name in identifiers_near(doc.lang, doc.tree, doc.lines, row):
+        defs = b.index.lookup(name)
+        defs.sort(key=lambda d: (d.path != doc.path, Path(d.path).parent != here, d.path, d.start_line))
+        for d in defs[:2]:
+            if d.path == doc.path and visible[0] <= d.start_line and d.end_line < visible[1]:
+                continue  # already in the window
+            if (d.path, d.start_line) in seen or not b._allowed(d.path, b._doc_text(d.path)):
+                continue
+            seen.add((d.path, d.start_line))
+            n += 1
+            yield Section("definition", b.display(d.path), d.text)
+        if n >= b.options.max_definitions:
+            return
+
+
+def imports(b: ContextBuilder, doc: Document) -> Iterator[Section]:
+    if doc.tree is None or doc.lang is None:
+        return
+    for p in import_targets(doc.lang, doc.tree, Path(doc.path), b.roots):
+        text = outline(b, p)
+        if text:
+            yield Section("import", b.display(p), text)
+
+
+def git(b: ContextBuilder, doc: Document, report_ready: list[bool]) -> Iterator[Section]:
+    path = Path(doc.path)
+    ctx = b.git_for(path)
+    if ctx is None:
+        return
+    report_ready.append(ctx.ready)
+    diff = ctx.diff(path)
+    if diff:
+        yield Section("git_diff", b.display(path), redact(diff))
+    me = path.resolve()
+    for p, _n in ctx.cochanged(path, 3):
+        if p != me and p.is_file() and (text := outline(b, p)):
+            yield Section("cochange", b.display(p), text)
+    for p in ctx.recent_files(6):
+        if p != me and p.is_file() and (text := outline(b, p)):
+            yield Section("recent", b.display(p), text)
+
+
+def open_files(b: ContextBuilder, doc: Document) -> Iterator[Section]:
+    others = sorted((p for p in b.docs if p != doc.path), key=lambda p: -b._touched.get(p, 0))
+    for p in others:
+        other = b.docs.get(p)
+        if other is None or not b._allowed(p, other.text):
+            continue
+        line = other.line_of(other.last_edit) if other.last_edit is not None else None
+        text = redact(snippet_around(other.text, line))
+        if text.strip():
+            yield Section("open_file", b.display(p), text)

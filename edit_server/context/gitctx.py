@@ -1,0 +1,98 @@
+"""Git context via gitpython: a file's uncommitted diff, recently changed files, co-change.
+
+Everything here runs in a background thread (``GitContext.refresh``); builds only read the last
+snapshot, so a slow ``git log`` never blocks a completion. Co-change = how often two files appear in
+the same commit over the last ``log_commits`` commits (``git log --name-only``, as Zed does), ignoring
+commits that touch more than ``max_commit_files`` files (mass renames, formatting).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class GitContext:
+    def __init__(self, repo, *, log_commits: int = 3000, max_commit_files: int = 30, ttl_s: float = 30.0) -> None:
+        self.repo = repo
+        self.top = Path(repo.working_tree_dir).resolve()
+        self.log_commits = log_commits
+        self.max_commit_files = max_commit_files
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._diffs: dict[str, str] = {}
+        self._cochange: dict[str, Counter[str]] = {}
+        self._recent: list[str] = []
+        self._history_at = 0.0
+
+    def rel(self, path: Path) -> str:
+        return path.resolve().relative_to(self.top).as_posix()
+
+    # ---- background work -------------------------------------------------------------------
+    def refresh(self, path: Path | None = None, *, force: bool = False) -> None:
+        """Recompute (blocking; call from a worker thread) the diff of ``path`` and, when stale,
+        the recent-files list and co-change counts."""
+        try:
+            if path is not None:
+                rel = self.rel(path)
+                try:
+                    diff = self.repo.git.diff("HEAD", "--", rel)
+                except Exception:  # no commits yet
+                    diff = ""
+                with self._lock:
+                    self._diffs[rel] = diff + "\n" if diff and not diff.endswith("\n") else diff
+            if force or time.monotonic() - self._history_at > self.ttl_s:
+                self._load_history()
+        except Exception as e:  # a broken repository must never break completions
+            log.warning("git context failed in %s: %s", self.top, e)
+
+    def _load_history(self) -> None:
+        try:
+            out = self.repo.git.log(f"-n{self.log_commits}", "--name-only", "--format=%x01")
+        except Exception:
+            out = ""
+        commits = [[f for f in c.split("\n") if f.strip()] for c in out.split("\x01")]
+        commits = [c for c in commits if c]
+        co: dict[str, Counter[str]] = {}
+        for files in commits:
+            if len(files) > self.max_commit_files:
+                continue
+            for f in files:
+                cnt = co.setdefault(f, Counter())
+                for g in files:
+                    if g != f:
+                        cnt[g] += 1
+        try:
+            dirty = [f for f in self.repo.git.diff("HEAD", "--name-only").split("\n") if f]
+        except Exception:
+            dirty = []
+        recent: list[str] = []
+        for f in [*dirty, *(f for c in commits[:50] for f in c)]:
+            if f not in recent:
+                recent.append(f)
+        with self._lock:
+            self._cochange, self._recent, self._history_at = co, recent[:50], time.monotonic()
+
+    # ---- snapshot reads (fast) -------------------------------------------------------------
+    def diff(self, path: Path) -> str | None:
+        """Last computed uncommitted diff of ``path`` ("" = clean; None = not computed yet)."""
+        with self._lock:
+            return self._diffs.get(self.rel(path))
+
+    def cochanged(self, path: Path, k: int = 5) -> list[tuple[Path, int]]:
+        with self._lock:
+            cnt = self._cochange.get(self.rel(path))
+            return [(self.top / f, n) for f, n in cnt.most_common(k)] if cnt else []
+
+    def recent_files(self, k: int = 10) -> list[Path]:
+        with self._lock:
+            return [self.top / f for f in self._recent[:k]]
+
+    @property
+    def ready(self) -> bool:
+        return self._history_at > 0

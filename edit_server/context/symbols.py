@@ -1,0 +1,132 @@
+"""A small incremental definition index: name → definitions, from tree-sitter definition queries.
+
+Workspace files are indexed in a background thread (``SymbolIndex.scan``: only files whose mtime
+changed are reparsed); open documents replace their file's entries from their live tree, once per
+document version. Snippets are redacted at index time and only allowed files are indexed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tree_sitter import QueryCursor, Tree
+
+from edit_server.context import languages
+from edit_server.context.exclusions import Exclusions, redact
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    path: str
+    start_line: int
+    end_line: int  # inclusive
+    kind: str  # node type
+    text: str  # snippet: the first ``max_lines`` lines of the definition (redacted)
+
+
+def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12) -> list[Definition]:
+    defs_q = languages.queries(lang)[0]
+    lines = text.splitlines(keepends=True)
+    out: list[Definition] = []
+    for _, caps in QueryCursor(defs_q).matches(tree.root_node):
+        node, name = caps.get("def", [None])[0], caps.get("name", [None])[0]
+        if node is None or name is None or name.text is None:
+            continue
+        ident = re.split(r"[.:]", name.text.decode("utf-8", "replace"))[-1]
+        start, end = node.start_point[0], node.end_point[0]
+        snippet = lines[start:min(end + 1, start + max_lines)]
+        if end + 1 > start + max_lines:
+            indent = re.match(r"\s*", snippet[-1]).group(0) if snippet else ""
+            snippet.append(f"{indent.rstrip(chr(10))}...\n")
+        text_ = "".join(snippet)
+        out.append(Definition(ident, path, start, end, node.type, redact(text_ if text_.endswith("\n")
+                                                                          else text_ + "\n")))
+    return out
+
+
+def identifiers_near(lang: str | None, tree: Tree | None, lines: list[str], row: int,
+                     above: int = 30, below: int = 10) -> list[str]:
+    """Identifier names used near ``row``, nearest first (deduplicated)."""
+    lo, hi = max(0, row - above), min(len(lines), row + below + 1)
+    found: list[tuple[int, str]] = []
+    if lang is not None and tree is not None:
+        cur = QueryCursor(languages.queries(lang)[2])
+        cur.set_point_range((lo, 0), (hi, 0))
+        for node in cur.captures(tree.root_node).get("id", []):
+            if node.text:
+                found.append((abs(node.start_point[0] - row), node.text.decode("utf-8", "replace")))
+    else:
+        for i in range(lo, hi):
+            for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]{2,}", lines[i]):
+                found.append((abs(i - row), m.group(0)))
+    found.sort(key=lambda t: t[0])
+    seen: dict[str, None] = {}
+    for _, name in found:
+        seen.setdefault(name, None)
+    return list(seen)
+
+
+class SymbolIndex:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_name: dict[str, list[Definition]] = {}
+        self.by_path: dict[str, list[Definition]] = {}
+        self._mtimes: dict[str, float] = {}
+        self.files_indexed = 0
+
+    def set_file(self, path: str, defs: list[Definition]) -> None:
+        with self._lock:
+            for d in self.by_path.pop(path, []):
+                lst = self.by_name.get(d.name)
+                if lst is not None:
+                    self.by_name[d.name] = [x for x in lst if x.path != path]
+            self.by_path[path] = defs
+            for d in defs:
+                self.by_name.setdefault(d.name, []).append(d)
+
+    def remove_file(self, path: str) -> None:
+        self.set_file(path, [])
+        with self._lock:
+            self.by_path.pop(path, None)
+
+    def lookup(self, name: str) -> list[Definition]:
+        with self._lock:
+            return list(self.by_name.get(name, ()))
+
+    def in_file(self, path: str) -> list[Definition]:
+        with self._lock:
+            return list(self.by_path.get(path, ()))
+
+    def index_file(self, path: Path) -> bool:
+        spec = languages.spec_for(path)
+        if spec is None:
+            return False
+        try:
+            mtime = os.stat(path).st_mtime
+            if self._mtimes.get(str(path)) == mtime:
+                return False
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        tree = languages.parser(spec.name).parse(text.encode("utf-8"))
+        self.set_file(str(path), extract(spec.name, tree, text, str(path)))
+        self._mtimes[str(path)] = mtime
+        self.files_indexed += 1
+        return True
+
+    def scan(self, roots: Iterable[Path], exclusions: Exclusions, skip: set[str] | None = None) -> int:
+        """Index every allowed, known-language workspace file whose mtime changed; returns count."""
+        n = 0
+        for root in roots:
+            for f in exclusions.workspace_files(root):
+                if skip and str(f) in skip or languages.spec_for(f) is None:
+                    continue
+                if exclusions.allowed(f, assume_not_ignored=True) and self.index_file(f):
+                    n += 1
+        return n

@@ -1,0 +1,151 @@
+"""The cursor window (FIM prefix/suffix) and the editable region (next edit), cut along syntax.
+
+A window grows line by line around the cursor within its token budget (prefix first, ``ratio`` of
+it), then its cut points snap inward to the nearest syntactic unit boundary (start of a top-level
+item, class member or statement of an enclosing block), so no unit is cut in half except those that
+contain the cursor. Without a grammar, blank lines are the boundaries. All lines pass through the
+secret redaction (``exclusions.redact_line``) before they are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edit_server.context.budget import TokenCounter
+from edit_server.context.exclusions import redact, redact_line
+from edit_server.context.syntax import Document
+
+
+@dataclass(frozen=True)
+class Window:
+    before: str  # text before the cursor (FIM prefix) / before the region (edit)
+    after: str  # text after the cursor / after the region
+    start_line: int  # first line of ``before``
+    end_line: int  # line after the last line of ``after`` (exclusive)
+    tokens: int  # per-line token sum of before + after
+
+
+class _Redacted:
+    def __init__(self, lines: list[str], cache: dict[str, str]) -> None:
+        self.lines, self.cache = lines, cache
+
+    def __getitem__(self, i: int) -> str:
+        line = self.lines[i]
+        r = self.cache.get(line)
+        if r is None:
+            r = self.cache[line] = redact_line(line)
+        return r
+
+
+def _boundaries(doc: Document, offset: int, lo: int, hi: int) -> tuple[set[int], set[int]]:
+    if doc.tree is not None:
+        return doc.unit_rows(offset)
+    lines = doc.lines  # line-based: paragraphs separated by blank lines
+    starts = {i for i in range(max(1, lo - 400), lo + 1) if not lines[i - 1].strip()}
+    ends = {i for i in range(hi - 1, min(len(lines) - 1, hi + 400)) if not lines[i + 1].strip()}
+    return starts | {0}, ends | {len(lines) - 1}
+
+
+def expand(doc: Document, offset: int, lo: int, hi: int, budget: int, counter: TokenCounter,
+           cache: dict[str, str], ratio: float = 0.75) -> tuple[int, int, int, int]:
+    """Grow [lo, hi) to [s, e) within ``budget`` tokens; returns (s, e, tokens_before, tokens_after)."""
+    lines = doc.lines
+    red = _Redacted(lines, cache)
+    n = len(lines)
+    budget = max(0, budget)
+    pre_budget = int(budget * ratio)
+    s, used_p = lo, 0
+    while s > 0 and used_p + counter.count(red[s - 1]) <= pre_budget:
+        s -= 1
+        used_p += counter.count(red[s])
+    e, used_s = hi, 0
+    while e < n and used_p + used_s + counter.count(red[e]) <= budget:
+        used_s += counter.count(red[e])
+        e += 1
+    while s > 0 and used_p + used_s + counter.count(red[s - 1]) <= budget:  # suffix hit the end
+        s -= 1
+        used_p += counter.count(red[s])
+    if s > 0 or e < n:
+        starts, ends = _boundaries(doc, offset, lo, hi)
+        if s > 0:
+            snap = [r for r in starts if s <= r <= lo]
+            if snap and min(snap) > s:
+                used_p -= counter.count_lines(red[i] for i in range(s, min(snap)))
+                s = min(snap)
+        if e < n:
+            snap = [r + 1 for r in ends if hi <= r + 1 <= e]
+            if snap and max(snap) < e:
+                used_s -= counter.count_lines(red[i] for i in range(max(snap), e))
+                e = max(snap)
+    return s, e, used_p, used_s
+
+
+def _trim_line_parts(pre: str, suf: str, budget: int, counter: TokenCounter) -> tuple[str, str]:
+    """Shorten the cursor line's two halves (a very long line) until they fit."""
+    while pre or suf:
+        if counter.count(pre) + counter.count(suf) <= budget:
+            break
+        if len(suf) >= len(pre):
+            suf = suf[: len(suf) // 2]
+        else:
+            pre = pre[len(pre) - len(pre) // 2:]
+    return pre, suf
+
+
+def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
+               cache: dict[str, str], ratio: float = 0.75) -> Window:
+    line = doc.line_of(offset)
+    col = offset - doc.line_starts[line]
+    text = doc.lines[line]
+    pre, suf = redact_line(text[:col]), redact_line(text[col:])
+    pre, suf = _trim_line_parts(pre, suf, budget, counter)
+    base = counter.count(pre) + counter.count(suf)
+    s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, counter, cache, ratio)
+    red = _Redacted(doc.lines, cache)
+    before = "".join(red[i] for i in range(s, line)) + pre
+    after = suf + "".join(red[i] for i in range(line + 1, e))
+    return Window(before, after, s, e, tp + ts + base)
+
+
+def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int = 20) -> tuple[int, int]:
+    """Editable region [start, end) in lines: the largest syntax node around the cursor spanning at
+    most ``max_lines`` lines (statement, block, small function), padded to ``min_lines``."""
+    line = doc.line_of(offset)
+    n = len(doc.lines)
+    lo, hi = line, line + 1
+    node = doc.node_at(offset)
+    while node is not None and node.parent is not None:  # never the whole file
+        start, end = node.start_point[0], node.end_point[0]
+        if node.end_point[1] == 0 and end > start:
+            end -= 1
+        if end - start + 1 > max_lines:
+            break
+        lo, hi = min(lo, start), max(hi, end + 1)
+        node = node.parent
+    if doc.tree is None:
+        lo, hi = max(0, line - 3), min(n, line + 4)
+    while hi - lo < min_lines and (lo > 0 or hi < n):
+        if hi < n:
+            hi += 1
+        if hi - lo < min_lines and lo > 0:
+            lo -= 1
+    if hi == n and n > 1 and doc.lines[-1] == "" and hi - lo > 1:
+        hi -= 1  # the empty "line" after a final newline adds nothing
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Region:
+    start: int  # char offsets of the region in the document
+    end: int
+    text: str  # redacted region text
+    cursor: int  # cursor offset inside ``text``
+    redacted: bool
+
+
+def region_text(doc: Document, offset: int, lo: int, hi: int) -> Region:
+    start = doc.line_starts[lo]
+    end = doc.line_starts[hi] if hi < len(doc.line_starts) else len(doc.text)
+    raw_pre, raw_suf = doc.text[start:offset], doc.text[offset:end]
+    pre, suf = redact(raw_pre), redact(raw_suf)
+    return Region(start, end, pre + suf, len(pre), (pre, suf) != (raw_pre, raw_suf))
