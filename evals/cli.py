@@ -1,0 +1,184 @@
+"""`edit-server eval ...`: humaneval-infill, cases, replay (see docs/QUALITY.md, docs/EVAL_FORMAT.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from evals.datasets import MAX_TOKENS, SPLITS, default_data_dir
+
+log = logging.getLogger(__name__)
+
+
+def _common(p: argparse.ArgumentParser, default_out: str) -> None:
+    p.add_argument("--model", default="default", help="tiny-random | default | HF dir | .gguf (default: default)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--out", type=Path, default=Path("runs/eval") / default_out,
+                   help=f"report directory; finished cases are cached there (default runs/eval/{default_out})")
+    p.add_argument("--limit", type=int, default=None, help="only the first N cases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fresh", action="store_true", help="ignore cached results in --out")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per server request / start-up")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+
+
+def _server(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-gate", action="store_true",
+                   help="baseline: initializationOptions gate.enabled=false (scores still returned)")
+    p.add_argument("--gate-threshold", type=float, default=None, help="gate.threshold sent to the server")
+    p.add_argument("--restart-every", type=int, default=0,
+                   help="restart the server every N cases (0 = one server; edit history may carry over)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ev = subparsers.add_parser("eval", help="headless evaluations (HumanEval-infilling, replay, cases)")
+    sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)
+
+    he = sub.add_parser("humaneval-infill", help="functional pass@1 on HumanEval-infilling")
+    _common(he, "humaneval")
+    he.add_argument("--data", type=Path, default=None, help=f"dataset dir (default {default_data_dir()})")
+    he.add_argument("--split", choices=list(SPLITS), default="single-line")
+    he.add_argument("--via-lsp", action="store_true", help="through the real stdio server (gate off)")
+    he.add_argument("--oracle", action="store_true",
+                    help="score the canonical solutions (harness sanity check, no model)")
+    he.add_argument("--steps-mode", choices=["parallel", "one-per-step"], default="parallel",
+                    help="parallel: threshold sampler (τ); one-per-step: one token per forward")
+    he.add_argument("--threshold", type=float, default=0.9, help="τ of the parallel sampler")
+    he.add_argument("--max-tokens", type=int, default=None, help="canvas length (default per split)")
+    he.add_argument("--workers", type=int, default=2, help="parallel sandboxed checks")
+    he.add_argument("--check-timeout", type=float, default=10.0, help="seconds per functional check")
+    he.set_defaults(func=run_humaneval)
+
+    cs = sub.add_parser("cases", help="run a JSONL file of edit cases through the real server")
+    cs.add_argument("file", type=Path)
+    _common(cs, "cases")
+    _server(cs)
+    cs.set_defaults(func=run_cases)
+
+    rp = sub.add_parser("replay", help="build edit cases from a git history and run them")
+    rp.add_argument("repo", type=Path)
+    _common(rp, "replay")
+    _server(rp)
+    rp.add_argument("--commits", type=int, default=20, help="usable commits to replay")
+    rp.add_argument("--rev", default="HEAD")
+    rp.add_argument("--fim-per-commit", type=int, default=3)
+    rp.add_argument("--next-per-commit", type=int, default=3)
+    rp.add_argument("--quiet-per-commit", type=int, default=2)
+    rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
+    rp.set_defaults(func=run_replay)
+
+
+def _progress(args: argparse.Namespace, desc: str):
+    if args.no_progress:
+        return lambda it: it
+
+    def wrap(it: Iterable) -> Iterable:
+        from tqdm import tqdm
+
+        return tqdm(it, desc=desc, file=sys.stderr, dynamic_ncols=True)
+    return wrap
+
+
+def _print_summary(title: str, summary: dict[str, Any], out: Path) -> None:
+    print(title)
+    for k, v in summary.items():
+        print(f"  {k:22s} {v:.4f}" if isinstance(v, float) else f"  {k:22s} {v}")
+    print(f"report: {out / 'summary.md'} ({out / 'report.json'})")
+
+
+def run_humaneval(args: argparse.Namespace) -> int:
+    from evals.datasets import load_humaneval
+    from evals.humaneval import generate_engine, generate_lsp, score_all
+    from evals.report import write_humaneval
+    from evals.sandbox import Limits
+    from evals.store import ResultStore
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    tasks = load_humaneval(args.split, args.data, limit=args.limit)
+    runner = "oracle" if args.oracle else "lsp" if args.via_lsp else "engine"
+    max_tokens = args.max_tokens or MAX_TOKENS[args.split]
+    config = {"kind": "humaneval-infill", "split": args.split, "runner": runner,
+              "model": None if args.oracle else args.model, "device": args.device,
+              "steps_mode": args.steps_mode, "threshold": args.threshold, "max_tokens": max_tokens,
+              "seed": args.seed, "check_timeout": args.check_timeout}
+    store = ResultStore(args.out, config, fresh=args.fresh)
+    todo = [t for t in tasks if not store.done(t.task_id)]
+    limits = Limits(timeout_s=args.check_timeout, cpu_s=int(args.check_timeout) + 1)
+    prog = _progress(args, f"humaneval {args.split}")
+    if runner == "oracle":
+        items: Iterable = ((t, {"id": t.task_id, "middle": t.canonical_solution}) for t in prog(todo))
+    elif runner == "engine":
+        items = generate_engine(todo, model=args.model, device=args.device, split=args.split,
+                                max_tokens=max_tokens, steps_mode=args.steps_mode,
+                                threshold=args.threshold, seed=args.seed, progress=prog)
+    else:
+        with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
+            items = generate_lsp(todo, model=args.model, device=args.device, split=args.split,
+                                 root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
+                                 init_extra={}, progress=prog)
+    if todo:
+        score_all(items, store, limits, args.workers)
+    records = [store.records[t.task_id] for t in tasks if store.done(t.task_id)]
+    summary = write_humaneval(args.out, config, records)
+    _print_summary(f"HumanEval-infilling {args.split} ({runner})", summary, args.out)
+    return 0
+
+
+def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]) -> int:
+    from evals.report import write_cases
+    from evals.runners import CaseRunner
+    from evals.runners import run_cases as run_all
+    from evals.store import ResultStore
+
+    store = ResultStore(args.out, config, fresh=args.fresh)
+    with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
+        runner = CaseRunner(model=args.model, device=args.device, root=Path(ws),
+                            log_path=args.out / "server.log", gate=not args.no_gate,
+                            threshold=args.gate_threshold, timeout=args.timeout,
+                            restart_every=args.restart_every)
+        run_all(cases, store, runner, _progress(args, "cases"))
+    records = [store.records[c.id] for c in cases if store.done(c.id)]
+    summary = write_cases(args.out, config, records)
+    _print_summary(f"edit cases ({config['source']})", summary, args.out)
+    return 0
+
+
+def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
+    return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
+            "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
+            "limit": args.limit}
+
+
+def run_cases(args: argparse.Namespace) -> int:
+    from evals.cases import read_cases
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    cases = read_cases(args.file)[: args.limit]
+    return _run_case_list(args, cases, _server_config(args, str(args.file)))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from evals.cases import write_cases
+    from evals.replay import ReplayOptions, build_cases
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
+                         fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
+                         quiet_per_commit=args.quiet_per_commit)
+    cases = build_cases(args.repo, opts)[: args.limit]
+    args.out.mkdir(parents=True, exist_ok=True)
+    n = write_cases(args.out / "cases.jsonl", cases)
+    cats: dict[str, int] = {}
+    for c in cases:
+        cats[str(c.meta.get("category"))] = cats.get(str(c.meta.get("category")), 0) + 1
+    print(f"{n} cases from {args.repo} ({json.dumps(cats)}) -> {args.out / 'cases.jsonl'}")
+    if args.build_only:
+        return 0
+    config = _server_config(args, f"replay {args.repo.resolve()} {args.rev} commits={args.commits}")
+    return _run_case_list(args, cases, config)

@@ -1,0 +1,141 @@
+"""HumanEval-infilling: generate middles (engine API or the real server) and score pass@1 in the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evals.cases import normalize_ws
+from evals.datasets import InfillTask
+from evals.lsp_client import LspClient, offset_of, server_command, utf16_position
+from evals.sandbox import Limits, run_python
+from evals.store import ResultStore
+
+WHOLE_LINE_SPLITS = ("single-line", "multi-line")  # holes are whole lines: the editor has an empty line
+
+
+def sampler_for(steps_mode: str, threshold: float, seed: int) -> Any:
+    from engine import SamplerConfig
+
+    if steps_mode == "one-per-step":
+        return SamplerConfig(strategy="topk", tokens_per_step=1, seed=seed)
+    return SamplerConfig(strategy="threshold", threshold=threshold, seed=seed)
+
+
+def fix_middle(split: str, middle: str) -> str:
+    """Whole-line holes end with a newline (single-line decoding stops before it)."""
+    if split in WHOLE_LINE_SPLITS and not middle.endswith("\n"):
+        return middle + "\n"
+    return middle
+
+
+def score(task: InfillTask, middle: str, limits: Limits) -> dict[str, Any]:
+    res = run_python(task.program(middle), limits)
+    return {"status": res.status, "passed": res.passed, "stderr_tail": res.stderr_tail[-400:],
+            "exact": normalize_ws(middle) == normalize_ws(task.canonical_solution)}
+
+
+def score_all(items: Iterable[tuple[InfillTask, dict[str, Any]]], store: ResultStore, limits: Limits,
+              workers: int) -> None:
+    """Run the functional checks of generated middles in parallel and store each record."""
+    def one(pair: tuple[InfillTask, dict[str, Any]]) -> dict[str, Any]:
+        task, rec = pair
+        rec.update(score(task, rec["middle"], limits))
+        return rec
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for rec in pool.map(one, items):
+            store.add(rec)
+
+
+def generate_engine(tasks: list[InfillTask], *, model: str, device: str, split: str, max_tokens: int,
+                    steps_mode: str, threshold: float, seed: int,
+                    progress: Callable[[Iterable], Iterable] = iter) -> Iterable[tuple[InfillTask, dict]]:
+    """Yield (task, record) for each task, generating through ``Engine.infill``."""
+    from engine import Engine, FimPrompt
+
+    eng = Engine.load(model, device=device)
+    sampler = sampler_for(steps_mode, threshold, seed)
+    for task in progress(tasks):
+        t0 = time.perf_counter()
+        res = eng.infill(FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py"),
+                         max_tokens=max_tokens, single_line=split == "single-line", sampler=sampler,
+                         cache_key=f"humaneval:{task.task_id}")
+        ms = (time.perf_counter() - t0) * 1000
+        yield task, {"id": task.task_id, "middle": fix_middle(split, res.text), "latency_ms": ms,
+                     "tokens": len(res.tokens), "steps": res.steps, "forwards": res.forwards,
+                     "tokens_per_forward": res.tokens_per_forward, "finish_reason": res.finish_reason,
+                     "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms")}
+
+
+def completion_edit(text: str, offset: int, result: Any) -> tuple[int, int, str, float | None] | None:
+    """(start, end, new text, gate score) of the first inline-completion item, or None."""
+    items = result.get("items", []) if isinstance(result, dict) else (result or [])
+    if not items:
+        return None
+    item = items[0]
+    ins = item.get("insertText", "")
+    if isinstance(ins, dict):  # StringValue (snippet)
+        ins = ins.get("value", "")
+    start = end = offset
+    if item.get("range"):
+        start, end = offset_of(text, item["range"]["start"]), offset_of(text, item["range"]["end"])
+    return start, end, ins, command_score(item)
+
+
+def command_score(item: dict[str, Any]) -> float | None:
+    cmd = item.get("command") or {}
+    for arg in cmd.get("arguments") or ():
+        if isinstance(arg, dict) and isinstance(arg.get("score"), int | float):
+            return float(arg["score"])
+    return None
+
+
+async def _generate_lsp(tasks: list[InfillTask], *, model: str, device: str, split: str, root: Path,
+                        log_path: Path, timeout: float, init_extra: dict[str, Any],
+                        progress: Callable[[Iterable], Iterable]) -> list[tuple[InfillTask, dict]]:
+    client = LspClient(server_command(model, device), cwd=root, stderr_path=log_path)
+    out: list[tuple[InfillTask, dict]] = []
+    opts = {"model": model, "device": device, "gate": {"enabled": False}, "debounceMs": 0, **init_extra}
+    try:
+        await client.start(root, opts, timeout=timeout)
+        await client.wait_ready(timeout)
+        for i, task in enumerate(progress(tasks)):
+            gap = "\n" if split in WHOLE_LINE_SPLITS else ""
+            text = task.prompt + gap + task.suffix
+            offset = len(task.prompt)
+            path = root / "humaneval" / f"task_{i:05d}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            uri = path.resolve().as_uri()
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": text}})
+            t0 = time.perf_counter()
+            err = None
+            try:
+                result = await client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
+                    "context": {"triggerKind": 1}}, timeout=timeout)
+            except Exception as e:  # noqa: BLE001 - a failed request is a recorded miss
+                result, err = None, str(e)
+            ms = (time.perf_counter() - t0) * 1000
+            await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+            edit = completion_edit(text, offset, result)
+            new = text if edit is None else text[: edit[0]] + edit[2] + text[edit[1]:]
+            ok = new.startswith(task.prompt) and new.endswith(task.suffix) and \
+                len(new) >= len(task.prompt) + len(task.suffix)
+            middle = new[len(task.prompt): len(new) - len(task.suffix)] if ok else ""
+            out.append((task, {"id": task.task_id, "middle": middle, "latency_ms": ms,
+                               "shown": edit is not None and bool(edit[2]), "error": err,
+                               "score": edit[3] if edit else None, "edited_outside_hole": not ok}))
+    finally:
+        await client.stop()
+    return out
+
+
+def generate_lsp(tasks: list[InfillTask], **kw: Any) -> list[tuple[InfillTask, dict]]:
+    return asyncio.run(_generate_lsp(tasks, **kw))

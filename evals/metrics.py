@@ -1,0 +1,89 @@
+"""Aggregate per-case records into the numbers reports show."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+
+def percentile(xs: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in [0, 100]); None for no data."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def summarize_humaneval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    lat = [r["latency_ms"] for r in records if r.get("latency_ms") is not None]
+    tpf = [r["tokens_per_forward"] for r in records if r.get("tokens_per_forward") is not None]
+    return {
+        "n": len(records),
+        "pass@1": _rate(sum(bool(r.get("passed")) for r in records), len(records)),
+        "exact_match": _rate(sum(bool(r.get("exact")) for r in records), len(records)),
+        "timeouts": sum(r.get("status") == "timeout" for r in records),
+        "tokens_per_forward": _mean(tpf),
+        "mean_tokens": _mean([r["tokens"] for r in records if r.get("tokens") is not None]),
+        "mean_steps": _mean([r["steps"] for r in records if r.get("steps") is not None]),
+        "latency_ms_p50": percentile(lat, 50),
+        "latency_ms_p95": percentile(lat, 95),
+        "errors": sum(bool(r.get("error")) for r in records),
+    }
+
+
+def summarize_cases(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Shown-rate, accept rate, precision when shown, no-edit correctness, latency."""
+    edit = [r for r in records if not r["quiet_case"]]
+    quiet = [r for r in records if r["quiet_case"]]
+    shown = [r for r in records if r["shown"]]
+    lat = [r["latency_ms"] for r in records if r.get("latency_ms") is not None]
+    return {
+        "n": len(records), "edit_cases": len(edit), "quiet_cases": len(quiet),
+        "shown_rate": _rate(len(shown), len(records)),
+        "accept_rate": _rate(sum(r["accepted"] for r in edit), len(edit)),
+        "partial_mean": _mean([r["partial"] for r in edit]),
+        "precision_when_shown": _rate(sum(r["accepted"] for r in shown), len(shown)),
+        "no_edit_correct": _rate(sum(r["correct"] for r in quiet), len(quiet)),
+        "latency_ms_p50": percentile(lat, 50),
+        "latency_ms_p95": percentile(lat, 95),
+        "errors": sum(bool(r.get("error")) for r in records),
+    }
+
+
+def breakdown(records: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[str(r.get(key))].append(r)
+    return {k: summarize_cases(v) for k, v in sorted(groups.items())}
+
+
+def gate_sweep(records: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """Precision vs coverage as a show threshold on the server's ``score`` sweeps upwards.
+
+    At threshold t a suggestion is shown iff it was shown and ``score >= t``. coverage = shown / all
+    cases; precision = accepted / shown (suggestions in quiet cases count as wrong). Suggestions
+    without a score are left out of the sweep.
+    """
+    scored = [r for r in records if r["shown"] and r.get("score") is not None]
+    n = len(records)
+    if not scored or not n:
+        return []
+    out = []
+    for t in sorted({float(r["score"]) for r in scored}):
+        kept = [r for r in scored if r["score"] >= t]
+        out.append({"threshold": t, "coverage": len(kept) / n,
+                    "precision": sum(r["accepted"] for r in kept) / len(kept),
+                    "shown": float(len(kept))})
+    return out

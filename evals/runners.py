@@ -1,0 +1,165 @@
+"""Drive the real stdio server through edit cases like an editor: open, replay history, ask, judge."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from evals.cases import Case, Edit, diff_path, history_states, judge
+from evals.humaneval import command_score, completion_edit
+from evals.lsp_client import LspClient, offset_of, server_command, utf16_position
+from evals.store import ResultStore
+
+
+def change_event(old: str, new: str) -> dict[str, Any]:
+    """One incremental ``contentChanges`` entry turning ``old`` into ``new`` (smallest differing span)."""
+    n = min(len(old), len(new))
+    p = 0
+    while p < n and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
+        s += 1
+    return {"range": {"start": utf16_position(old, p), "end": utf16_position(old, len(old) - s)},
+            "text": new[p: len(new) - s]}
+
+
+def _case_dir(case: Case) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", case.id)[:80] or "case"
+
+
+class CaseRunner:
+    """One server process for many cases (restarted every ``restart_every`` cases if > 0).
+
+    Each case lives in its own directory ``<root>/<case id>/`` so documents of different cases never
+    share a URI; its files are written to disk (the context builder may read them) and closed after.
+    """
+
+    def __init__(self, *, model: str, device: str, root: Path, log_path: Path, gate: bool,
+                 threshold: float | None, timeout: float, restart_every: int = 0,
+                 init_extra: dict[str, Any] | None = None) -> None:
+        self.model, self.device, self.root, self.log_path = model, device, root, log_path
+        self.timeout, self.restart_every = timeout, restart_every
+        gate_opts: dict[str, Any] = {"enabled": gate}
+        if threshold is not None:
+            gate_opts["threshold"] = threshold
+        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0,
+                     **(init_extra or {})}
+        self.client: LspClient | None = None
+        self._served = 0
+
+    async def _ensure(self) -> LspClient:
+        if self.client and self.restart_every and self._served >= self.restart_every:
+            await self.client.stop()
+            self.client = None
+        if self.client is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.client = LspClient(server_command(self.model, self.device), cwd=self.root,
+                                    stderr_path=self.log_path)
+            await self.client.start(self.root, self.init, timeout=self.timeout)
+            await self.client.wait_ready(self.timeout)
+            self._served = 0
+        self._served += 1
+        return self.client
+
+    async def close(self) -> None:
+        if self.client:
+            await self.client.stop()
+            self.client = None
+
+    async def run_case(self, case: Case) -> dict[str, Any]:
+        client = await self._ensure()
+        base = self.root / _case_dir(case)
+        uris: dict[str, str] = {}
+        for path, text in case.files.items():
+            f = base / path
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text, encoding="utf-8")
+            uris[path] = f.resolve().as_uri()
+        paths = {u: p for p, u in uris.items()}
+        states = history_states(case)
+        versions = dict.fromkeys(case.files, 1)
+        current = {p: (states[p][0] if p in states else t) for p, t in case.files.items()}
+        for path, text in current.items():
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uris[path], "languageId": case.language if path == case.path else "plaintext",
+                "version": 1, "text": text}})
+        for diff in case.history:  # the edits the user already made, oldest first
+            path = diff_path(diff)
+            if path not in states or len(states[path]) < 2:
+                continue
+            new = states[path][1]
+            states[path] = states[path][1:]
+            versions[path] += 1
+            await client.notify("textDocument/didChange", {
+                "textDocument": {"uri": uris[path], "version": versions[path]},
+                "contentChanges": [change_event(current[path], new)]})
+            current[path] = new
+        cur = case.cursor
+        text = case.files[cur.path]
+        pos = utf16_position(text, cur.offset)
+        t0 = time.perf_counter()
+        err = None
+        try:
+            if case.kind == "fim":
+                result = await client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uris[cur.path]}, "position": pos,
+                    "context": {"triggerKind": 1}}, timeout=self.timeout)
+            else:
+                result = await client.request("textDocument/copilotInlineEdit", {
+                    "textDocument": {"uri": uris[cur.path], "version": versions[cur.path]},
+                    "position": pos}, timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - recorded as no suggestion
+            result, err = None, str(e)
+        ms = (time.perf_counter() - t0) * 1000
+        for uri in uris.values():
+            await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        edits, score = parse_suggestion(case, result, paths)
+        j = judge(case, edits)
+        return {"id": case.id, "kind": case.kind, "language": case.language,
+                "category": str(case.meta.get("category", case.kind if case.expected else "no-edit")),
+                "quiet_case": case.expected is None, "shown": j.shown, "accepted": j.accepted,
+                "partial": j.partial, "correct": j.correct, "score": score, "latency_ms": ms,
+                "error": err, "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
+
+
+def parse_suggestion(case: Case, result: Any, paths: dict[str, str]) -> tuple[list[Edit], float | None]:
+    """Suggested edits (offsets in the case's files) and the gate score from the accept command."""
+    cur = case.cursor
+    if case.kind == "fim":
+        e = completion_edit(case.files[cur.path], cur.offset, result)
+        if e is None:
+            return [], None
+        return [Edit(cur.path, e[0], e[1], e[2])], e[3]
+    edits: list[Edit] = []
+    scores: list[float] = []
+    for item in (result or {}).get("edits", []) if isinstance(result, dict) else []:
+        uri = (item.get("textDocument") or {}).get("uri")
+        path = paths.get(uri, cur.path) if uri else cur.path
+        text = case.files.get(path, "")
+        rng = item.get("range") or {}
+        start = offset_of(text, rng.get("start", utf16_position(text, cur.offset)))
+        end = offset_of(text, rng.get("end", rng.get("start", utf16_position(text, cur.offset))))
+        edits.append(Edit(path, start, end, item.get("text", "")))
+        s = command_score(item)
+        if s is not None:
+            scores.append(s)
+    return edits, (max(scores) if scores else None)
+
+
+async def _run_all(cases: list[Case], store: ResultStore, runner: CaseRunner,
+                   progress: Callable[[Iterable], Iterable]) -> None:
+    try:
+        for case in progress([c for c in cases if not store.done(c.id)]):
+            store.add(await runner.run_case(case))
+    finally:
+        await runner.close()
+
+
+def run_cases(cases: list[Case], store: ResultStore, runner: CaseRunner,
+              progress: Callable[[Iterable], Iterable] = iter) -> None:
+    asyncio.run(_run_all(cases, store, runner, progress))

@@ -1,0 +1,42 @@
+"""Resumable per-case results: ``<out>/results.jsonl`` (one finished case per line) + ``config.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class ResultStore:
+    """Append-only JSONL of finished cases. Re-running with the same ``--out`` skips finished ids;
+    a different configuration (model, split, sampler, ...) is refused unless ``fresh``."""
+
+    def __init__(self, out: Path, config: dict[str, Any], *, fresh: bool = False) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / "results.jsonl"
+        cfg_path = out / "config.json"
+        if fresh:
+            self.path.unlink(missing_ok=True)
+        elif cfg_path.is_file() and self.path.is_file():
+            old = json.loads(cfg_path.read_text())
+            if old != json.loads(json.dumps(config)):
+                raise ValueError(f"{out} holds results of another configuration ({cfg_path}); "
+                                 "use another --out or --fresh")
+        cfg_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        self.records: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a crash: redo that case
+                    continue
+                self.records[rec["id"]] = rec
+
+    def done(self, case_id: str) -> bool:
+        return case_id in self.records
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records[record["id"]] = record
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
