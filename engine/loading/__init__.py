@@ -1,0 +1,43 @@
+"""Checkpoint loading: local HF-style directories (safetensors) and GGUF files -> `LoadedCheckpoint`.
+
+Never unpickles: ``.bin``/``.pt`` checkpoints are refused with a message. Everything ends in the
+internal HF-Llama parameter layout (see `engine.config`) with our special tokens appended.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.loading.common import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.checkpoint import LoadedCheckpoint
+
+__all__ = ["CheckpointError", "load_checkpoint"]
+
+
+def load_checkpoint(spec: str | Path, dtype: torch.dtype | None = None) -> LoadedCheckpoint:
+    """Load ``spec``: an HF checkpoint directory, a ``.gguf`` file, or ``"base"`` (the cached
+    SmolLM2-135M GGUF, fetched first if needed). ``dtype`` casts the weights (default: as stored;
+    GGUF dequantizes to float32)."""
+    if str(spec) == "base":
+        from engine.loading.base import fetch_base
+
+        spec = fetch_base()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        from engine.loading.hf import load_hf
+
+        return load_hf(path, dtype=dtype)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from engine.loading.gguf_file import load_gguf
+
+        return load_gguf(path, dtype=dtype)
+    if path.is_file():
+        raise CheckpointError(f"{path}: not a loadable checkpoint (expected an HF checkpoint directory "
+                              "with config.json + *.safetensors, or a .gguf file)")
+    raise CheckpointError(f"{spec}: no such file or directory (expected an HF checkpoint directory, "
+                          "a .gguf file or 'base')")

@@ -1,0 +1,161 @@
+"""Load a GGUF file (llama / qwen2 architectures) into the internal HF-Llama layout.
+
+Tensors are dequantized with ``gguf.quants.dequantize`` (F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0, K-quants,
+...). GGUF stores shapes innermost-first (``ne0`` = row length), so the numpy shape is the reverse of
+``ReaderTensor.shape``. llama.cpp's converter permutes the rows of Q and K for its RoPE layout on the
+``llama`` architecture; `unpermute_qk` undoes that so the weights match Hugging Face's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.checkpoint import LoadedCheckpoint
+from engine.config import ModelArgs
+from engine.loading.common import CheckpointError, finish, make_tokenizer
+from engine.loading.gguf_tokenizer import build_bpe
+
+ARCHITECTURES = ("llama", "qwen2")  # qwen2: no Q/K permutation, QKV biases
+_LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+}
+_GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                 "output.weight": "lm_head.weight"}
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp ``convert_hf_to_gguf`` permutation (HF -> GGUF) of Q/K rows (weights or biases)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of `permute_qk` (GGUF -> HF)."""
+    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def internal_name(name: str) -> str | None:
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    m = _LAYER.match(name)
+    if m and m.group(2) in _LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    return None
+
+
+def dequantize(tensor: Any) -> np.ndarray:
+    """A `gguf.ReaderTensor` -> float32 array in numpy (row-major, HF) shape."""
+    from gguf import quants
+
+    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+    try:
+        arr = quants.dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError as e:
+        raise CheckpointError(f"tensor {tensor.name!r}: {e}") from None
+    arr = np.asarray(arr, dtype=np.float32).reshape(shape)
+    return arr if arr.flags.writeable else arr.copy()  # F32 tensors are read-only views of the mmap
+
+
+def _field(reader: Any, key: str, path: Path, default: Any = ...) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        if default is ...:
+            raise CheckpointError(f"{path.name}: missing metadata field {key!r}")
+        return default
+    return f.contents()
+
+
+def gguf_args(reader: Any, path: Path) -> ModelArgs:
+    arch = _field(reader, "general.architecture", path)
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(f"{path.name}: unsupported GGUF architecture {arch!r}; "
+                              f"supported: {', '.join(ARCHITECTURES)}")
+    names = {t.name for t in reader.tensors}
+    if "token_embd.weight" not in names:
+        raise CheckpointError(f"{path.name}: missing tensor 'token_embd.weight'")
+    if "rope_freqs.weight" in names:
+        raise CheckpointError(f"{path.name}: 'rope_freqs.weight' (llama3 RoPE factors) is not supported")
+    emb = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    heads = int(_field(reader, f"{arch}.attention.head_count", path))
+    args = ModelArgs(
+        vocab_size=int(emb.shape[1]),
+        dim=int(_field(reader, f"{arch}.embedding_length", path)),
+        n_layers=int(_field(reader, f"{arch}.block_count", path)),
+        n_heads=heads,
+        n_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", path, heads)),
+        intermediate_size=int(_field(reader, f"{arch}.feed_forward_length", path)),
+        norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", path, 1e-5)),
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", path, 10000.0)),
+        max_seq_len=int(_field(reader, f"{arch}.context_length", path, 8192)),
+        qkv_bias="blk.0.attn_q.bias" in names,
+        tie_embeddings="output.weight" not in names,
+    )
+    rot = _field(reader, f"{arch}.rope.dimension_count", path, args.head_dim)
+    if int(rot) != args.head_dim:
+        raise CheckpointError(f"{path.name}: partial RoPE ({arch}.rope.dimension_count={rot}, "
+                              f"head_dim={args.head_dim}) is not supported")
+    scaling = _field(reader, f"{arch}.rope.scaling.type", path, None)
+    if scaling not in (None, "none"):
+        if scaling != "linear":
+            raise CheckpointError(f"{path.name}: rope scaling {scaling!r} is not supported (linear only)")
+        args.rope_scaling = {"rope_type": "linear",
+                             "factor": float(_field(reader, f"{arch}.rope.scaling.factor", path))}
+    return args
+
+
+def gguf_tokenizer(reader: Any, path: Path, mask_id: int | None = None) -> Any:
+    model = _field(reader, "tokenizer.ggml.model", path)
+    if model != "gpt2":
+        raise CheckpointError(f"{path.name}: tokenizer.ggml.model {model!r} is not supported (gpt2 BPE only)")
+    tokens = _field(reader, "tokenizer.ggml.tokens", path)
+    hf = build_bpe(tokens, _field(reader, "tokenizer.ggml.merges", path),
+                   _field(reader, "tokenizer.ggml.token_type", path, None),
+                   _field(reader, "tokenizer.ggml.pre", path, None))
+    eos = int(_field(reader, "tokenizer.ggml.eos_token_id", path))
+    if not 0 <= eos < len(tokens):
+        raise CheckpointError(f"{path.name}: tokenizer.ggml.eos_token_id {eos} out of range")
+    return make_tokenizer(hf, eos_token=tokens[eos], source=path.name, mask_id=mask_id)
+
+
+def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheckpoint:
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: GGUF file not found")
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as e:  # bad magic, truncated file, ...
+        raise CheckpointError(f"{path.name}: not a readable GGUF file ({e})") from None
+    args = gguf_args(reader, path)
+    tokenizer = gguf_tokenizer(reader, path)
+    permute = _field(reader, "general.architecture", path) == "llama"
+    state: dict[str, torch.Tensor] = {}
+    names: dict[str, str] = {}
+    for t in reader.tensors:
+        key = internal_name(t.name)
+        if key is None:
+            raise CheckpointError(f"{path.name}: unexpected tensor {t.name!r} (unsupported layout)")
+        arr = dequantize(t)
+        if permute and key.endswith(("q_proj.weight", "q_proj.bias")):
+            arr = unpermute_qk(arr, args.n_heads)
+        elif permute and key.endswith(("k_proj.weight", "k_proj.bias")):
+            arr = unpermute_qk(arr, args.n_kv_heads)
+        tensor = torch.from_numpy(np.ascontiguousarray(arr))
+        state[key] = tensor.to(dtype) if dtype is not None else tensor
+        names[key] = t.name
+    finish(args, state, tokenizer, path.name, names)
+    name = _field(reader, "general.name", path, path.stem)
+    return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name),
+                            meta={"source": str(path), "format": "gguf",
+                                  "architecture": _field(reader, "general.architecture", path),
+                                  "file_type": _field(reader, "general.file_type", path, None)})
