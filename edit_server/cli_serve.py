@@ -1,0 +1,108 @@
+"""`edit-server serve` (default, stdio or --tcp), `check`, `demo`, `http` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+
+def _common(p: argparse.ArgumentParser, model_default: str | None = None) -> None:
+    p.add_argument("--model", default=model_default,
+                   help='"default" (embedded), "tiny-random", an HF directory or a .gguf file')
+    p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--log-file", default=None, help="log to this file (default: stderr)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve LSP on stdio (default) or --tcp HOST:PORT")
+    _common(p)
+    p.add_argument("--tcp", metavar="HOST:PORT", default=None)
+    p.set_defaults(func=run)
+
+    c = sub.add_parser("check", help="load the model, run one completion and one next edit, report")
+    _common(c, "default")
+    c.set_defaults(func=run_check)
+
+    d = sub.add_parser("demo", help="replay an editing session against the real server over stdio")
+    _common(d, "default")
+    d.add_argument("--no-gate", action="store_true", help="show every non-empty suggestion")
+    d.set_defaults(func=run_demo)
+
+    h = sub.add_parser("http", help="Zed open_ai_compatible_api front end (HTTP)")
+    _common(h, "default")
+    h.add_argument("--host", default="127.0.0.1")
+    h.add_argument("--port", type=int, default=8377)
+    h.set_defaults(func=run_http)
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Logs go to stderr or --log-file: stdout belongs to the stdio transport."""
+    handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
+                                else logging.StreamHandler(sys.stderr))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(args.log_level)
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    from edit_server.server import build
+
+    ls = build(args.model, args.device)
+    tcp = getattr(args, "tcp", None)
+    if tcp:
+        host, _, port = tcp.rpartition(":")
+        if not host or not port.isdigit():
+            print(f"edit-server: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
+            return 2
+        ls.start_tcp(host, int(port))
+    else:
+        ls.start_io()
+    return 0
+
+
+def run_http(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    from edit_server import http
+
+    return int(http.serve(args.host, args.port, args.model, args.device or "auto") or 0)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    from edit_server.demo import main
+
+    return main(args.model, args.device or "auto", gate=not args.no_gate)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    setup_logging(args)
+    from engine import EditPrompt, Engine, FimPrompt
+
+    t0 = time.perf_counter()
+    try:
+        eng = Engine.load(args.model, device=args.device or "auto")
+    except Exception as e:
+        print(f"edit-server check: could not load model {args.model!r}: {e}", file=sys.stderr)
+        return 1
+    load_s = time.perf_counter() - t0
+    info = eng.info
+    print("edit-server check")
+    print(f"  model      {info.get('model')}  ({info.get('label', '')})")
+    print(f"  device     {info.get('device')}  dtype {info.get('dtype')}  attention {info.get('attention')}")
+    print(f"  load       {load_s:.2f} s")
+    fim = FimPrompt("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", path="check.py")
+    r = eng.infill(fim, max_tokens=32, single_line=True, cache_key="check")
+    print(f"  completion {r.timings.get('total_ms', 0):.0f} ms  steps {r.steps}  tokens {len(r.tokens)}  "
+          f"-> {r.text!r}")
+    region = "def area(w, h):\n    return w * w\n"
+    ep = EditPrompt("", region, "\nprint(area(2, 3))\n", cursor=len(region) - 6, path="check.py",
+                    history=("--- a/check.py\n+++ b/check.py\n@@ -1 +1 @@\n-def area(w):\n+def area(w, h):\n",))
+    r2 = eng.rewrite(ep, cache_key="check-edit")
+    print(f"  next edit  {r2.timings.get('total_ms', 0):.0f} ms  steps {r2.steps}  tokens {len(r2.tokens)}  "
+          f"-> {r2.text!r}")
+    return 0

@@ -1,0 +1,112 @@
+"""LSP wire conversions: UTF-16 positions <-> character offsets, results -> LSP types.
+
+LSP positions count UTF-16 code units per line; Python strings index code points. Everything behind
+this module works on code-point offsets into the document text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lsprotocol import types as lsp
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """Offsets where each line starts (LSP line breaks: \\n, \\r\\n, \\r)."""
+    return [0, *(m.end() for m in _EOL.finditer(text))]
+
+
+def _line_end(text: str, starts: list[int], line: int) -> int:
+    """Offset of the end of ``line`` excluding its line break."""
+    if line + 1 < len(starts):
+        end = starts[line + 1]
+        if text[end - 2 : end] == "\r\n":
+            return end - 2
+        return end - 1
+    return len(text)
+
+
+def utf16_len(s: str) -> int:
+    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+
+
+def position_to_offset(text: str, line: int, character: int, starts: list[int] | None = None) -> int:
+    """Offset of an LSP (line, UTF-16 character) position; clamped to the document / line end."""
+    starts = starts if starts is not None else line_starts(text)
+    if line < 0:
+        return 0
+    if line >= len(starts):
+        return len(text)
+    start, end = starts[line], _line_end(text, starts, line)
+    units = 0
+    for i in range(start, end):
+        if units >= character:
+            return i
+        units += 2 if ord(text[i]) > 0xFFFF else 1
+    return end
+
+
+def offset_to_position(text: str, offset: int, starts: list[int] | None = None) -> tuple[int, int]:
+    """(line, UTF-16 character) of a character offset."""
+    starts = starts if starts is not None else line_starts(text)
+    offset = max(0, min(offset, len(text)))
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:  # last line start <= offset
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= offset:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, utf16_len(text[starts[lo] : offset])
+
+
+def to_position(text: str, offset: int, starts: list[int] | None = None) -> lsp.Position:
+    line, ch = offset_to_position(text, offset, starts)
+    return lsp.Position(line=line, character=ch)
+
+
+def to_range(text: str, start: int, end: int) -> lsp.Range:
+    starts = line_starts(text)
+    return lsp.Range(start=to_position(text, start, starts), end=to_position(text, end, starts))
+
+
+def range_to_offsets(text: str, rng: lsp.Range) -> tuple[int, int]:
+    starts = line_starts(text)
+    a = position_to_offset(text, rng.start.line, rng.start.character, starts)
+    b = position_to_offset(text, rng.end.line, rng.end.character, starts)
+    return (a, b) if a <= b else (b, a)
+
+
+def accept_command(sid: str, kind: str, score: float, uri: str, version: int) -> lsp.Command:
+    return lsp.Command(
+        title="Accept suggestion",
+        command="editServer.accept",
+        arguments=[{"id": sid, "kind": kind, "score": round(float(score), 4), "uri": uri,
+                    "version": version}],
+    )
+
+
+def inline_item(text: str, uri: str, version: int, cursor: int, sug: Any) -> lsp.InlineCompletionItem:
+    """An inline completion item inserting ``sug.text`` at the cursor (a one-line range)."""
+    pos = to_position(text, cursor)
+    return lsp.InlineCompletionItem(
+        insert_text=sug.text,
+        range=lsp.Range(start=pos, end=pos),
+        command=accept_command(sug.id, "fim", sug.score, uri, version),
+    )
+
+
+def inline_edit(text: str, uri: str, version: int, edit: Any, sid: str, score: float) -> dict[str, Any]:
+    """One Copilot-style `copilotInlineEdit` edit (plain JSON)."""
+    rng = to_range(text, edit.start, edit.end)
+    cmd = accept_command(sid, "edit", score, uri, version)
+    return {
+        "text": edit.text,
+        "textDocument": {"uri": uri, "version": version},
+        "range": {"start": {"line": rng.start.line, "character": rng.start.character},
+                  "end": {"line": rng.end.line, "character": rng.end.character}},
+        "command": {"title": cmd.title, "command": cmd.command, "arguments": cmd.arguments},
+    }

@@ -1,0 +1,146 @@
+"""Post-processing filters and the show/hide decision for suggestions (pure functions).
+
+All filtering lives here (not in editor plugins): clean up what the model produced, then decide
+whether it is worth showing with a score in [0, 1] (higher = more confident).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_OPENERS = {v: k for k, v in _CLOSERS.items()}
+_WORD = re.compile(r"\w")
+_LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Decision:
+    show: bool
+    score: float
+    reason: str  # "ok" or why it is hidden
+
+
+def should_auto_trigger(line_prefix: str, line_suffix: str, max_right: int = 8) -> bool:
+    """Automatic triggers are skipped mid-word or with more than ``max_right`` non-space chars right of
+    the cursor (llama.vim / llm-ls rules); invoked triggers always run."""
+    right = sum(1 for c in line_suffix if not c.isspace())
+    if right > max_right:
+        return False
+    if line_prefix and line_suffix and _WORD.match(line_prefix[-1]) and _WORD.match(line_suffix[0]):
+        return False
+    return True
+
+
+def single_line_mode(line_suffix: str) -> bool:
+    """Mid-line cursor (something other than closers/space to the right): complete one line only."""
+    return any(not (c.isspace() or c in _CLOSERS or c in "\"':;,") for c in line_suffix)
+
+
+def _cut_repetition(text: str) -> str:
+    lines = text.split("\n")
+    out: list[str] = []
+    for ln in lines:  # the same non-empty line three times in a row: keep one
+        if len(out) >= 2 and ln.strip() and ln == out[-1] == out[-2]:
+            continue
+        out.append(ln)
+    text = "\n".join(out)
+    for m in _LOOP.finditer(text):  # a pattern repeated 4+ times (>= 16 chars): keep one occurrence
+        if m.group(1).strip() and len(m.group(0)) >= 16:
+            return text[: m.start() + len(m.group(1))]
+    return text
+
+
+def _trim_closers(text: str, line_suffix: str) -> str:
+    """Drop trailing closing brackets the text did not open when the suffix already closes them."""
+    depth: dict[str, int] = {}
+    for c in text:
+        if c in _OPENERS:
+            depth[c] = depth.get(c, 0) + 1
+        elif c in _CLOSERS:
+            depth[_CLOSERS[c]] = depth.get(_CLOSERS[c], 0) - 1
+    rest = line_suffix.lstrip()
+    while text and text[-1] in _CLOSERS and depth.get(_CLOSERS[text[-1]], 0) < 0 and rest.startswith(text[-1]):
+        depth[_CLOSERS[text[-1]]] += 1
+        rest = rest[1:]
+        text = text[:-1].rstrip(" ")
+    return text
+
+
+def _indent_unit(prefix: str) -> str:
+    return "\t" if re.search(r"^\t", prefix[-4000:], re.MULTILINE) else "    "
+
+
+def _normalise_indent(text: str, line_prefix: str, prefix: str) -> str:
+    if line_prefix.strip() == "" and line_prefix:  # cursor in leading whitespace
+        first = text.split("\n", 1)[0]
+        lead = len(first) - len(first.lstrip(" \t"))
+        text = text[min(lead, len(line_prefix)):]
+    if _indent_unit(prefix) == "    ":
+        text = re.sub(r"(?m)^(\t+)", lambda m: "    " * len(m.group(1)), text)
+    return text
+
+
+def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
+    """Post-process a FIM completion; returns "" when nothing useful is left."""
+    text = text.replace("\r\n", "\n")
+    line_prefix = prefix.rsplit("\n", 1)[-1]
+    line_suffix = suffix.split("\n", 1)[0]
+    if single_line:
+        text = text.split("\n", 1)[0]
+    text = _cut_repetition(text)
+    text = _normalise_indent(text, line_prefix, prefix)
+    text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
+    if not text.strip():
+        return ""
+    # output that repeats the text after the cursor
+    if line_suffix.strip() and text.strip() and line_suffix.strip().startswith(text.strip()):
+        return ""
+    # trailing output lines that repeat the next lines of the document
+    nxt = [ln.strip() for ln in suffix.split("\n")[1:] if ln.strip()]
+    out = text.split("\n")
+    if len(out) > 1 and nxt:
+        body = [ln.strip() for ln in out[1:]]
+        for k in range(len(body), 0, -1):
+            if body[-k:] == nxt[:k] or body[:k] == nxt[:k]:
+                cut = len(out) - k if body[-k:] == nxt[:k] else 1
+                out = out[:cut]
+                break
+        text = "\n".join(out).rstrip()
+    first = (line_prefix + text.split("\n", 1)[0]).strip()
+    if nxt and not line_suffix.strip() and first == nxt[0]:
+        return ""  # rewrites the next line
+    text = _trim_closers(text, line_suffix)
+    return text if text.strip() else ""
+
+
+def score(confidences: list[float]) -> float:
+    """Geometric-mean token confidence, in [0, 1]."""
+    import math
+
+    if not confidences:
+        return 0.0
+    logs = [math.log(min(1.0, max(c, 1e-9))) for c in confidences]
+    return float(math.exp(sum(logs) / len(logs)))
+
+
+def decide(text: str, confidences: list[float], enabled: bool, threshold: float) -> Decision:
+    s = score(confidences)
+    if not text.strip():
+        return Decision(False, s, "empty")
+    if not enabled:
+        return Decision(True, s, "ok")
+    return Decision(s >= threshold, s, "ok" if s >= threshold else "low score")
+
+
+def clean_edit(old_region: str, new_region: str) -> str:
+    """Post-process a rewritten region: same line endings, final newline kept, loops cut."""
+    new_region = _cut_repetition(new_region.replace("\r\n", "\n"))
+    if "\r\n" in old_region:
+        new_region = new_region.replace("\n", "\r\n")
+    if old_region.endswith("\n") and not new_region.endswith("\n"):
+        new_region += "\r\n" if old_region.endswith("\r\n") else "\n"
+    if not new_region.strip():
+        return old_region  # an empty rewrite would delete the region: treat as "no edit"
+    return new_region

@@ -1,0 +1,221 @@
+"""Request -> context -> engine -> gate, on plain offsets (no LSP types).
+
+The server builds a :class:`FimRequest` / :class:`EditRequest` on the event loop; the worker thread
+calls :meth:`Pipeline.fim_prompt` / :meth:`Pipeline.edit_prompt` (context building) and the engine;
+:meth:`Pipeline.fim_result` / :meth:`Pipeline.edit_result` post-process with the gate.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edit_server import gate
+from edit_server.history import Hunk
+from edit_server.options import Settings
+from engine.templates import EditPrompt, FimPrompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FimRequest:
+    uri: str
+    path: str
+    text: str
+    version: int
+    offset: int
+    invoked: bool = True
+    history: list[Hunk] = field(default_factory=list)
+
+
+@dataclass
+class EditRequest:
+    uri: str
+    path: str
+    text: str
+    version: int
+    offset: int
+    history: list[Hunk] = field(default_factory=list)
+
+
+@dataclass
+class Suggestion:
+    id: str
+    kind: str  # "fim" | "edit"
+    text: str
+    start: int
+    end: int
+    score: float
+    show: bool
+    reason: str = "ok"
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    start: int  # offsets into the request's document text
+    end: int
+    text: str
+
+
+@dataclass
+class EditBuilt:
+    prompt: EditPrompt
+    region_start: int
+    region_end: int
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def skip_reason(req: FimRequest, settings: Settings) -> str | None:
+    """Why an inline completion request should not reach the model (None = go ahead)."""
+    if not settings.inline_completion.enabled:
+        return "disabled"
+    line_start = req.text.rfind("\n", 0, req.offset) + 1
+    line_end = req.text.find("\n", req.offset)
+    line_end = len(req.text) if line_end < 0 else line_end
+    if not req.invoked and not gate.should_auto_trigger(
+            req.text[line_start:req.offset], req.text[req.offset:line_end], settings.auto_trigger_max_right):
+        return "auto-trigger rule"
+    return None
+
+
+def is_single_line(req: FimRequest) -> bool:
+    line_end = req.text.find("\n", req.offset)
+    return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
+
+
+class SimpleContext:
+    """Prefix/suffix window used until (or when) the context builder is unavailable."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
+        pass
+
+    def close_document(self, path: str) -> None:
+        pass
+
+    def fim(self, req: FimRequest) -> FimPrompt:
+        chars = self.settings.context_budget * 3  # ~3 characters per token
+        pre = req.text[max(0, req.offset - int(chars * 0.75)) : req.offset]
+        suf = req.text[req.offset : req.offset + int(chars * 0.25)]
+        diffs = tuple(h.diff for h in req.history)
+        return FimPrompt(pre, suf, path=_rel(req.path), history=diffs)
+
+    def edit(self, req: EditRequest) -> EditBuilt:
+        text, off = req.text, req.offset
+        line = text.count("\n", 0, off)
+        lines = text.split("\n")
+        lo = max(0, line - self.settings.edit_lines_before)
+        hi = min(len(lines), line + self.settings.edit_lines_after + 1)
+        start = sum(len(ln) + 1 for ln in lines[:lo])
+        end = min(len(text), sum(len(ln) + 1 for ln in lines[:hi]))
+        chars = self.settings.context_budget * 3
+        prompt = EditPrompt(text[max(0, start - int(chars * 0.6)) : start], text[start:end],
+                            text[end : end + int(chars * 0.3)], off - start, path=_rel(req.path),
+                            history=tuple(h.diff for h in req.history))
+        return EditBuilt(prompt, start, end)
+
+
+class BuilderContext:
+    """Adapter over ``edit_server.context.ContextBuilder`` (the context helper's syntax-aware builder)."""
+
+    def __init__(self, builder: Any, settings: Settings) -> None:
+        self.builder = builder
+        self.settings = settings
+
+    def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
+        self.builder.update_document(Path(path), text, version)
+
+    def close_document(self, path: str) -> None:
+        self.builder.close_document(Path(path))
+
+    def fim(self, req: FimRequest) -> FimPrompt:
+        self.update_document(req.path, req.text, req.version)
+        return self.builder.build_fim(Path(req.path), req.text, req.offset, req.history,
+                                      budget=self.settings.context_budget).prompt
+
+    def edit(self, req: EditRequest) -> EditBuilt:
+        self.update_document(req.path, req.text, req.version)
+        b = self.builder.build_edit(Path(req.path), req.text, req.offset, req.history,
+                                    budget=self.settings.context_budget)
+        return EditBuilt(b.prompt, b.region_start, b.region_end)
+
+
+def make_context(settings: Settings, roots: list[Path], tokenizer: Any) -> SimpleContext | BuilderContext:
+    try:
+        from edit_server.context import ContextBuilder, ContextOptions  # type: ignore[attr-defined]
+    except ImportError:
+        return SimpleContext(settings)
+    try:
+        opts = ContextOptions()
+        if hasattr(opts, "exclude"):
+            opts.exclude = list(settings.exclude)
+        return BuilderContext(ContextBuilder(roots, tokenizer, opts), settings)
+    except Exception:  # a broken builder must not take the server down
+        log.exception("context builder unavailable; using the simple window")
+        return SimpleContext(settings)
+
+
+def _rel(path: str) -> str:
+    return Path(path).name if path else "untitled"
+
+
+def fim_result(req: FimRequest, prompt: FimPrompt, text: str, confidences: list[float],
+               settings: Settings) -> Suggestion | None:
+    single = is_single_line(req)
+    line_end = req.text.find("\n", req.offset)
+    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :]
+                             if line_end >= 0 else req.text[req.offset :], single)
+    d = gate.decide(cleaned, confidences, settings.gate.enabled, settings.gate.threshold)
+    if not cleaned:
+        return None
+    return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
+
+
+def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
+    """Minimal edits turning ``old`` into ``new`` (line hunks, refined to characters), at ``base``."""
+    if old == new:
+        return []
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    starts = [0]
+    for ln in a:
+        starts.append(starts[-1] + len(ln))
+    edits: list[TextEdit] = []
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        s, e = starts[i1], starts[i2]
+        o, n = old[s:e], "".join(b[j1:j2])
+        # refine to the changed characters inside the hunk
+        p = 0
+        while p < min(len(o), len(n)) and o[p] == n[p]:
+            p += 1
+        q = 0
+        while q < min(len(o), len(n)) - p and o[len(o) - 1 - q] == n[len(n) - 1 - q]:
+            q += 1
+        edits.append(TextEdit(base + s + p, base + e - q, n[p : len(n) - q]))
+    return edits
+
+
+def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
+                settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
+    old_region = req.text[built.region_start : built.region_end]
+    new_region = gate.clean_edit(old_region, new_region)
+    edits = diff_edits(old_region, new_region, built.region_start)
+    if not edits:
+        return None, []
+    d = gate.decide(new_region, confidences, settings.gate.enabled, settings.gate.threshold)
+    sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
+                     d.reason)
+    return sug, edits

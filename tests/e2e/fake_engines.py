@@ -1,0 +1,70 @@
+"""Engine factories for e2e tests (EDIT_SERVER_ENGINE_FACTORY=tests.e2e.fake_engines:<name>).
+
+Both wrap the real tiny-random Engine (so prompts are rendered, steps run and AbortSignal is honoured);
+``slow`` sleeps at every denoising step so supersede / cancellation are observable deterministically,
+``scripted`` replaces the (garbage) random output with a fixed completion / edit so items can be checked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+STEP_S = 0.05
+
+
+class _Wrapped:
+    label = "test engine"
+
+    def __init__(self, eng: Any) -> None:
+        self._eng = eng
+        self.tokenizer, self.args = eng.tokenizer, eng.args
+        self.info = dict(eng.info, label=self.label)
+
+    def _on_step(self, _ev: Any) -> None:
+        pass
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        return self._eng.infill(prompt, on_step=self._on_step, **kw)
+
+    def rewrite(self, prompt: Any, **kw: Any) -> Any:
+        return self._eng.rewrite(prompt, on_step=self._on_step, **kw)
+
+
+class Slow(_Wrapped):
+    label = "slow test engine"
+
+    def _on_step(self, _ev: Any) -> None:
+        time.sleep(STEP_S)
+
+
+class Scripted(_Wrapped):
+    """FIM -> "a + b" (confidence 0.8); edit -> region with "w * w" replaced by "w * h"."""
+
+    label = "scripted test engine"
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        r = super().infill(prompt, **kw)
+        if not r.aborted:
+            r.text, r.confidences = "a + b", [0.8] * 3
+        return r
+
+    def rewrite(self, prompt: Any, **kw: Any) -> Any:
+        r = super().rewrite(prompt, **kw)
+        if not r.aborted:
+            r.text, r.confidences = prompt.region.replace("w * w", "w * h"), [0.9] * 4
+        return r
+
+
+def _base() -> Any:
+    from engine import Engine
+
+    return Engine.load("tiny-random", device="cpu")
+
+
+def slow(spec: str, device: str) -> Slow:
+    return Slow(_base())
+
+
+def scripted(spec: str, device: str) -> Scripted:
+    return Scripted(_base())
