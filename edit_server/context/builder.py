@@ -24,16 +24,17 @@ from pathlib import Path
 
 from edit_server.context import sources as src
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, Shares, TokenCounter
-from edit_server.context.exclusions import Exclusions, redact_line
+from edit_server.context.exclusions import Exclusions
 from edit_server.context.gitctx import GitContext
 from edit_server.context.symbols import SymbolIndex, extract
 from edit_server.context.syntax import Document, Edit
-from edit_server.context.window import Window, expand, fim_window, region_lines, region_text
+from edit_server.context.window import LineCosts, Window, expand, fim_window, region_lines, region_text
 from engine.templates import EditPrompt, FimPrompt, Section, render_edit, render_fim
 from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 MAX_BUDGET = 32_768
+EXTRACT_EVERY_S = 2.0  # re-index an open document's definitions at most this often
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,13 @@ class ContextBuilder:
         self._touched: dict[str, int] = {}  # path -> update tick (recency of open files)
         self._tick = 0
         self._redact_cache: dict[str, str] = {}
+        self._costs: dict[str, LineCosts] = {}
+        self._display: dict[str, str] = {}
+        self._extracting: set[str] = set()
+        self._outlines: dict[str, tuple[int, str | None]] = {}
+        self._imports: dict[tuple[str, tuple[str, ...]], list[Path]] = {}
         self._git: dict[Path, GitContext | None] = {}
-        self._doc_defs: dict[str, int] = {}  # path -> version indexed
+        self._doc_defs: dict[str, tuple[int, float]] = {}  # path -> (version indexed, when)
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-bg")
         self._pending: list[Future] = []
@@ -166,6 +172,7 @@ class ContextBuilder:
             self.docs.pop(path, None)
             self._touched.pop(path, None)
             self._doc_defs.pop(path, None)
+            self._costs.pop(path, None)
         if Path(path).is_file():
             self._submit(self.index.index_file, Path(path))
         else:
@@ -176,13 +183,37 @@ class ContextBuilder:
         if doc is None or doc.text != text:
             self.update_document(path, text, (doc.version + 1) if doc else 0)
             doc = self.docs[path]
-        if doc.tree is not None and self._doc_defs.get(path) != doc.version:
-            self.index.set_file(path, extract(doc.lang, doc.tree, doc.text, path))  # type: ignore[arg-type]
-            self._doc_defs[path] = doc.version
+        stale = self._doc_defs.get(path)
+        if doc.tree is not None and path not in self._extracting and (
+                stale is None or stale[0] != doc.version and time.monotonic() - stale[1] > EXTRACT_EVERY_S):
+            self._extracting.add(path)
+            self._doc_defs[path] = (doc.version, time.monotonic())
+            self._submit(self._extract, path, doc.lang, doc.tree.copy(), doc.text)
         return doc
 
+    def _extract(self, path: str, lang: str, tree, text: str) -> None:
+        """Re-index an open document's definitions off the build path (on a tree snapshot)."""
+        try:
+            self.index.set_file(path, extract(lang, tree, text, path))
+        finally:
+            self._extracting.discard(path)
+
+    def _line_costs(self, doc: Document) -> LineCosts:
+        c = self._costs.get(doc.path)
+        if c is None or not c.fresh(doc):
+            if len(self._redact_cache) > 200_000:
+                self._redact_cache.clear()
+            c = self._costs[doc.path] = LineCosts(doc, self.counter, self._redact_cache)
+        return c
+
     def display(self, path: str | Path) -> str:
-        p = Path(path)
+        """Workspace-relative path shown in prompts (cached)."""
+        key = str(path)
+        if key not in self._display:
+            self._display[key] = self._relative(Path(path))
+        return self._display[key]
+
+    def _relative(self, p: Path) -> str:
         try:
             real = p.resolve()
             for r in self.roots:
@@ -257,13 +288,13 @@ class ContextBuilder:
                 rep.excluded = {path: reason}
                 return FimBuild(FimPrompt("", "", rel, layout=self.options.layout), rep)  # type: ignore[arg-type]
             w_share = int(avail * self.options.shares.window)
-            win = fim_window(doc, offset, w_share, self.counter, self._redact_cache, self.options.prefix_ratio)
+            costs = self._line_costs(doc)
+            win = fim_window(doc, offset, w_share, self.counter, costs, self.options.prefix_ratio)
             sections, hist, left = self._sources(doc, fim=True, history=history, avail=avail,
                                                  carry=w_share - win.tokens, offset=offset, rep=rep,
                                                  visible=(win.start_line, win.end_line))
             if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
-                win = fim_window(doc, offset, win.tokens + left, self.counter, self._redact_cache,
-                                 self.options.prefix_ratio)
+                win = fim_window(doc, offset, win.tokens + left, self.counter, costs, self.options.prefix_ratio)
 
             def make(w: Window) -> FimPrompt:
                 return FimPrompt(w.before, w.after, rel, hist, tuple(sections), self.options.layout)  # type: ignore[arg-type]
@@ -272,7 +303,7 @@ class ContextBuilder:
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = self._verify(rep, prompt, win, make, lambda n: fim_window(
-                    doc, offset, n, self.counter, self._redact_cache, self.options.prefix_ratio), render_fim)
+                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
 
@@ -301,12 +332,11 @@ class ContextBuilder:
                 rep.blocked, rep.total, rep.excluded = reason, head, {path: reason}
                 return EditBuild(EditPrompt("", "", "", 0, rel), offset, offset, rep)
             w_share = int(avail * o.shares.window)
+            costs = self._line_costs(doc)
 
             def window(n: int) -> Window:
-                s, e, tp, ts = expand(doc, offset, lo, hi, n, self.counter, self._redact_cache, o.prefix_ratio)
-                red = self._redact_cache
-                return Window("".join(red.get(ln) or redact_line(ln) for ln in doc.lines[s:lo]),
-                              "".join(red.get(ln) or redact_line(ln) for ln in doc.lines[hi:e]), s, e, tp + ts)
+                s, e, tp, ts = expand(doc, offset, lo, hi, n, costs, o.prefix_ratio)
+                return Window("".join(costs.lines[s:lo]), "".join(costs.lines[hi:e]), s, e, tp + ts)
 
             win = window(w_share)
             sections, hist, left = self._sources(doc, fim=False, history=history, avail=avail,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edit_server.context.exclusions import redact
-from edit_server.context.imports import import_targets
+from edit_server.context.imports import import_strings, resolve
 from edit_server.context.sources import snippet_around
 from edit_server.context.symbols import identifiers_near
 from edit_server.context.syntax import Document
@@ -19,6 +19,16 @@ if TYPE_CHECKING:
 
 def outline(b: ContextBuilder, path: Path, head: int = 40) -> str | None:
     """Definition first lines of an indexed file (else its first ``head`` lines), redacted."""
+    key = str(path)
+    hit = b._outlines.get(key)
+    if hit is not None and hit[0] == b.index.generation:
+        return hit[1]
+    text = _outline(b, path, head)
+    b._outlines[key] = (b.index.generation, text)
+    return text
+
+
+def _outline(b: ContextBuilder, path: Path, head: int) -> str | None:
     if not b._allowed(path):
         return None
     defs = b.index.in_file(str(path))
@@ -55,7 +65,14 @@ def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, 
 def imports(b: ContextBuilder, doc: Document) -> Iterator[Section]:
     if doc.tree is None or doc.lang is None:
         return
-    for p in import_targets(doc.lang, doc.tree, Path(doc.path), b.roots):
+    mods = import_strings(doc.lang, doc.tree)
+    key = (doc.path, tuple(mods))
+    targets = b._imports.get(key)
+    if targets is None:
+        here = Path(doc.path)
+        targets = b._imports[key] = [p for m in mods for p in resolve(doc.lang, m, here, b.roots)
+                                     if p.resolve() != here.resolve()]
+    for p in targets:
         text = outline(b, p)
         if text:
             yield Section("import", b.display(p), text)
@@ -70,7 +87,7 @@ def git(b: ContextBuilder, doc: Document, report_ready: list[bool]) -> Iterator[
     diff = ctx.diff(path)
     if diff:
         yield Section("git_diff", b.display(path), redact(diff))
-    me = path.resolve()
+    me = ctx.top / ctx.rel(path)
     for p, _n in ctx.cochanged(path, 3):
         if p != me and p.is_file() and (text := outline(b, p)):
             yield Section("cochange", b.display(p), text)

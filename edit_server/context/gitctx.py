@@ -29,9 +29,14 @@ class GitContext:
         self._cochange: dict[str, Counter[str]] = {}
         self._recent: list[str] = []
         self._history_at = 0.0
+        self._rel: dict[str, str] = {}
 
     def rel(self, path: Path) -> str:
-        return path.resolve().relative_to(self.top).as_posix()
+        key = str(path)
+        r = self._rel.get(key)
+        if r is None:
+            r = self._rel[key] = path.resolve().relative_to(self.top).as_posix()
+        return r
 
     # ---- background work -------------------------------------------------------------------
     def refresh(self, path: Path | None = None, *, force: bool = False) -> None:

@@ -79,6 +79,7 @@ class SymbolIndex:
         self.by_path: dict[str, list[Definition]] = {}
         self._mtimes: dict[str, float] = {}
         self.files_indexed = 0
+        self.generation = 0  # bumped on every change (callers cache derived text by it)
 
     def set_file(self, path: str, defs: list[Definition]) -> None:
         with self._lock:
@@ -87,6 +88,7 @@ class SymbolIndex:
                 if lst is not None:
                     self.by_name[d.name] = [x for x in lst if x.path != path]
             self.by_path[path] = defs
+            self.generation += 1
             for d in defs:
                 self.by_name.setdefault(d.name, []).append(d)
 

@@ -49,6 +49,7 @@ class Document:
     _parser: Parser | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
     _starts: list[int] | None = field(default=None, repr=False)
+    _root_rows: tuple[int, set[int], set[int]] | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, path: str, text: str, version: int = 0) -> Document:
@@ -63,6 +64,7 @@ class Document:
     def apply(self, text: str, version: int, edits: Sequence[Edit] | None = None) -> None:
         old = self.text
         self.text, self.version, self._lines, self._starts = text, version, None, None
+        self._root_rows = None
         if edits:
             self.last_edit = edits[-1][0] if len(edits[-1]) == 3 else None
         if self.tree is None or self._parser is None:
@@ -130,10 +132,12 @@ class Document:
         class members, statements of the enclosing blocks). Cutting a window at these rows never
         splits a unit, except the ones that contain the cursor.
         """
-        starts: set[int] = set()
-        ends: set[int] = set()
+        if self._root_rows is None or self._root_rows[0] != self.version:
+            kids = self.tree.root_node.named_children if self.tree is not None else []
+            self._root_rows = (self.version, {k.start_point[0] for k in kids}, {k.end_point[0] for k in kids})
+        starts, ends = set(self._root_rows[1]), set(self._root_rows[2])
         node = self.node_at(offset)
-        while node is not None:
+        while node is not None and node.parent is not None:
             for child in node.named_children:
                 starts.add(child.start_point[0])
                 ends.add(child.end_point[0])

@@ -9,6 +9,7 @@ secret redaction (``exclusions.redact_line``) before they are counted.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from edit_server.context.budget import TokenCounter
@@ -46,37 +47,51 @@ def _boundaries(doc: Document, offset: int, lo: int, hi: int) -> tuple[set[int],
     return starts | {0}, ends | {len(lines) - 1}
 
 
-def expand(doc: Document, offset: int, lo: int, hi: int, budget: int, counter: TokenCounter,
-           cache: dict[str, str], ratio: float = 0.75) -> tuple[int, int, int, int]:
+class LineCosts:
+    """Redacted lines of one document version and the prefix sums of their token counts, so a
+    window of any size is two bisections (rebuilt once per document version)."""
+
+    def __init__(self, doc: Document, counter: TokenCounter, cache: dict[str, str]) -> None:
+        self.version, self.text_len = doc.version, len(doc.text)
+        red = _Redacted(doc.lines, cache)
+        self.lines = [red[i] for i in range(len(doc.lines))]
+        sums, total, count = [0], 0, counter.count
+        for line in self.lines:
+            total += count(line)
+            sums.append(total)
+        self.sums = sums
+
+    def fresh(self, doc: Document) -> bool:
+        return self.version == doc.version and self.text_len == len(doc.text)
+
+    def cost(self, a: int, b: int) -> int:
+        return self.sums[b] - self.sums[a]
+
+
+def expand(doc: Document, offset: int, lo: int, hi: int, budget: int, costs: LineCosts,
+           ratio: float = 0.75) -> tuple[int, int, int, int]:
     """Grow [lo, hi) to [s, e) within ``budget`` tokens; returns (s, e, tokens_before, tokens_after)."""
-    lines = doc.lines
-    red = _Redacted(lines, cache)
-    n = len(lines)
+    P, n = costs.sums, len(costs.lines)
     budget = max(0, budget)
-    pre_budget = int(budget * ratio)
-    s, used_p = lo, 0
-    while s > 0 and used_p + counter.count(red[s - 1]) <= pre_budget:
-        s -= 1
-        used_p += counter.count(red[s])
-    e, used_s = hi, 0
-    while e < n and used_p + used_s + counter.count(red[e]) <= budget:
-        used_s += counter.count(red[e])
-        e += 1
-    while s > 0 and used_p + used_s + counter.count(red[s - 1]) <= budget:  # suffix hit the end
-        s -= 1
-        used_p += counter.count(red[s])
+    s = bisect.bisect_left(P, P[lo] - int(budget * ratio), 0, lo + 1)
+    used_p = P[lo] - P[s]
+    e = bisect.bisect_right(P, P[hi] + budget - used_p, hi, n + 1) - 1
+    used_s = P[e] - P[hi]
+    if e == n and s > 0:  # the suffix hit the end: the prefix takes the rest
+        s = bisect.bisect_left(P, P[lo] - (budget - used_s), 0, lo + 1)
+        used_p = P[lo] - P[s]
     if s > 0 or e < n:
         starts, ends = _boundaries(doc, offset, lo, hi)
         if s > 0:
             snap = [r for r in starts if s <= r <= lo]
-            if snap and min(snap) > s:
-                used_p -= counter.count_lines(red[i] for i in range(s, min(snap)))
+            if snap:
                 s = min(snap)
+                used_p = P[lo] - P[s]
         if e < n:
             snap = [r + 1 for r in ends if hi <= r + 1 <= e]
-            if snap and max(snap) < e:
-                used_s -= counter.count_lines(red[i] for i in range(max(snap), e))
+            if snap:
                 e = max(snap)
+                used_s = P[e] - P[hi]
     return s, e, used_p, used_s
 
 
@@ -93,17 +108,16 @@ def _trim_line_parts(pre: str, suf: str, budget: int, counter: TokenCounter) -> 
 
 
 def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
-               cache: dict[str, str], ratio: float = 0.75) -> Window:
+               costs: LineCosts, ratio: float = 0.75) -> Window:
     line = doc.line_of(offset)
     col = offset - doc.line_starts[line]
     text = doc.lines[line]
     pre, suf = redact_line(text[:col]), redact_line(text[col:])
     pre, suf = _trim_line_parts(pre, suf, budget, counter)
     base = counter.count(pre) + counter.count(suf)
-    s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, counter, cache, ratio)
-    red = _Redacted(doc.lines, cache)
-    before = "".join(red[i] for i in range(s, line)) + pre
-    after = suf + "".join(red[i] for i in range(line + 1, e))
+    s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, costs, ratio)
+    before = "".join(costs.lines[s:line]) + pre
+    after = suf + "".join(costs.lines[line + 1:e])
     return Window(before, after, s, e, tp + ts + base)
 
 
