@@ -200,7 +200,7 @@ class ContextBuilder:
 
     def _line_costs(self, doc: Document) -> LineCosts:
         c = self._costs.get(doc.path)
-        if c is None or not c.fresh(doc):
+        if c is None or not c.fresh(doc) and not c.update(doc):
             if len(self._redact_cache) > 200_000:
                 self._redact_cache.clear()
             c = self._costs[doc.path] = LineCosts(doc, self.counter, self._redact_cache)

@@ -6,9 +6,10 @@ Edits (``Document.apply``) come in one of two forms, applied in order like LSP `
 * ``(start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point)`` — tree-sitter's
   own ``InputEdit`` fields (bytes of UTF-8, points as (row, byte column)); the final text is given.
 
-Each edit is fed to ``tree.edit`` and the new text is reparsed with the old tree, so tree-sitter only
-re-lexes the changed ranges. If the 3-tuple edits do not reproduce the final text, the tree is
-reparsed from scratch (never a wrong tree).
+Each edit is fed to ``tree.edit`` at once; the new text is reparsed with the old tree lazily, on the
+next access to ``Document.tree`` (from the build's worker thread), so tree-sitter only re-lexes the
+changed ranges and a burst of keystrokes costs one reparse. If the 3-tuple edits do not reproduce the
+final text, the tree is reparsed from scratch (never a wrong tree).
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from tree_sitter import Node, Parser, Tree
 
 from edit_server.context import languages
 
 Edit = tuple  # (start, old_text, new_text) or tree-sitter's 6-tuple
+
+
+def _split(text: str) -> list[str]:
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + [parts[-1]]
 
 
 def _point(text: str, offset: int) -> tuple[int, int]:
@@ -43,10 +50,14 @@ class Document:
     text: str
     version: int = 0
     lang: str | None = None
-    tree: Tree | None = None
     last_edit: int | None = None  # char offset of the latest edit (for "recently edited" snippets)
-    reparsed_fully: int = 0  # how many times ``apply`` had to fall back to a full parse
+    reparsed_fully: int = 0  # how many updates needed a full parse (not incremental)
+    # recent line-level changes: (from version, first line, old end, new end), consecutive versions
+    changes: list[tuple[int, int, int, int]] = field(default_factory=list)
     _parser: Parser | None = field(default=None, repr=False)
+    _tree: Tree | None = field(default=None, repr=False)
+    _dirty: bool = field(default=False, repr=False)  # edits applied to _tree, not reparsed yet
+    _full: bool = field(default=False, repr=False)  # the next parse must start from scratch
     _lines: list[str] | None = field(default=None, repr=False)
     _starts: list[int] | None = field(default=None, repr=False)
     _root_rows: tuple[int, set[int], set[int]] | None = field(default=None, repr=False)
@@ -57,23 +68,29 @@ class Document:
         doc = cls(path, text, version, spec.name if spec else None)
         if doc.lang:
             doc._parser = languages.parser(doc.lang)
-            doc.tree = doc._parser.parse(text.encode("utf-8"))
+            doc._tree = doc._parser.parse(text.encode("utf-8"))
         return doc
 
     # ---- updates ---------------------------------------------------------------------------
     def apply(self, text: str, version: int, edits: Sequence[Edit] | None = None) -> None:
-        old = self.text
+        old, old_version, old_lines, old_starts = self.text, self.version, self._lines, self._starts
         self.text, self.version, self._lines, self._starts = text, version, None, None
-        self._root_rows = None
+        self._root_rows, spliced = None, False
+        if edits and len(edits) == 1 and len(edits[0]) == 3 and old_lines is not None:
+            if old_starts is None:
+                old_starts = list(accumulate(map(len, old_lines), initial=0))[:-1]
+            spliced = self._splice_lines(old, old_version, old_lines, old_starts, *edits[0])
+        if not spliced:
+            self.changes.clear()
         if edits:
             self.last_edit = edits[-1][0] if len(edits[-1]) == 3 else None
-        if self.tree is None or self._parser is None:
+        if self._tree is None or self._parser is None:
             return
-        if not edits:
-            self.tree = self._parser.parse(text.encode("utf-8"))
-            self.reparsed_fully += 1
+        self._dirty = True
+        if not edits or self._full:
+            self._full = True
             return
-        tree, cur = self.tree, old
+        tree, cur = self._tree, old
         for e in edits:
             if len(e) == 6:
                 tree.edit(*e)
@@ -87,31 +104,54 @@ class Document:
             tree.edit(sb, sb + len(old_text.encode("utf-8")), sb + len(new_text.encode("utf-8")),
                       sp, _advance(sp, old_text), _advance(sp, new_text))
             cur = cur[:start] + new_text + cur[start + len(old_text):]
-        if cur is not None and len(edits[0]) == 3 and cur != text:
-            cur = None
-        if cur is None:  # edits did not describe the change: parse from scratch
-            self.tree = self._parser.parse(text.encode("utf-8"))
-            self.reparsed_fully += 1
-        else:
-            self.tree = self._parser.parse(text.encode("utf-8"), tree)
+        if cur is None or len(edits[0]) == 3 and cur != text:
+            self._full = True  # the edits did not describe the change: parse from scratch
 
-    # ---- lines -----------------------------------------------------------------------------
+    @property
+    def tree(self) -> Tree | None:
+        """The syntax tree of the current text; pending edits are reparsed here, lazily (so
+        didChange bursts cost one incremental parse, done by whoever builds next)."""
+        if self._dirty and self._parser is not None:
+            data = self.text.encode("utf-8")
+            if self._full:
+                self._tree = self._parser.parse(data)
+                self.reparsed_fully += 1
+            else:
+                self._tree = self._parser.parse(data, self._tree)
+            self._dirty = self._full = False
+        return self._tree
+
+    def _splice_lines(self, old: str, old_version: int, lines: list[str], starts: list[int],
+                      start: int, old_text: str, new_text: str) -> bool:
+        """Update the line list for one edit without re-splitting the whole text."""
+        if old[start:start + len(old_text)] != old_text or \
+                len(old) - len(old_text) + len(new_text) != len(self.text):
+            return False
+        a = bisect.bisect_right(starts, start) - 1
+        b = bisect.bisect_right(starts, start + len(old_text))  # exclusive, old lines
+        if b >= len(lines):  # touches the last line: let the full split handle it
+            return False
+        seg = self.text[starts[a]:starts[b] + len(new_text) - len(old_text)]
+        mid = _split(seg)[:-1]  # seg ends with a newline: drop the empty tail
+        end_old = start + len(old_text)
+        if self.text[:start] != old[:start] or self.text[start + len(new_text):] != old[end_old:]:
+            return False
+        self._lines = lines[:a] + mid + lines[b:]
+        self.changes.append((old_version, a, b, a + len(mid)))
+        del self.changes[:-32]
+        return True
+
     @property
     def lines(self) -> list[str]:
+        """Lines split on "\n" only (tree-sitter rows), newlines kept; a final "" after a last "\n"."""
         if self._lines is None:
-            self._lines = self.text.splitlines(keepends=True) or [""]
-            if self.text.endswith("\n"):
-                self._lines.append("")
+            self._lines = _split(self.text)
         return self._lines
 
     @property
     def line_starts(self) -> list[int]:
         if self._starts is None:
-            starts, pos = [], 0
-            for line in self.lines:
-                starts.append(pos)
-                pos += len(line)
-            self._starts = starts
+            self._starts = list(accumulate(map(len, self.lines), initial=0))[:-1]
         return self._starts
 
     def line_of(self, offset: int) -> int:

@@ -9,8 +9,9 @@ secret redaction (``exclusions.redact_line``) before they are counted.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
+
+import numpy as np
 
 from edit_server.context.budget import TokenCounter
 from edit_server.context.exclusions import redact, redact_line
@@ -49,23 +50,51 @@ def _boundaries(doc: Document, offset: int, lo: int, hi: int) -> tuple[set[int],
 
 class LineCosts:
     """Redacted lines of one document version and the prefix sums of their token counts, so a
-    window of any size is two bisections (rebuilt once per document version)."""
+    window of any size is two binary searches. Updated incrementally from ``Document.change``."""
 
     def __init__(self, doc: Document, counter: TokenCounter, cache: dict[str, str]) -> None:
+        self.counter, self.cache = counter, cache
         self.version, self.text_len = doc.version, len(doc.text)
-        red = _Redacted(doc.lines, cache)
-        self.lines = [red[i] for i in range(len(doc.lines))]
-        sums, total, count = [0], 0, counter.count
-        for line in self.lines:
-            total += count(line)
-            sums.append(total)
-        self.sums = sums
+        self.lines = self._redact(doc.lines)
+        self.costs = np.fromiter((counter.count(x) for x in self.lines), dtype=np.int64, count=len(self.lines))
+        self._sum()
+
+    def _redact(self, lines: list[str]) -> list[str]:
+        red = _Redacted(lines, self.cache)
+        return [red[i] for i in range(len(lines))]
+
+    def _sum(self) -> None:
+        self.sums = np.zeros(len(self.costs) + 1, dtype=np.int64)
+        np.cumsum(self.costs, out=self.sums[1:])
 
     def fresh(self, doc: Document) -> bool:
         return self.version == doc.version and self.text_len == len(doc.text)
 
+    def update(self, doc: Document) -> bool:
+        """Replay the document's line changes since this version; False: rebuild needed."""
+        todo = [c for c in doc.changes if c[0] >= self.version]
+        if not todo or todo[0][0] != self.version:
+            return False
+        lo, hi = -1, -1  # changed span, in the numbering after each change
+        for _, a, b, nb in todo:
+            if lo < 0:
+                lo, hi = a, nb
+                continue
+            mapped = hi + (nb - b) if hi >= b else (nb if hi > a else hi)
+            lo, hi = min(lo, a), max(mapped, nb)
+        hi_old = hi - (len(doc.lines) - len(self.lines))
+        if not 0 <= lo <= hi_old <= len(self.lines) or hi > len(doc.lines):
+            return False
+        mid = self._redact(doc.lines[lo:hi])
+        new = np.fromiter((self.counter.count(x) for x in mid), dtype=np.int64, count=len(mid))
+        self.lines = self.lines[:lo] + mid + self.lines[hi_old:]
+        self.costs = np.concatenate([self.costs[:lo], new, self.costs[hi_old:]])
+        self._sum()
+        self.version, self.text_len = doc.version, len(doc.text)
+        return True
+
     def cost(self, a: int, b: int) -> int:
-        return self.sums[b] - self.sums[a]
+        return int(self.sums[b] - self.sums[a])
 
 
 def expand(doc: Document, offset: int, lo: int, hi: int, budget: int, costs: LineCosts,
@@ -73,25 +102,25 @@ def expand(doc: Document, offset: int, lo: int, hi: int, budget: int, costs: Lin
     """Grow [lo, hi) to [s, e) within ``budget`` tokens; returns (s, e, tokens_before, tokens_after)."""
     P, n = costs.sums, len(costs.lines)
     budget = max(0, budget)
-    s = bisect.bisect_left(P, P[lo] - int(budget * ratio), 0, lo + 1)
-    used_p = P[lo] - P[s]
-    e = bisect.bisect_right(P, P[hi] + budget - used_p, hi, n + 1) - 1
-    used_s = P[e] - P[hi]
+    s = int(np.searchsorted(P[: lo + 1], P[lo] - int(budget * ratio), "left"))
+    used_p = int(P[lo] - P[s])
+    e = hi + int(np.searchsorted(P[hi:], P[hi] + budget - used_p, "right")) - 1
+    used_s = int(P[e] - P[hi])
     if e == n and s > 0:  # the suffix hit the end: the prefix takes the rest
-        s = bisect.bisect_left(P, P[lo] - (budget - used_s), 0, lo + 1)
-        used_p = P[lo] - P[s]
+        s = int(np.searchsorted(P[: lo + 1], P[lo] - (budget - used_s), "left"))
+        used_p = int(P[lo] - P[s])
     if s > 0 or e < n:
         starts, ends = _boundaries(doc, offset, lo, hi)
         if s > 0:
             snap = [r for r in starts if s <= r <= lo]
             if snap:
                 s = min(snap)
-                used_p = P[lo] - P[s]
+                used_p = int(P[lo] - P[s])
         if e < n:
             snap = [r + 1 for r in ends if hi <= r + 1 <= e]
             if snap:
                 e = max(snap)
-                used_s = P[e] - P[hi]
+                used_s = int(P[e] - P[hi])
     return s, e, used_p, used_s
 
 
