@@ -26,6 +26,7 @@ class ModelArgs:
     rope_scaling: dict[str, Any] | None = None  # HF style: {"rope_type": "linear"|"llama3"|..., ...}
     max_seq_len: int = 8192
     qkv_bias: bool = False
+    o_bias: bool = False  # Llama attention_bias=True also biases o_proj (Qwen2 does not)
     tie_embeddings: bool = True
     attention: Attention = "block_causal"  # context causal + canvas block bidirectional
     shifted_logits: bool = True  # logits at i-1 predict token i (AR-initialised models)

@@ -69,7 +69,7 @@ def random_checkpoint(shape: str = "tiny", seed: int = 0) -> LoadedCheckpoint:
     args = preset(shape, special_tokens=tok.special.as_dict())
     if args.vocab_size < tok.vocab_size:
         raise ValueError(f"preset {shape!r}: vocab {args.vocab_size} < tokenizer {tok.vocab_size}")
-    model = Transformer(args).init_random(seed)
+    model = Transformer(args, init=False).init_random(seed)
     name = "tiny-random" if shape == "tiny" else f"random:{shape}"
     return LoadedCheckpoint(args, model.state_dict(), tok, name,
                             {"label": "random weights (tests / benchmarks)", "seed": seed})
@@ -147,8 +147,7 @@ class Engine:
         args = ckpt.args
         if not args.special_tokens:
             args.special_tokens = ckpt.tokenizer.special.as_dict()
-        with torch.device("meta"):
-            model = Transformer(args)
+        model = Transformer(args, init=False)
         model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
         model = model.to(device=dev, dtype=dt)
         return cls(model, ckpt.tokenizer, name=ckpt.name, meta=ckpt.meta, **kw)
@@ -230,7 +229,9 @@ class Engine:
         sp = self.tokenizer.special
         den = Denoiser(req.canvas, cfg, mask_id=sp.mask, end_ids=sp.end_ids,
                        newline_ids=self.newline_ids if req.canvas.single_line else (),
-                       block_size=self._block(cfg))
+                       block_size=self._block(cfg),
+                       suppress_ids=(sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history,
+                                     sp.region_start, sp.region_end, sp.file_sep))
         return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step)
 
     @torch.no_grad()

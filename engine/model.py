@@ -56,7 +56,21 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x * cos + rot * sin).to(x.dtype)
 
 
-# ---- blocks --------------------------------------------------------------------------------
+# ---- blocks ----------------------------------------------------------------------------------
+class Linear(nn.Linear):
+    """nn.Linear without its (slow, discarded) default init: weights come from a checkpoint or
+    `Transformer.init_random`."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        pass
+
+
+# ---- layers --------------------------------------------------------------------------------
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -74,10 +88,10 @@ class Attention(nn.Module):
         super().__init__()
         hs = args.head_dim
         self.n_heads, self.n_kv, self.hs = args.n_heads, args.n_kv_heads, hs
-        self.q_proj = nn.Linear(args.dim, args.n_heads * hs, bias=args.qkv_bias)
-        self.k_proj = nn.Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
-        self.v_proj = nn.Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
-        self.o_proj = nn.Linear(args.n_heads * hs, args.dim, bias=False)
+        self.q_proj = Linear(args.dim, args.n_heads * hs, bias=args.qkv_bias)
+        self.k_proj = Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
+        self.v_proj = Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
+        self.o_proj = Linear(args.n_heads * hs, args.dim, bias=args.o_bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool,
                 cache: KVCache | None, layer: int, offset: int | Sequence[int]) -> Tensor:
@@ -95,9 +109,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(args.dim, args.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(args.dim, args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.dim, bias=False)
+        self.gate_proj = Linear(args.dim, args.intermediate_size, bias=False)
+        self.up_proj = Linear(args.dim, args.intermediate_size, bias=False)
+        self.down_proj = Linear(args.intermediate_size, args.dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -122,22 +136,25 @@ class Backbone(nn.Module):
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
+        self.embed_tokens = Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
 
 
 class Transformer(nn.Module):
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, *, init: bool = True) -> None:
+        """``init=False`` leaves weights uninitialised (fast; a state dict is loaded next)."""
         super().__init__()
         self.args = args
         self.model = Backbone(args)
         self.lm_head: nn.Linear | None = None
         if not args.tie_embeddings:
-            self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
+            self.lm_head = Linear(args.dim, args.vocab_size, bias=False)
         self._rope_len = 0
         self._cos: Tensor | None = None
         self._sin: Tensor | None = None
+        if init:
+            self.init_random(0)
 
     # ---- helpers ---------------------------------------------------------------------------
     def init_random(self, seed: int = 0, std: float = 0.02) -> Transformer:

@@ -77,7 +77,8 @@ class Denoiser:
     """One canvas being denoised block by block."""
 
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
-                 newline_ids: Iterable[int] = (), block_size: int = 32) -> None:
+                 newline_ids: Iterable[int] = (), block_size: int = 32,
+                 suppress_ids: Iterable[int] = ()) -> None:
         if spec.length <= 0:
             raise ValueError("canvas length must be positive")
         self.spec, self.cfg = spec, cfg
@@ -85,6 +86,7 @@ class Denoiser:
         self.end_ids = frozenset(end_ids) if spec.stop_at_end else frozenset()
         self.newline_ids = frozenset(newline_ids) if spec.single_line else frozenset()
         self.block_size = block_size
+        self.suppress = sorted({mask_id, *suppress_ids})  # never generated (mask, prompt markers)
         self.canvas = [mask_id] * spec.length
         self.conf = [0.0] * spec.length
         self.decided = [False] * spec.length
@@ -132,6 +134,8 @@ class Denoiser:
         cand = self.candidates() if rows is None else rows
         if not cand:
             return 0
+        logits = logits.float()
+        logits[:, self.suppress] = float("-inf")
         tokens, conf, score = choose_tokens(logits, self.cfg, self.generator)
         minimum = 1
         if self.cfg.max_steps:  # finish the block within the step budget
