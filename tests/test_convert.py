@@ -1,0 +1,56 @@
+"""UTF-16 positions <-> offsets (emoji, CJK, CRLF) and LSP result shapes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edit_server import convert
+from edit_server.pipeline import Suggestion, TextEdit
+
+LINE = 'x = "😀中文🎉" + y\n'
+
+
+@pytest.mark.parametrize(("text", "line", "char", "offset"), [
+    (LINE, 0, 5, 5),  # before the emoji
+    (LINE, 0, 7, 6),  # after 😀 (2 UTF-16 units, 1 code point)
+    (LINE, 0, 8, 7),  # after 中
+    (LINE, 0, 9, 8),  # after 文
+    (LINE, 0, 11, 9),  # after 🎉
+    (LINE, 0, 99, len(LINE) - 1),  # past the end of the line: clamped to the line end
+    (LINE, 5, 0, len(LINE)),  # past the last line: end of document
+    ("a\r\nb", 1, 1, 4),  # CRLF is one line break
+    ("a\r\nb", 0, 5, 1),
+    ("a\rb\nc", 2, 0, 4),  # lone CR breaks lines too
+])
+def test_position_to_offset(text: str, line: int, char: int, offset: int) -> None:
+    assert convert.position_to_offset(text, line, char) == offset
+
+
+def test_offset_to_position_mixed_line() -> None:
+    text = "ab\n" + LINE
+    assert convert.offset_to_position(text, 3 + 6) == (1, 7)
+    assert convert.offset_to_position(text, 3 + 9) == (1, 11)
+    assert convert.offset_to_position(text, len(text)) == (2, 0)
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab \n😀中\r")), max_size=40), st.data())
+def test_roundtrip(text: str, data: st.DataObject) -> None:
+    off = data.draw(st.integers(0, len(text)))
+    if 0 < off < len(text) and text[off - 1] == "\r" and text[off] == "\n":
+        off += 1  # inside a CRLF pair is not a position
+    line, ch = convert.offset_to_position(text, off)
+    assert convert.position_to_offset(text, line, ch) == off
+
+
+def test_result_shapes() -> None:
+    text = "😀 = 1\n"
+    item = convert.inline_item(text, "file:///a.py", 3, 1, Suggestion("id1", "fim", "x", 1, 1, 0.25, True))
+    assert item.range.start.character == 2 and item.range.start == item.range.end
+    assert item.command.arguments == [{"id": "id1", "kind": "fim", "score": 0.25, "uri": "file:///a.py",
+                                       "version": 3}]
+    e = convert.inline_edit(text, "file:///a.py", 3, TextEdit(4, 5, "2"), "id2", 0.5)
+    assert e["range"] == {"start": {"line": 0, "character": 5}, "end": {"line": 0, "character": 6}}
+    assert e["textDocument"] == {"uri": "file:///a.py", "version": 3}
+    assert e["command"]["arguments"][0]["kind"] == "edit"

@@ -1,0 +1,51 @@
+"""Post-processing filters and the show/hide decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from edit_server import gate
+
+
+def check(text: str, prefix: str, suffix: str, expect: str, single: bool = False) -> None:
+    assert gate.clean_fim(text, prefix, suffix, single) == expect
+
+
+def test_filters() -> None:
+    check("   \n\t", "x = ", "", "")  # whitespace only
+    check(")", "foo(", ")\n", "")  # repeats the text after the cursor
+    check("a, b)", "foo(", ")\n", "a, b")  # the suffix already closes the bracket
+    check("g(a))", "foo(", ")\n", "g(a)")  # only the closer the completion did not open is trimmed
+    check("a, b\nc = 2", "foo(", ")\n", "a, b", single=True)  # single-line mode
+    check("    return x\n    return x", "def f():\n    ", "\n    return x\n", "")  # rewrites next line
+    check("y = 1\nz = 2\nw = 3", "x = 0\n", "\nz = 2\nw = 3\n", "y = 1")  # trailing lines repeat the suffix
+    check("ab" * 10, "x = '", "", "ab")  # repetition loop
+    check("pass\npass\npass\npass", "def f():\n", "", "pass\npass")
+    check("\tif x:\n\t\treturn 1", "def f():\n    y = 1\n    ", "", "if x:\n        return 1")  # indentation
+
+
+@pytest.mark.parametrize(("left", "right", "ok"), [
+    ("x = ", "", True), ("foo(", ")", True), ("x = ", "a.b.c.d.e", False),  # > 8 non-space chars
+    ("fo", "o = 1", False),  # mid-word
+    ("foo", " = 1", True),
+])
+def test_auto_trigger(left: str, right: str, ok: bool) -> None:
+    assert gate.should_auto_trigger(left, right) is ok
+
+
+def test_single_line_mode() -> None:
+    assert gate.single_line_mode("x + y") and not gate.single_line_mode(")") and not gate.single_line_mode("")
+
+
+def test_decide() -> None:
+    assert gate.score([0.5, 0.5]) == pytest.approx(0.5)
+    assert gate.decide("x", [0.9], True, 0.5).show
+    d = gate.decide("x", [0.1, 0.2], True, 0.5)
+    assert not d.show and d.reason == "low score" and 0 < d.score < 0.5
+    assert gate.decide("x", [0.1], False, 0.5).show  # gate off: every non-empty suggestion is shown
+    assert not gate.decide("  ", [0.9], False, 0.5).show
+
+
+def test_clean_edit() -> None:
+    assert gate.clean_edit("a\r\nb\r\n", "a\nc") == "a\r\nc\r\n"
+    assert gate.clean_edit("a\n", "") == "a\n"

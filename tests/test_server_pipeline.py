@@ -1,0 +1,159 @@
+"""Pipeline (skip rules, edit diffs), suggestion cache, feedback store and the engine worker
+(supersede, abort, batching) with the real tiny-random engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from edit_server import pipeline
+from edit_server.feedback import FeedbackStore
+from edit_server.options import Settings
+from edit_server.pipeline import EditRequest, FimRequest, TextEdit, diff_edits
+from edit_server.suggest_cache import SuggestCache
+from edit_server.worker import EngineWorker, Job
+
+
+def apply(text: str, edits: list[TextEdit]) -> str:
+    for e in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[: e.start] + e.text + text[e.end :]
+    return text
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("a = 1\nb = 2\nc = 3\n", "a = 1\nb = 20\nc = 3\n"),
+    ("a\nb\nc\nd\n", "a\nc\nd\nx\n"),  # deletion + insertion elsewhere: several hunks
+    ("x\n", "x\n"),
+    ("def f(w):\n    return w\n", "def f(w, h):\n    return w * h\n"),
+])
+def test_diff_edits_apply_back(old: str, new: str) -> None:
+    edits = diff_edits(old, new, 10)
+    assert apply("#" * 10 + old, edits) == "#" * 10 + new
+    assert all(a.end <= b.start for a, b in zip(edits, edits[1:], strict=False))
+    if old == new:
+        assert edits == []
+
+
+def test_character_refinement() -> None:
+    [e] = diff_edits("return w * w\n", "return w * h\n", 0)
+    assert (e.start, e.end, e.text) == (11, 12, "h")
+
+
+def test_skip_rules() -> None:
+    s = Settings()
+    req = FimRequest("u", "/a.py", "foo = bar_baz_qux(1)\n", 1, 2, invoked=False)
+    assert pipeline.skip_reason(req, s) == "auto-trigger rule"  # mid-word
+    req.invoked = True
+    assert pipeline.skip_reason(req, s) is None
+    s.inline_completion.enabled = False
+    assert pipeline.skip_reason(req, s) == "disabled"
+
+
+def test_simple_context_windows() -> None:
+    s = Settings(context_budget=64)
+    text = "".join(f"l{i}\n" for i in range(100))
+    ctx = pipeline.SimpleContext(s)
+    off = text.index("l50")
+    p = ctx.fim(FimRequest("u", "/w/a.py", text, 1, off))
+    assert p.prefix.endswith("l49\n") and p.suffix.startswith("l50")
+    assert len(p.prefix) <= 64 * 3 and p.path == "a.py"
+    b = ctx.edit(EditRequest("u", "/w/a.py", text, 1, off + 1))
+    region = text[b.region_start : b.region_end]
+    assert region.startswith("l47\n") and region.endswith("l56\n") and b.prompt.region == region
+    assert b.prompt.region[b.prompt.cursor - 1 : b.prompt.cursor + 2] == "l50"
+
+
+def test_suggest_cache_rebases_while_typing() -> None:
+    c = SuggestCache()
+    doc = "x = \nend\n"
+    c.put("u", "s1", "foo(1)", doc, 4, 0.7)
+    typed = "x = fo\nend\n"
+    entry, rest = c.lookup("u", typed, 6)
+    assert entry.id == "s1" and rest == "o(1)"
+    assert c.lookup("u", "x = fa\nend\n", 6) is None  # typed something else
+    assert c.lookup("u", typed, 5) is None  # cursor elsewhere
+    assert c.lookup("u", "x = foo(1)\nend\n", 10) is None  # fully typed: nothing left
+    assert c.still_valid("u", typed) and not c.still_valid("u", "y" + typed)
+
+
+def test_feedback_store_signals() -> None:
+    fb = FeedbackStore(":memory:", ttl_s=10)
+    fb.offered("a", "fim", "u", 0.9)
+    fb.offered("b", "fim", "u", 0.4)
+    fb.offered("c", "edit", "v", 0.6)
+    fb.shown("a"), fb.shown("b"), fb.shown("c")
+    fb.partial("a", 3)
+    fb.accepted("a")
+    fb.typed_over("u")  # b was shown and typed over -> rejected; a already accepted
+    fb.expire(now=time.monotonic() + 60)  # c outlived its ttl
+    assert fb.events("a") == ["shown", "partial", "accepted"]
+    assert fb.events("b") == ["shown", "rejected"]
+    assert fb.events("c") == ["shown", "expired"]
+    assert fb.counts() == {"shown": 3, "partial": 1, "accepted": 1, "rejected": 1, "expired": 1}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.states: list[tuple[str, str]] = []
+        self.ready = threading.Event()
+
+    def __call__(self, state: str, msg: str) -> None:
+        self.states.append((state, msg))
+
+
+@pytest.fixture(scope="module")
+def worker() -> Any:
+    rec = Recorder()
+    w = EngineWorker(rec)
+    w.load("tiny-random", "cpu", Settings())
+    assert w.ready.wait(60), rec.states
+    w.rec = rec
+    yield w
+    w.stop()
+    w.join(5)
+
+
+def _fim(uri: str) -> Job:
+    text = "def add(a, b):\n    return \n"
+    return Job("fim", uri, FimRequest(uri, "/w/a.py", text, 1, len(text) - 1), Settings(max_tokens=16))
+
+
+def test_worker_runs_fim_and_edit(worker: Any) -> None:
+    out = _fim("u1")
+    res = worker.submit(out).result(30)
+    assert res is not None and res.result.prompt_tokens > 0 and len(res.confidences) == len(res.result.tokens)
+    text = "def f(w):\n    return w\n"
+    ej = Job("edit", "u1", EditRequest("u1", "/w/a.py", text, 1, 5), Settings())
+    er = worker.submit(ej).result(30)
+    assert er is not None and er.built.region_start == 0
+    assert ("loading", "loading model 'tiny-random' on cpu") in worker.rec.states
+    assert worker.rec.states[-1][0] == "ready"
+
+
+def test_worker_supersede_and_batching(worker: Any) -> None:
+    # block the worker with a job so the next ones queue up together
+    gate = threading.Event()
+    worker._q.put(("settings", Settings()))
+    orig = worker._command
+
+    def blocking(item: tuple) -> None:
+        gate.wait(10)
+        orig(item)
+
+    worker._command = blocking
+    try:
+        older, newer, other = _fim("doc"), _fim("doc"), _fim("doc2")
+        f_old = worker.submit(older)
+        f_new = worker.submit(newer)  # supersedes `older` (same document, same kind)
+        f_other = worker.submit(other)
+        assert older.abort.aborted and not newer.abort.aborted and not other.abort.aborted
+    finally:
+        worker._command = orig
+        gate.set()
+    assert f_old.result(30) is None
+    r_new, r_other = f_new.result(30), f_other.result(30)
+    assert r_new is not None and r_other is not None
+    assert r_new.batch == r_other.batch == 2  # queued together -> one generate_batch call
