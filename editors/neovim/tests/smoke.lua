@@ -98,7 +98,7 @@ local function main()
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.context = { triggerKind = 1 }
   local resp = client:request_sync('textDocument/inlineCompletion', params, timeout, 0)
-  out.inline_direct = resp and { err = resp.err, result = resp.result } or { timeout = true }
+  out.inline_direct = resp and { replied = true, err = resp.err, result = resp.result } or { timeout = true }
 
   -- 2) next edit
   local done, shown = false, false
@@ -108,7 +108,8 @@ local function main()
   out.edit_replied = wait_for(function()
     return done
   end)
-  out.edit_response = ne.last_response and { err = ne.last_response.err, result = ne.last_response.result }
+  out.edit_response = ne.last_response
+    and { replied = true, err = ne.last_response.err, result = ne.last_response.result }
   out.edit_shown = shown
   out.edit_extmarks = #extmarks('edit_server.next_edit')
   if shown then
