@@ -215,3 +215,20 @@ def test_gguf_errors_name_the_field_or_tensor(tmp_path: Path) -> None:
     (tmp_path / "d.gguf").write_bytes(b"not a gguf file at all")
     with pytest.raises(CheckpointError, match="d.gguf: not a readable GGUF file"):
         load_checkpoint(tmp_path / "d.gguf")
+
+
+def test_export_to_safetensors_shards_round_trips(tmp_path: Path) -> None:
+    from engine.loading.export import save_hf
+
+    write_gguf(tmp_path / "m.gguf", tiny_llama().state_dict(), {"model.embed_tokens.weight": Q.Q8_0})
+    ck = load_checkpoint(tmp_path / "m.gguf")
+    ck.args.block_size = 16
+    shards = save_hf(ck, tmp_path / "hf", max_shard_bytes=20_000)
+    assert len(shards) >= 3 and all(p.stat().st_size < 20_000 + 40_000 for p in shards)
+    back = load_checkpoint(tmp_path / "hf")
+    assert back.args == ck.args  # same vocab (no second extension), regime, special tokens
+    assert back.state_dict.keys() == ck.state_dict.keys()
+    assert all(torch.equal(back.state_dict[k], v) for k, v in ck.state_dict.items())
+    text = "def re(x): <|user_cursor|>12"
+    assert back.tokenizer.encode(text) == ck.tokenizer.encode(text)
+    assert back.tokenizer.special == ck.tokenizer.special

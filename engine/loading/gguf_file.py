@@ -17,6 +17,7 @@ import torch
 
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
+from engine.loading import base
 from engine.loading.common import CheckpointError, finish, make_tokenizer
 from engine.loading.gguf_tokenizer import build_bpe
 
@@ -155,7 +156,9 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
         names[key] = t.name
     finish(args, state, tokenizer, path.name, names)
     name = _field(reader, "general.name", path, path.stem)
-    return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name),
-                            meta={"source": str(path), "format": "gguf",
-                                  "architecture": _field(reader, "general.architecture", path),
-                                  "file_type": _field(reader, "general.file_type", path, None)})
+    meta = {"source": str(path), "format": "gguf",
+            "architecture": _field(reader, "general.architecture", path),
+            "file_type": _field(reader, "general.file_type", path, None)}
+    if path.name == base.GGUF_NAME and base.sha256_file(path) == base.GGUF_SHA256:
+        meta["base"] = base.base_info()  # the pinned default base (provenance for adapters)
+    return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name), meta=meta)

@@ -237,9 +237,9 @@ def load_hf(root: str | Path, dtype: torch.dtype | None = None) -> LoadedCheckpo
     if not tok_path.is_file():
         raise CheckpointError(f"{tok_path}: tokenizer.json not found")
     hf = HFTokenizer.from_file(str(tok_path))
-    mask_id = int(cfg.req("mask_token_id")) if has_mask else None
+    mask_id = cfg.req("mask_token_id") if has_mask else cfg.get("mask_token_id")  # exports record it
     tokenizer = make_tokenizer(hf, eos_token=_eos_token(root, cfg, hf), source="tokenizer.json",
-                               mask_id=mask_id, config_ids=cfg.get("special_tokens"))
+                               mask_id=None if mask_id is None else int(mask_id), config_ids=cfg.get("special_tokens"))
     finish(args, state, tokenizer, root.name, names)
     return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer,
                             name=str(cfg.get("_name_or_path") or root.name),
