@@ -34,6 +34,28 @@ def _server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gate-threshold", type=float, default=None, help="gate.threshold sent to the server")
     p.add_argument("--restart-every", type=int, default=0,
                    help="restart the server every N cases (0 = one server; edit history may carry over)")
+    p.add_argument("--max-tokens", type=int, default=None, help="initializationOptions maxTokens")
+    p.add_argument("--context-budget", type=int, default=None, help="initializationOptions contextBudget")
+    p.add_argument("--init-option", action="append", default=[], metavar="KEY=JSON",
+                   help="extra initializationOptions entry (repeatable), e.g. historySize=6")
+
+
+def init_options(args: argparse.Namespace) -> dict[str, Any]:
+    """initializationOptions beyond model/device/gate: eval runs never write the user's feedback DB."""
+    opts: dict[str, Any] = {"feedbackDb": ":memory:"}
+    if getattr(args, "max_tokens", None):
+        opts["maxTokens"] = args.max_tokens
+    if getattr(args, "context_budget", None):
+        opts["contextBudget"] = args.context_budget
+    for item in getattr(args, "init_option", []):
+        key, sep, val = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--init-option expects KEY=JSON, got {item!r}")
+        try:
+            opts[key] = json.loads(val)
+        except json.JSONDecodeError:
+            opts[key] = val
+    return opts
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -121,7 +143,8 @@ def run_humaneval(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
             items = generate_lsp(todo, model=args.model, device=args.device, split=args.split,
                                  root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
-                                 init_extra={}, progress=prog)
+                                 init_extra={"feedbackDb": ":memory:", "maxTokens": max_tokens},
+                                 progress=prog)
     if todo:
         score_all(items, store, limits, args.workers)
     records = [store.records[t.task_id] for t in tasks if store.done(t.task_id)]
@@ -141,7 +164,7 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
         runner = CaseRunner(model=args.model, device=args.device, root=Path(ws),
                             log_path=args.out / "server.log", gate=not args.no_gate,
                             threshold=args.gate_threshold, timeout=args.timeout,
-                            restart_every=args.restart_every)
+                            restart_every=args.restart_every, init_extra=init_options(args))
         run_all(cases, store, runner, _progress(args, "cases"))
     records = [store.records[c.id] for c in cases if store.done(c.id)]
     summary = write_cases(args.out, config, records)
@@ -152,7 +175,7 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
-            "limit": args.limit}
+            "limit": args.limit, "init": init_options(args)}
 
 
 def run_cases(args: argparse.Namespace) -> int:
