@@ -1,0 +1,185 @@
+"""Prefix KV cache: exact reuse across requests, equivalence with full recomputation, LRU budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.engine as engine_mod
+from engine import CanvasSpec, Engine, SamplerConfig
+from engine.attention import block_causal_mask
+from engine.cache import KVCache, PrefixCache, Slot, common_prefix
+from engine.config import preset
+from engine.model import Transformer
+from engine.sampler import Denoiser
+from engine.tokenizer import Tokenizer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def eng() -> Engine:
+    return Engine.load("tiny-random", device="cpu")
+
+
+def text_ids(eng: Engine, n: int, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(32, 127, (n,), generator=g).tolist()
+
+
+@torch.no_grad()
+def reference_decode(eng: Engine, prompt: list[int], spec: CanvasSpec, cfg: SamplerConfig) -> list[int]:
+    """No KV cache at all: every step recomputes prompt + decided blocks + current block with the
+    block-causal mask."""
+    sp = eng.tokenizer.special
+    d = Denoiser(spec, cfg, mask_id=sp.mask, end_ids=sp.end_ids, block_size=eng.block_size,
+                 suppress_ids=(sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history,
+                               sp.region_start, sp.region_end, sp.file_sep))
+    n = len(prompt)
+    while not d.finished:
+        s, e = d.block_range()
+        seq = torch.tensor([prompt + d.canvas[:e]])
+        h = eng.model(seq, mask=block_causal_mask(n, e, eng.block_size), logits_slice=slice(0, 0))[0]
+        cand = d.candidates()
+        rows = h[[n + s + c - 1 for c in cand]]  # shifted: position p-1 predicts p
+        d.step(eng.model.logits(rows[None])[0], cand)
+        if not d.finished and d.block_done():
+            d.next_block()
+    return d.output()[0]
+
+
+@pytest.mark.parametrize("cfg", [SamplerConfig(), SamplerConfig(strategy="topk", tokens_per_step=3)])
+def test_cached_decoding_equals_full_recompute(eng: Engine, cfg: SamplerConfig) -> None:
+    prompt = text_ids(eng, 40)
+    spec = CanvasSpec(20, stop_at_end=False)
+    ref = reference_decode(eng, prompt, spec, cfg)
+    got = eng.generate(prompt, spec, cfg)
+    assert got.tokens == ref and len(ref) == 20
+
+
+def test_prefix_reuse_is_exact_after_edits(eng: Engine) -> None:
+    eng.cache.clear()
+    spec = CanvasSpec(16, stop_at_end=False)
+    p1 = text_ids(eng, 60, seed=1)
+    a = eng.generate(p1, spec, cache_key="doc")
+    assert a.cached_tokens == 0 and a.prompt_tokens == 60
+    # identical request: everything reused, no prefill forward
+    b = eng.generate(p1, spec, cache_key="doc")
+    assert b.cached_tokens == 60 and b.tokens == a.tokens and b.forwards == a.forwards - 1
+    # edit in the middle: reuse up to the edit, tokens equal a cold run
+    p2 = list(p1)
+    p2[25] = (p2[25] + 1) % 200 + 32
+    c = eng.generate(p2, spec, cache_key="doc")
+    assert c.cached_tokens == 25
+    cold = eng.generate(p2, spec)
+    assert cold.cached_tokens == 0 and c.tokens == cold.tokens
+    assert c.confidences == pytest.approx(cold.confidences, abs=1e-5)
+    # typing one more token at the end recomputes only that token
+    p3 = p2 + [65]
+    d = eng.generate(p3, spec, cache_key="doc")
+    assert d.cached_tokens == len(p2) and d.tokens == eng.generate(p3, spec).tokens
+    # deleting tokens (shorter prompt) still reuses the common prefix
+    e = eng.generate(p3[:50], spec, cache_key="doc")
+    assert e.cached_tokens == 49 and e.tokens == eng.generate(p3[:50], spec).tokens
+
+
+def test_one_token_edit_at_end_of_2k_context_recomputes_under_5_percent(eng: Engine) -> None:
+    eng.cache.clear()
+    prompt = text_ids(eng, 2048, seed=3)
+    spec = CanvasSpec(8)
+    eng.generate(prompt, spec, cache_key="big")
+    edited = prompt[:-1] + [(prompt[-1] + 1) % 90 + 32]
+    r = eng.generate(edited, spec, cache_key="big")
+    recomputed = r.prompt_tokens - r.cached_tokens
+    assert recomputed <= 0.05 * r.prompt_tokens and recomputed == 1
+
+
+def test_chunked_prefill_is_exact(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    prompt = text_ids(eng, 70, seed=4)
+    spec = CanvasSpec(16, stop_at_end=False)
+    whole = eng.generate(prompt, spec)
+    monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", 16)
+    chunked = eng.generate(prompt, spec)
+    assert chunked.tokens == whole.tokens and chunked.forwards == whole.forwards + 4
+
+
+def test_documents_keep_their_own_slots_lru(eng: Engine) -> None:
+    eng.cache.clear()
+    spec = CanvasSpec(8)
+    pa, pb = text_ids(eng, 30, seed=5), text_ids(eng, 30, seed=6)
+    eng.generate(pa, spec, cache_key="a")
+    eng.generate(pb, spec, cache_key="b")
+    assert eng.generate(pa + [66], spec, cache_key="a").cached_tokens == 30
+    assert eng.generate(pb + [66], spec, cache_key="b").cached_tokens == 30
+    assert len(eng.cache) == 2 and eng.cache.nbytes > 0
+
+
+def test_prefix_cache_byte_budget_evicts_least_recent() -> None:
+    def slot() -> Slot:
+        return Slot([1, 2, 3], KVCache(2, 1, 2, 8, 256, torch.float32, "cpu"))
+
+    one = slot().kv.nbytes
+    pc = PrefixCache(budget_bytes=2 * one)
+    pc.put("a", slot())
+    pc.put("b", slot())
+    assert pc.take("a") is not None  # a is now in use (not in the LRU) ...
+    pc.put("a", slot())  # ... and most recent once given back
+    pc.put("c", slot())
+    assert "b" not in pc and "a" in pc and "c" in pc and pc.nbytes <= 2 * one
+    tiny = PrefixCache(budget_bytes=one // 2)
+    tiny.put("x", slot())
+    assert len(tiny) == 0  # a slot larger than the whole budget is not kept
+
+
+def test_kv_cache_grows_and_checks_capacity() -> None:
+    kv = KVCache(1, 1, 2, 4, 10, torch.float32, "cpu")
+    assert kv.capacity == 256
+    k = torch.randn(1, 2, 5, 4)
+    kv.write(0, k, k, 0)
+    kv.length = 5
+    kv.ensure(300)
+    assert kv.capacity == 512 and torch.equal(kv.k[0][:, :, :5], k)
+    with pytest.raises(ValueError, match="too small"):
+        kv.write(0, k, k, 510)
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
+
+
+def test_bidirectional_exact_mode_equals_recompute_and_dual_cache_runs() -> None:
+    tok = Tokenizer.byte_level()
+    args = preset("tiny", attention="bidirectional", special_tokens=tok.special.as_dict())
+    model = Transformer(args, init=False).init_random(1)
+    exact = Engine(model, tok, approx_cache=False)
+    approx = Engine(model, tok, approx_cache=True)
+    prompt = text_ids(exact, 30, seed=7)
+    cfg = SamplerConfig(block_size=8)
+    spec = CanvasSpec(16, stop_at_end=False)
+    ev_a: list = []
+    ev_b: list = []
+    a = exact.generate(prompt, spec, cfg, cache_key="k", on_step=ev_a.append)
+    b = approx.generate(prompt, spec, cfg, cache_key="k", on_step=ev_b.append)
+    assert a.cached_tokens == 0 and b.cached_tokens == 0  # no cross-request reuse for full attention
+    assert len(a.tokens) == len(b.tokens) == 16 and a.steps == a.forwards
+    # the first step of a block is a full forward in both modes
+    assert ev_a[0].canvas == ev_b[0].canvas
+    # exact mode == full recompute with a full-attention reference
+    sp = tok.special
+    d = Denoiser(spec, cfg, mask_id=sp.mask, end_ids=sp.end_ids, block_size=8,
+                 suppress_ids=(sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history,
+                               sp.region_start, sp.region_end, sp.file_sep))
+    n = len(prompt)
+    with torch.no_grad():
+        while not d.finished:
+            s, _ = d.block_range()
+            h = model(torch.tensor([prompt + d.canvas]), logits_slice=slice(0, 0))[0]
+            cand = d.candidates()
+            d.step(model.logits(h[[n + s + c - 1 for c in cand]][None])[0], cand)
+            if not d.finished and d.block_done():
+                d.next_block()
+    assert a.tokens == d.output()[0]
