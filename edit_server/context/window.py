@@ -165,15 +165,22 @@ def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int 
             break
         lo, hi = min(lo, start), max(hi, end + 1)
         node = node.parent
-    if doc.tree is None:
-        lo, hi = max(0, line - 3), min(n, line + 4)
-    while hi - lo < min_lines and (lo > 0 or hi < n):
-        if hi < n:
+    if doc.tree is None:  # line-based: the paragraph around the cursor (blank-line delimited)
+        lines, half = doc.lines, max_lines // 2
+        lo = line
+        while lo > 0 and line - lo < half and lines[lo - 1].strip():
+            lo -= 1
+        hi = line + 1
+        while hi < n and hi - line < half and lines[hi].strip():
+            hi += 1
+    # the empty "line" after a final newline adds nothing (unless the cursor is on it)
+    n_eff = max(n - 1 if n > 1 and doc.lines[-1] == "" else n, line + 1)
+    hi = min(hi, n_eff)
+    while hi - lo < min_lines and (lo > 0 or hi < n_eff):
+        if hi < n_eff:
             hi += 1
         if hi - lo < min_lines and lo > 0:
             lo -= 1
-    if hi == n and n > 1 and doc.lines[-1] == "" and hi - lo > 1:
-        hi -= 1  # the empty "line" after a final newline adds nothing
     return lo, hi
 
 
