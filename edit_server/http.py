@@ -92,7 +92,7 @@ def split_diffs(text: str) -> tuple[str, ...]:
         if starts or not diffs:
             diffs.append([])
         diffs[-1].append(line)
-    out = ("".join(d) for d in diffs)
+    out = ("".join(d).rstrip("\n") + "\n" for d in diffs)  # Zed ends the section with a blank line
     return tuple(d for d in out if d.strip())
 
 

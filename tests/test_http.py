@@ -31,7 +31,7 @@ DIFF2 = unified_diff("src/calc.py", "x = 1\n", "x = 2\n")
 ZETA2 = (
     "<[fim-suffix]>\nprint(mul(2, 3))\n<[fim-prefix]>"
     "<filename>src/util.py\ndef helper():\n    return 1\n"
-    "<filename>edit_history\n" + DIFF1 + "// User accepted prediction:\n" + DIFF2 +
+    "<filename>edit_history\n" + DIFF1 + "// User accepted prediction:\n" + DIFF2 + "\n"
     "<filename>src/calc.py\nimport math\n\n"
     "<<<<<<< CURRENT\ndef mul(a, b):\n    return a<|user_cursor|>\n=======\n<[fim-middle]>"
 )
@@ -91,6 +91,7 @@ def test_parse_zeta2_rejects_malformed(bad: str) -> None:
 
 def test_split_diffs_keeps_each_diff_whole() -> None:
     assert split_diffs(DIFF1 + DIFF2) == (DIFF1, DIFF2)
+    assert split_diffs(DIFF1 + "\n" + DIFF2 + "\n\n") == (DIFF1, DIFF2)
     assert split_diffs("") == ()
 
 
@@ -259,3 +260,60 @@ async def test_tiny_random_engine_serves_both_formats(tiny_engine: Any) -> None:
         assert (await r.json())["choices"][0]["text"].endswith("\n>>>>>>> UPDATED\n")
         health = await (await client.get("/health")).json()
         assert health["status"] == "ok" and health["model"]
+
+
+# ---- the real CLI: `edit-server http` as a subprocess --------------------------------------------
+@pytest.mark.e2e
+def test_edit_server_http_subprocess(tmp_path: Any) -> None:
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("edit_server.cli_serve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "EDIT_SERVER_HTTP_TOKEN": "tok"}
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "edit_server.cli", "http", "--model", "tiny-random",
+                             "--device", "cpu", "--port", str(port)], env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+
+    def post(body: bytes, token: str | None = "tok") -> tuple[int, dict[str, Any]]:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        req = urllib.request.Request(base + "/v1/completions", data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    health = json.load(r)
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()
+                assert time.monotonic() < deadline, "server did not come up"
+                time.sleep(0.3)
+        assert health["model"]["model"] == "tiny-random"
+        body = json.dumps({"model": "m", "prompt": ZETA2, "max_tokens": 256, "stop": []}).encode()
+        assert post(body, token=None)[0] == 401
+        status, reply = post(body)
+        assert status == 200 and reply["choices"][0]["text"].endswith(">>>>>>> UPDATED\n")
+        status, reply = post(b"{oops")
+        assert status == 400 and "not valid JSON" in reply["error"]["message"]
+        qwen = json.dumps({"model": "m", "prompt": QWEN, "max_tokens": 8, "stop": []}).encode()
+        assert post(qwen)[0] == 200  # still serving after a bad request
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
