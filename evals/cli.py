@@ -95,6 +95,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
     rp.set_defaults(func=run_replay)
 
+    tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
+    tb.add_argument("dir", type=Path)
+    tb.set_defaults(func=run_table)
+
+
+def run_table(args: argparse.Namespace) -> int:
+    from evals.table import tables
+
+    print(tables(args.dir))
+    return 0
+
 
 def _progress(args: argparse.Namespace, desc: str):
     if args.no_progress:
