@@ -232,3 +232,31 @@ def test_export_to_safetensors_shards_round_trips(tmp_path: Path) -> None:
     text = "def re(x): <|user_cursor|>12"
     assert back.tokenizer.encode(text) == ck.tokenizer.encode(text)
     assert back.tokenizer.special == ck.tokenizer.special
+
+
+@pytest.mark.parametrize("qt,block_bytes,scale_offsets", [(Q.Q4_K, 144, (0, 2)), (Q.Q6_K, 210, (208,))])
+def test_k_quant_tensors_dequantize_in_hf_shape(tmp_path: Path, qt: Q, block_bytes: int,
+                                                 scale_offsets: tuple[int, ...]) -> None:
+    """K-quants (256-value blocks): no quantizer in gguf-py, so random blocks with sane fp16 scales."""
+    from gguf import GGUFReader
+
+    from engine.loading.gguf_file import dequantize
+
+    rows, cols = 3, 512
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(rows, cols // 256, block_bytes), dtype=np.uint8)
+    for off in scale_offsets:
+        raw[..., off:off + 2] = np.full(raw.shape[:2], 0.01, dtype=np.float16).view(np.uint8).reshape(
+            rows, cols // 256, 2)
+    raw = raw.reshape(rows, -1)
+    w = GGUFWriter(str(tmp_path / "k.gguf"), "llama")
+    w.add_tensor("t", raw, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = GGUFReader(str(tmp_path / "k.gguf")).tensors[0]
+    got = dequantize(t)
+    assert got.shape == (rows, cols) and got.dtype == np.float32 and np.isfinite(got).all()
+    np.testing.assert_array_equal(got, quants.dequantize(raw, qt))
+    assert np.abs(got).max() > 0

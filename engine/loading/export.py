@@ -87,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     ck = load_checkpoint(a.src)
     dtype = getattr(torch, a.dtype) if a.dtype else None
-    for path in save_hf(ck, a.out, int(a.max_shard_mb * (1 << 20)), dtype):
-        print(f"{path}  {path.stat().st_size / 1e6:.1f} MB")
+    limit = int(a.max_shard_mb * (1 << 20))
+    for path in save_hf(ck, a.out, limit, dtype):
+        size = path.stat().st_size
+        note = "  (one tensor over the limit: use --dtype bfloat16 or split_file)" if size > limit else ""
+        print(f"{path}  {size / 1e6:.1f} MB{note}")
     return 0
 
 
