@@ -1,0 +1,221 @@
+"""Context builder budget: every source within its share, the rendered prompt within the total,
+exactly, in tokens of the real tokenizer (checked by rendering with engine.templates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM
+from engine.templates import render_edit, render_fim
+from engine.tokenizer import Tokenizer
+
+TOK = Tokenizer.byte_level()
+
+
+@dataclass
+class Hunk:
+    path: str
+    diff: str
+    timestamp: float
+    open: bool = False
+
+
+UTIL = '''"""Utilities."""
+
+
+def helper(a, b):
+    """Multiply."""
+    return a * b
+
+
+class Thing:
+    def __init__(self, n):
+        self.n = n
+
+    def grow(self, k):
+        return Thing(self.n + k)
+'''
+
+
+def _main_text(n_funcs: int = 40) -> str:
+    body = "".join(f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n"
+                   for i in range(n_funcs))
+    return "from lib.util import helper, Thing\nimport lib.util\n" + body
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> tuple[ContextBuilder, Path, str]:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "util.py").write_text(UTIL)
+    main = tmp_path / "main.py"
+    text = _main_text()
+    main.write_text(text)
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    b.update_document(str(tmp_path / "other.py"), "def other_fn():\n    return 42\n" * 5, 1)
+    b.update_document(str(main), text, 1)
+    b.build_fim(str(main), text, 10, [])  # schedules indexing of the open document
+    b.wait_idle()
+    yield b, main, text
+    b.close()
+
+
+def _history(main: Path, tmp: Path) -> list[Hunk]:
+    return [Hunk(str(main), "--- a/main.py\n+++ b/main.py\n@@ -1 +1 @@\n-old\n+new older\n", 1.0),
+            Hunk(str(tmp / "lib" / "util.py"), "--- a/lib/util.py\n+++ b/lib/util.py\n@@ -1 +1 @@\n-a\n+b\n", 2.0),
+            Hunk(str(main), "--- a/main.py\n+++ b/main.py\n@@ -5 +5 @@\n-x\n+OPEN_HUNK\n", 3.0, open=True)]
+
+
+def _check_exact(b: ContextBuilder, build, kind: str, budget: int) -> None:
+    rep, p = build.report, build.prompt
+    rendered = (render_fim if kind == "fim" else render_edit)(TOK, p)
+    assert len(rendered.ids) == rep.total <= budget
+    # every source's count is exactly what the templates encode
+    by_kind: dict[str, int] = {}
+    for s in p.sections:
+        by_kind[s.kind] = by_kind.get(s.kind, 0) + 1 + len(TOK.encode(f"{s.path}\n{s.text}"))
+    srcs = {r.name: r for r in rep.sources}
+    kinds = {"definitions": ["definition"], "imports": ["import"], "open_files": ["open_file"],
+             "git": ["git_diff", "cochange", "recent"]}
+    for name, ks in kinds.items():
+        assert srcs[name].used == sum(by_kind.get(k, 0) for k in ks)
+    hist = (1 + sum(len(TOK.encode(d)) for d in p.history)) if p.history else 0
+    assert srcs["history"].used == hist
+    # each source within its allowance; allowances chain (unused share flows down the priorities)
+    avail = budget - rep.fixed
+    order = rep.sources
+    sh = b.options.shares
+    assert order[0].allowed >= int(avail * sh.history)
+    for prev, cur in zip(order, order[1:], strict=False):
+        share = {"definitions": sh.definitions, "imports": sh.imports, "git": sh.git,
+                 "open_files": sh.open_files}[cur.name]
+        assert cur.allowed == int(avail * share) + prev.allowed - prev.used
+    for r in order:
+        assert 0 <= r.used <= r.allowed
+    assert rep.window.used <= rep.window.allowed
+    if kind == "fim":
+        assert rep.window.used == len(TOK.encode(p.prefix)) + len(TOK.encode(p.suffix))
+        assert rep.fixed == 1 + len(TOK.encode(f"{p.path}\n")) + OVERHEAD_FIM
+    else:
+        assert rep.window.used == len(TOK.encode(p.before)) + len(TOK.encode(p.after))
+        region = len(TOK.encode(p.region[: p.cursor])) + len(TOK.encode(p.region[p.cursor:]))
+        assert rep.fixed == 1 + len(TOK.encode(f"{p.path}\n")) + OVERHEAD_EDIT + region
+
+
+@pytest.mark.parametrize("budget", [90, 150, 300, 700, 1500, 4000, 20000])
+def test_budget_is_exact(ws, tmp_path: Path, budget: int) -> None:
+    b, main, text = ws
+    offset = text.index("def f20") + 12
+    hist = _history(main, tmp_path)
+    fim = b.build_fim(str(main), text, offset, hist, budget=budget)
+    _check_exact(b, fim, "fim", budget)
+    assert fim.prompt.prefix.endswith(text[:offset][-5:]) and text[offset:].startswith(fim.prompt.suffix)
+    edit = b.build_edit(str(main), text, offset, hist, budget=budget)
+    _check_exact(b, edit, "edit", budget)
+    p = edit.prompt
+    assert text[edit.region_start:edit.region_end] == p.region
+    assert edit.region_start + p.cursor == offset
+    assert text[: edit.region_start].endswith(p.before) and text[edit.region_end:].startswith(p.after)
+
+
+def test_sources_found_and_large_budget_takes_everything(ws) -> None:
+    b, main, text = ws
+    offset = text.index("def f20") + 12
+    fim = b.build_fim(str(main), text, offset, [])
+    assert fim.report.budget == 32768
+    kinds = {(s.kind, s.path) for s in fim.prompt.sections}
+    assert ("import", "lib/util.py") in kinds and ("definition", "lib/util.py") in kinds
+    assert ("open_file", "other.py") in kinds
+    defs = [s.text for s in fim.prompt.sections if s.kind == "definition"]
+    assert any(d.startswith("def helper(a, b):") for d in defs) and any(d.startswith("class Thing") for d in defs)
+    assert fim.prompt.prefix + fim.prompt.suffix == text  # whole file fits
+
+
+def test_history_rules(ws, tmp_path: Path) -> None:
+    b, main, text = ws
+    hist = _history(main, tmp_path)
+    fim = b.build_fim(str(main), text, 5, hist)
+    assert not any("OPEN_HUNK" in d for d in fim.prompt.history)  # visible in the prefix already
+    assert [d.splitlines()[0] for d in fim.prompt.history] == ["--- a/main.py", "--- a/lib/util.py"]  # oldest first
+    edit = b.build_edit(str(main), text, 5, hist)
+    assert any("OPEN_HUNK" in d for d in edit.prompt.history)
+
+
+def test_this_file_history_first(ws, tmp_path: Path) -> None:
+    from edit_server.context.budget import Shares
+
+    b, main, text = ws
+    hist = _history(main, tmp_path)
+    mine = hist[2].diff
+    cost = 1 + len(TOK.encode(mine))
+    budget = 3000
+    share = (cost + 2) / budget  # room for exactly this file's newest hunk
+    opts = ContextOptions(git=False, index_workspace=False,
+                          shares=Shares(window=0.05, history=share * budget / (budget - 60)))
+    small = ContextBuilder([tmp_path], TOK, opts)
+    r = small.build_edit(str(main), text, 5, hist, budget=budget)
+    small.close()
+    assert r.prompt.history == (mine,)
+
+
+class MergingTokenizer:
+    """Byte-level, but "\\n" followed by spaces becomes one token: counts are not additive per line."""
+
+    def __init__(self) -> None:
+        self.special = TOK.special
+        self.nl, self.sp = TOK.encode("\n")[0], TOK.encode(" ")[0]
+        self.merged = TOK.vocab_size + 1
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for t in TOK.encode(text):
+            if t == self.sp and out and out[-1] in (self.nl, self.merged):
+                out[-1] = self.merged
+            else:
+                out.append(t)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        return TOK.decode([i for i in ids if i != self.merged])
+
+
+@pytest.mark.parametrize("budget", [120, 400, 1500])
+def test_non_additive_tokenizer_is_verified_by_rendering(tmp_path: Path, budget: int) -> None:
+    tok = MergingTokenizer()
+    main = tmp_path / "main.py"
+    text = _main_text(60)
+    main.write_text(text)
+    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    assert not b.counter.exact
+    offset = text.index("def f30") + 5
+    for fn, render in ((b.build_fim, render_fim), (b.build_edit, render_edit)):
+        r = fn(str(main), text, offset, [], budget=budget)
+        assert r.report.verified_by_render
+        assert len(render(tok, r.prompt).ids) == r.report.total <= budget
+    b.close()
+
+
+def test_no_tokenizer_estimates(tmp_path: Path) -> None:
+    main = tmp_path / "main.py"
+    text = _main_text(60)
+    b = ContextBuilder([tmp_path], None, ContextOptions(git=False, index_workspace=False))
+    r = b.build_fim(str(main), text, 100, [], budget=500)
+    assert not r.report.exact and r.report.total <= 500
+    assert r.prompt.prefix == text[:100][-len(r.prompt.prefix):]
+    b.close()
+
+
+def test_default_budget_and_too_small(tmp_path: Path) -> None:
+    main = str(tmp_path / "m.py")
+    for ctx, want in ((2048, 2048), (None, 32768), (100_000, 32768)):
+        b = ContextBuilder([tmp_path], TOK, ContextOptions(model_context=ctx, git=False, index_workspace=False))
+        assert b.build_fim(main, "x = 1\n", 3, []).report.budget == want
+        b.close()
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False))
+    with pytest.raises(ValueError, match="budget"):
+        b.build_fim(main, "x = 1\n", 3, [], budget=5)
+    b.close()
