@@ -1,0 +1,49 @@
+"""`edit-server bench engine` on tiny-random: both decoding modes, ratio, prefix reuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from edit_server.cli import build_parser
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_bench_engine_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(
+        ["bench", "engine", "--model", "tiny-random", "--device", "cpu", "--prompt", "64",
+         "--tokens", "16", "--threshold", "0.9,0.0", "--contexts", "128,512", "--json"])
+    assert args.func(args) == 0
+    r = json.loads(capsys.readouterr().out)
+    dec = r["decoding"]
+    assert dec["ar"]["tokens"] == 16 and dec["ar"]["tokens_per_forward"] == 1.0
+    strict, loose = dec["diffusion"]
+    assert strict["tokens"] == loose["tokens"] == 16
+    assert strict["steps"] == 16  # random weights: ~1 token per step at tau 0.9
+    assert loose["steps"] == 16 // 8 and loose["tokens_per_step"] == 8.0  # tau 0: a block per step
+    assert loose["speedup_vs_ar"] > 0 and strict["tokens_per_s"] > 0
+    ctx = {p["context"]: p for p in r["prefill"]}
+    assert set(ctx) == {128, 512}
+    for p in ctx.values():  # a 1-token edit at the end recomputes one token
+        assert p["recomputed"] == 1 and p["recomputed_frac"] <= 0.05
+    assert r["memory"]["peak_rss_mb"] > 0 and r["machine"]["cpu_count"] >= 1
+
+
+def test_bench_engine_table(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(
+        ["bench", "engine", "--model", "tiny-random", "--device", "cpu", "--prompt", "32",
+         "--tokens", "8", "--contexts", "64"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "autoregressive" in out and "diffusion tau=0.9" in out and "vs AR" in out
+    assert "cold ms" in out and "random weights" in out
