@@ -12,7 +12,8 @@ Zed's ``open_ai_compatible_api`` edit-prediction provider sends ``{"model", "pro
 
 The engine runs on one worker thread, off the event loop. A newer request for the same file aborts the
 older in-flight one (Zed keeps at most two pending). ``GET /health`` reports the model. With
-``EDIT_SERVER_HTTP_TOKEN`` set, requests must carry ``Authorization: Bearer <token>``.
+``EDIT_SERVER_HTTP_TOKEN`` set, requests must carry ``Authorization: Bearer <token>``. Replies pass the
+LSP path's filters and show/hide gate (``edit_server.gate``; ``EDIT_SERVER_HTTP_GATE=off`` or a threshold).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from edit_server import gate
 from engine.templates import EditPrompt, FimPrompt, Section
 from engine.types import AbortSignal, GenerateResult
 
@@ -52,6 +54,7 @@ Z_ACCEPTED = "// User accepted prediction:"
 
 MAX_CANVAS = 256  # cap on FIM output tokens whatever max_tokens asks
 TOKEN_ENV = "EDIT_SERVER_HTTP_TOKEN"
+GATE_ENV = "EDIT_SERVER_HTTP_GATE"  # "off" = show everything non-empty; a number in [0,1] = threshold
 
 
 class PromptError(ValueError):
@@ -223,8 +226,29 @@ class EngineWorker:
 
 
 # ---- handlers ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GateConfig:
+    enabled: bool = True
+    threshold: float = 0.5
+
+    @classmethod
+    def from_env(cls, value: str | None) -> GateConfig:
+        """``EDIT_SERVER_HTTP_GATE``: unset = on with the default threshold, "off" = disabled, "0.7" = on."""
+        if not value:
+            return cls()
+        if value.strip().lower() in ("off", "0", "false", "no"):
+            return cls(enabled=False)
+        try:
+            t = float(value)
+        except ValueError:
+            log.warning("%s=%r is neither 'off' nor a threshold; using the default gate", GATE_ENV, value)
+            return cls()
+        return cls(threshold=min(1.0, max(0.0, t)))
+
+
 WORKER: web.AppKey[EngineWorker] = web.AppKey("worker", EngineWorker)
 TOKEN: web.AppKey[str] = web.AppKey("token", str)
+GATE: web.AppKey[GateConfig] = web.AppKey("gate", GateConfig)
 
 
 def _error(status: int, message: str, kind: str) -> web.Response:
@@ -282,16 +306,25 @@ async def _completions(request: web.Request) -> web.Response:
         log.exception("engine failed on a %s request", fmt)
         return _error(500, f"engine failed: {type(e).__name__}: {e}", "server_error")
     aborted = result is None or result.finish_reason == "aborted"
+    g = request.app[GATE]
+    reason = "superseded" if aborted else "ok"
     if isinstance(parsed, FimPrompt):
-        text = "" if aborted or result is None else result.text
-        text, stopped = apply_stops(text, list(req.stop))
-        if not text.strip():
-            text = ""
+        text, stopped = apply_stops("" if aborted or result is None else result.text, list(req.stop))
+        text = gate.clean_fim(text, parsed.prefix, parsed.suffix, single_line=False)
+        if text and result is not None:
+            decision = gate.decide(text, result.confidences, g.enabled, g.threshold)
+            text, reason = (text, reason) if decision.show else ("", decision.reason)
     else:
-        text = zeta2_reply("" if aborted or result is None else result.text, parsed.region)
+        new = parsed.region
+        if not aborted and result is not None:
+            new = gate.clean_edit(parsed.region, result.text)
+            changed = new != parsed.region
+            decision = gate.decide(new if changed else "", result.confidences, g.enabled, g.threshold)
+            new, reason = (new, reason) if decision.show else (parsed.region, decision.reason)
+        text = zeta2_reply(new, parsed.region)
         stopped = False
-    log.info("%s %s: %d chars in %.0f ms%s", fmt, parsed.path or "-", len(text),
-             (time.perf_counter() - started) * 1000, " (superseded)" if aborted else "")
+    log.info("%s %s: %d chars in %.0f ms (%s)", fmt, parsed.path or "-", len(text),
+             (time.perf_counter() - started) * 1000, reason)
     completion = len(result.tokens) if result is not None and not aborted else 0
     prompt_tokens = result.prompt_tokens if result is not None else 0
     return web.json_response({
@@ -305,11 +338,17 @@ async def _completions(request: web.Request) -> web.Response:
     })
 
 
-def make_app(engine: Any, *, token: str | None = None) -> web.Application:
-    """The aiohttp application around a loaded ``engine.Engine`` (or anything with infill/rewrite)."""
+def make_app(engine: Any, *, token: str | None = None, gate_config: GateConfig | None = None
+             ) -> web.Application:
+    """The aiohttp application around a loaded ``engine.Engine`` (or anything with infill/rewrite).
+
+    Suggestions pass the same filters and show/hide gate as the LSP path (``edit_server.gate``);
+    a hidden FIM suggestion is an empty text, a hidden rewrite returns the region unchanged.
+    """
     app = web.Application(middlewares=[_auth], client_max_size=8 * 1024 * 1024)
     app[WORKER] = EngineWorker(engine)
     app[TOKEN] = token or ""
+    app[GATE] = gate_config or GateConfig()
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/completions", _completions)
     app.router.add_get("/health", _health)
@@ -328,6 +367,7 @@ def serve(host: str, port: int, engine_spec: str, device: str) -> int:
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("binding to %s: the completion endpoint is reachable from other machines", host)
     token = os.environ.get(TOKEN_ENV) or None
+    gate_config = GateConfig.from_env(os.environ.get(GATE_ENV))
     log.info("loading model %r on %s", engine_spec, device)
     try:
         eng = Engine.load(engine_spec, device=device)
@@ -336,7 +376,7 @@ def serve(host: str, port: int, engine_spec: str, device: str) -> int:
         return 1
     log.info("serving %s on http://%s:%d/v1/completions%s", getattr(eng, "info", {}).get("model", engine_spec),
              host, port, " (bearer token required)" if token else "")
-    web.run_app(make_app(eng, token=token), host=host, port=port, print=None,
+    web.run_app(make_app(eng, token=token, gate_config=gate_config), host=host, port=port, print=None,
                 access_log=logging.getLogger("edit_server.http.access"))
     return 0
 

@@ -11,6 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from edit_server.http import (
+    GateConfig,
     PromptError,
     apply_stops,
     detect_format,
@@ -120,8 +121,8 @@ def test_parse_request() -> None:
 
 
 # ---- the app, with a scripted engine -------------------------------------------------------------
-def _result(text: str, finish: str = "end", n_prompt: int = 10) -> GenerateResult:
-    return GenerateResult(text=text, tokens=list(range(len(text))), confidences=[0.9] * len(text), steps=1,
+def _result(text: str, finish: str = "end", n_prompt: int = 10, conf: float = 0.9) -> GenerateResult:
+    return GenerateResult(text=text, tokens=list(range(len(text))), confidences=[conf] * len(text), steps=1,
                           forwards=2, prompt_tokens=n_prompt, cached_tokens=0, finish_reason=finish)  # type: ignore[arg-type]
 
 
@@ -137,6 +138,7 @@ class FakeEngine:
         self.fail: Exception | None = None
         self.gate: threading.Event | None = None
         self.started = threading.Event()
+        self.confidence = 0.9
 
     def _run(self, kind: str, prompt: Any, kw: dict[str, Any], text: str) -> GenerateResult:
         self.calls.append((kind, prompt, kw))
@@ -148,7 +150,7 @@ class FakeEngine:
             while not self.gate.wait(0.01):
                 if abort.aborted:
                     return _result("", "aborted")
-        return _result(text)
+        return _result(text, conf=self.confidence)
 
     def infill(self, prompt: FimPrompt, **kw: Any) -> GenerateResult:
         return self._run("infill", prompt, kw, self.fim_text)
@@ -222,6 +224,26 @@ async def test_newer_request_for_same_file_supersedes_older(fake: tuple[TestClie
     assert (await r1.json())["choices"][0]["text"] == old_region + ">>>>>>> UPDATED\n"  # no edit
     assert (await r2.json())["choices"][0]["text"].startswith("def mul(a, b):\n    return a * b\n")
     assert [c[2]["abort"].aborted for c in eng.calls] == [True, False]
+
+
+def test_gate_config_from_env() -> None:
+    assert GateConfig.from_env(None) == GateConfig(enabled=True, threshold=0.5)
+    assert GateConfig.from_env("off") == GateConfig(enabled=False)
+    assert GateConfig.from_env("0.8") == GateConfig(enabled=True, threshold=0.8)
+    assert GateConfig.from_env("7") == GateConfig(enabled=True, threshold=1.0)
+    assert GateConfig.from_env("bogus") == GateConfig()
+
+
+async def test_gate_hides_low_confidence_suggestions(fake: tuple[TestClient, FakeEngine]) -> None:
+    client, eng = fake
+    eng.confidence = 0.1  # below the default threshold 0.5
+    r = await (await client.post("/v1/completions", json={"prompt": QWEN, "stop": ["<|endoftext|>"]})).json()
+    assert r["choices"][0]["text"] == ""
+    r = await (await client.post("/v1/completions", json={"prompt": ZETA2})).json()
+    assert r["choices"][0]["text"] == parse_zeta2(ZETA2).region + ">>>>>>> UPDATED\n"  # unchanged
+    async with TestClient(TestServer(make_app(eng, gate_config=GateConfig(enabled=False)))) as ungated:
+        r = await (await ungated.post("/v1/completions", json={"prompt": QWEN, "stop": ["<|endoftext|>"]})).json()
+        assert r["choices"][0]["text"] == "a + b"  # baseline: every non-empty suggestion is shown
 
 
 async def test_health_and_bearer_token() -> None:
