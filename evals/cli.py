@@ -127,7 +127,7 @@ def _print_summary(title: str, summary: dict[str, Any], out: Path) -> None:
 
 def run_humaneval(args: argparse.Namespace) -> int:
     from evals.datasets import load_humaneval
-    from evals.humaneval import generate_engine, generate_lsp, score_all
+    from evals.humaneval import Scorer, generate_engine, generate_lsp
     from evals.report import write_humaneval
     from evals.sandbox import Limits
     from evals.store import ResultStore
@@ -144,20 +144,23 @@ def run_humaneval(args: argparse.Namespace) -> int:
     todo = [t for t in tasks if not store.done(t.task_id)]
     limits = Limits(timeout_s=args.check_timeout, cpu_s=int(args.check_timeout) + 1)
     prog = _progress(args, f"humaneval {args.split}")
-    if runner == "oracle":
-        items: Iterable = ((t, {"id": t.task_id, "middle": t.canonical_solution}) for t in prog(todo))
-    elif runner == "engine":
-        items = generate_engine(todo, model=args.model, device=args.device, split=args.split,
-                                max_tokens=max_tokens, steps_mode=args.steps_mode,
-                                threshold=args.threshold, seed=args.seed, progress=prog)
-    else:
-        with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
-            items = generate_lsp(todo, model=args.model, device=args.device, split=args.split,
-                                 root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
-                                 init_extra={"feedbackDb": ":memory:", "maxTokens": max_tokens},
-                                 progress=prog)
-    if todo:
-        score_all(items, store, limits, args.workers)
+    scorer = Scorer(store, limits, args.workers)
+    try:
+        if runner == "oracle":
+            for t in prog(todo):
+                scorer.submit(t, {"id": t.task_id, "middle": t.canonical_solution})
+        elif runner == "engine":
+            generate_engine(todo, scorer, model=args.model, device=args.device, split=args.split,
+                            max_tokens=max_tokens, steps_mode=args.steps_mode,
+                            threshold=args.threshold, seed=args.seed, progress=prog)
+        elif todo:
+            with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
+                generate_lsp(todo, scorer, model=args.model, device=args.device, split=args.split,
+                             root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
+                             init_extra={"feedbackDb": ":memory:", "maxTokens": max_tokens},
+                             progress=prog)
+    finally:
+        scorer.close()
     records = [store.records[t.task_id] for t in tasks if store.done(t.task_id)]
     summary = write_humaneval(args.out, config, records)
     _print_summary(f"HumanEval-infilling {args.split} ({runner})", summary, args.out)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,37 +40,52 @@ def score(task: InfillTask, middle: str, limits: Limits) -> dict[str, Any]:
             "exact": normalize_ws(middle) == normalize_ws(task.canonical_solution)}
 
 
-def score_all(items: Iterable[tuple[InfillTask, dict[str, Any]]], store: ResultStore, limits: Limits,
-              workers: int) -> None:
-    """Run the functional checks of generated middles in parallel and store each record."""
-    def one(pair: tuple[InfillTask, dict[str, Any]]) -> dict[str, Any]:
-        task, rec = pair
-        rec.update(score(task, rec["middle"], limits))
-        return rec
+class Scorer:
+    """Functional checks in a thread pool; each record is stored (cached) as soon as it is scored."""
 
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        for rec in pool.map(one, items):
-            store.add(rec)
+    def __init__(self, store: ResultStore, limits: Limits, workers: int) -> None:
+        self.store, self.limits = store, limits
+        self.pool = ThreadPoolExecutor(max(1, workers))
+        self.lock = threading.Lock()
+        self.futures: list[Future] = []
+
+    def submit(self, task: InfillTask, rec: dict[str, Any]) -> None:
+        self.futures.append(self.pool.submit(self._one, task, rec))
+
+    def _one(self, task: InfillTask, rec: dict[str, Any]) -> None:
+        rec.update(score(task, rec["middle"], self.limits))
+        with self.lock:
+            self.store.add(rec)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        for f in self.futures:
+            f.result()  # re-raise a checker failure
 
 
-def generate_engine(tasks: list[InfillTask], *, model: str, device: str, split: str, max_tokens: int,
-                    steps_mode: str, threshold: float, seed: int,
-                    progress: Callable[[Iterable], Iterable] = iter) -> Iterable[tuple[InfillTask, dict]]:
-    """Yield (task, record) for each task, generating through ``Engine.infill``."""
+def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str,
+                    max_tokens: int, steps_mode: str, threshold: float, seed: int,
+                    progress: Callable[[Iterable], Iterable] = iter) -> None:
+    """Generate each middle through ``Engine.infill`` and hand it to the scorer."""
     from engine import Engine, FimPrompt
 
     eng = Engine.load(model, device=device)
     sampler = sampler_for(steps_mode, threshold, seed)
     for task in progress(tasks):
         t0 = time.perf_counter()
-        res = eng.infill(FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py"),
-                         max_tokens=max_tokens, single_line=split == "single-line", sampler=sampler,
-                         cache_key=f"humaneval:{task.task_id}")
+        try:
+            res = eng.infill(FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py"),
+                             max_tokens=max_tokens, single_line=split == "single-line",
+                             sampler=sampler, cache_key=f"humaneval:{task.task_id}")
+        except Exception as e:  # noqa: BLE001 - an engine failure is a recorded miss, not a crash
+            scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, ""), "error": str(e),
+                                 "latency_ms": (time.perf_counter() - t0) * 1000})
+            continue
         ms = (time.perf_counter() - t0) * 1000
-        yield task, {"id": task.task_id, "middle": fix_middle(split, res.text), "latency_ms": ms,
+        scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, res.text), "latency_ms": ms,
                      "tokens": len(res.tokens), "steps": res.steps, "forwards": res.forwards,
                      "tokens_per_forward": res.tokens_per_forward, "finish_reason": res.finish_reason,
-                     "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms")}
+                     "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms")})
 
 
 def completion_edit(text: str, offset: int, result: Any) -> tuple[int, int, str, float | None] | None:
@@ -95,11 +111,10 @@ def command_score(item: dict[str, Any]) -> float | None:
     return None
 
 
-async def _generate_lsp(tasks: list[InfillTask], *, model: str, device: str, split: str, root: Path,
+async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str, root: Path,
                         log_path: Path, timeout: float, init_extra: dict[str, Any],
-                        progress: Callable[[Iterable], Iterable]) -> list[tuple[InfillTask, dict]]:
+                        progress: Callable[[Iterable], Iterable]) -> None:
     client = LspClient(server_command(model, device), cwd=root, stderr_path=log_path)
-    out: list[tuple[InfillTask, dict]] = []
     opts = {"model": model, "device": device, "gate": {"enabled": False}, "debounceMs": 0, **init_extra}
     try:
         await client.start(root, opts, timeout=timeout)
@@ -129,13 +144,12 @@ async def _generate_lsp(tasks: list[InfillTask], *, model: str, device: str, spl
             ok = new.startswith(task.prompt) and new.endswith(task.suffix) and \
                 len(new) >= len(task.prompt) + len(task.suffix)
             middle = new[len(task.prompt): len(new) - len(task.suffix)] if ok else ""
-            out.append((task, {"id": task.task_id, "middle": middle, "latency_ms": ms,
+            scorer.submit(task, {"id": task.task_id, "middle": middle, "latency_ms": ms,
                                "shown": edit is not None and bool(edit[2]), "error": err,
-                               "score": edit[3] if edit else None, "edited_outside_hole": not ok}))
+                                 "score": edit[3] if edit else None, "edited_outside_hole": not ok})
     finally:
         await client.stop()
-    return out
 
 
-def generate_lsp(tasks: list[InfillTask], **kw: Any) -> list[tuple[InfillTask, dict]]:
-    return asyncio.run(_generate_lsp(tasks, **kw))
+def generate_lsp(tasks: list[InfillTask], scorer: Scorer, **kw: Any) -> None:
+    asyncio.run(_generate_lsp(tasks, scorer, **kw))

@@ -53,7 +53,9 @@ class CaseRunner:
         self._served = 0
 
     async def _ensure(self) -> LspClient:
-        if self.client and self.restart_every and self._served >= self.restart_every:
+        dead = self.client is not None and self.client.proc is not None \
+            and self.client.proc.returncode is not None
+        if self.client and (dead or self.restart_every and self._served >= self.restart_every):
             await self.client.stop()
             self.client = None
         if self.client is None:
