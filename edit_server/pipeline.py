@@ -126,39 +126,44 @@ class SimpleContext:
 
 
 class BuilderContext:
-    """Adapter over ``edit_server.context.ContextBuilder`` (the context helper's syntax-aware builder)."""
+    """Adapter over ``edit_server.context.ContextBuilder`` (syntax-aware windows, sources, exclusions).
+
+    Returns None when the builder blocks the file (excluded / secret): no model call then.
+    """
 
     def __init__(self, builder: Any, settings: Settings) -> None:
         self.builder = builder
         self.settings = settings
 
     def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
-        self.builder.update_document(Path(path), text, version)
+        self.builder.update_document(path, text, version)
 
     def close_document(self, path: str) -> None:
-        self.builder.close_document(Path(path))
+        self.builder.close_document(path)
 
-    def fim(self, req: FimRequest) -> FimPrompt:
+    def fim(self, req: FimRequest) -> FimPrompt | None:
         self.update_document(req.path, req.text, req.version)
-        return self.builder.build_fim(Path(req.path), req.text, req.offset, req.history,
-                                      budget=self.settings.context_budget).prompt
+        b = self.builder.build_fim(req.path, req.text, req.offset, req.history,
+                                   budget=self.settings.context_budget)
+        return None if b.report.blocked else b.prompt
 
-    def edit(self, req: EditRequest) -> EditBuilt:
+    def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
-        b = self.builder.build_edit(Path(req.path), req.text, req.offset, req.history,
+        b = self.builder.build_edit(req.path, req.text, req.offset, req.history,
                                     budget=self.settings.context_budget)
+        if b.report.blocked:
+            return None
         return EditBuilt(b.prompt, b.region_start, b.region_end)
 
 
 def make_context(settings: Settings, roots: list[Path], tokenizer: Any) -> SimpleContext | BuilderContext:
+    """The context builder when available (it lands separately), else the simple window."""
     try:
-        from edit_server.context import ContextBuilder, ContextOptions  # type: ignore[attr-defined]
+        from edit_server.context import ContextBuilder, ContextOptions
     except ImportError:
         return SimpleContext(settings)
     try:
-        opts = ContextOptions()
-        if hasattr(opts, "exclude"):
-            opts.exclude = list(settings.exclude)
+        opts = ContextOptions(exclude=tuple(settings.exclude))
         return BuilderContext(ContextBuilder(roots, tokenizer, opts), settings)
     except Exception:  # a broken builder must not take the server down
         log.exception("context builder unavailable; using the simple window")

@@ -185,8 +185,11 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: EditServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        doc = ls.docs.get(params.text_document.uri)
         ls.docs.close(params.text_document.uri)
         ls.cache.drop(params.text_document.uri)
+        if doc is not None and doc.path and ls.worker is not None:
+            ls.worker.close_document(doc.path)
 
     @ls.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: EditServer, params: lsp.InlineCompletionParams

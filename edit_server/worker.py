@@ -82,6 +82,9 @@ class EngineWorker:
     def set_settings(self, settings: Settings) -> None:
         self._q.put(("settings", settings))
 
+    def close_document(self, path: str) -> None:
+        self._q.put(("close", path))
+
     def submit(self, job: Job) -> Future:
         with self._lock:
             for old in self._live:
@@ -130,6 +133,10 @@ class EngineWorker:
             self._run_jobs(jobs)
 
     def _command(self, item: tuple) -> None:
+        if item[0] == "close":
+            if self._ctx is not None:
+                self._ctx.close_document(item[1])
+            return
         if item[0] == "settings":
             if self._ctx is not None and hasattr(self._ctx, "settings"):
                 self._ctx.settings = item[1]
@@ -180,7 +187,11 @@ class EngineWorker:
         for j in live:
             try:
                 self._ctx.settings = j.settings
-                built.append((j, self._ctx.fim(j.req) if j.kind == "fim" else self._ctx.edit(j.req)))
+                b = self._ctx.fim(j.req) if j.kind == "fim" else self._ctx.edit(j.req)
+                if b is None:  # the context builder blocked this file (excluded / secret)
+                    self._finish(j, None)
+                else:
+                    built.append((j, b))
             except Exception as e:
                 log.exception("context building failed")
                 self._error(j, e)
