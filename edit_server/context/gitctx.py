@@ -77,7 +77,8 @@ class GitContext:
         except Exception:
             dirty = []
         recent: list[str] = []
-        for f in [*dirty, *(f for c in commits[:50] for f in c)]:
+        small = [c for c in commits[:100] if len(c) <= self.max_commit_files]
+        for f in [*dirty, *(f for c in small for f in c)]:
             if f not in recent:
                 recent.append(f)
         with self._lock:
