@@ -100,3 +100,17 @@ def test_eval_cases_through_the_real_server(tmp_path: Path) -> None:
     assert set(rep["by_category"]) == {"fim", "next-edit", "no-edit"}
     assert (tmp_path / "precision_coverage.png").is_file() and (tmp_path / "summary.md").is_file()
     assert rep["config"]["gate"] is False
+
+
+@pytest.mark.e2e
+@needs_data
+def test_humaneval_via_lsp(tmp_path: Path) -> None:
+    pytest.importorskip("edit_server.server")
+    _eval("humaneval-infill", "--via-lsp", "--model", "tiny-random", "--device", "cpu", "--limit", "2",
+          "--max-tokens", "8", "--timeout", "120", "--data", str(HUMANEVAL_DIR), "--out", str(tmp_path),
+          timeout=280)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["summary"]["n"] == 2 and rep["summary"]["errors"] == 0
+    for c in rep["cases"]:
+        assert c["latency_ms"] > 0 and c["middle"].endswith("\n") and not c["edited_outside_hole"]
+        assert c["score"] is None or 0.0 <= c["score"] <= 1.0
