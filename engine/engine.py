@@ -322,27 +322,23 @@ class Engine:
         if j.cache_key:
             self.cache.put(j.cache_key, j.slot)
 
-    def _commit(self, j: _Job, kv: KVCache) -> None:
-        """Compute the KV of the finished block's clean tokens and move the context past it."""
-        s, e = j.den.block_range()
-        ids = torch.tensor([j.den.canvas[s:e]], device=self.device)
-        kv.length = j.ctx
-        h = self.model(ids, offset=j.ctx, cache=kv, logits_slice=slice(0, 0))
-        j.forwards += 1
-        j.last_hidden = h[0, -1]
-        j.ctx += e - s
-        kv.length = j.ctx
-
     def _decode_block_causal(self, jobs: list[_Job]) -> None:
+        """Denoise all jobs' canvases; one batched forward per step.
+
+        A finished block is committed inside the next step's forward: its clean tokens go in
+        front of the next (noisy) block, attending to the context and themselves, while the noisy
+        block attends to the context, the clean block and itself (exactly the block-causal rule).
+        Only that first step of a block needs a mask; the others run mask-free."""
         mask_id = self.tokenizer.special.mask
         single = len(jobs) == 1
         if single:
             kv = jobs[0].kv
             assert kv is not None
         else:
-            cap = max(j.ctx + j.den.spec.length for j in jobs) + self.block_size
+            cap = max(j.ctx + j.den.spec.length for j in jobs) + 2 * self.block_size
             kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
             kv.length = 0
+        pending: list[list[int]] = [[] for _ in jobs]  # clean block to commit with the next step
         while True:
             for j in jobs:
                 if not j.den.finished and j.abort is not None and j.abort.aborted:
@@ -350,25 +346,40 @@ class Engine:
             active = [i for i, j in enumerate(jobs) if not j.den.finished]
             if not active:
                 return
-            blocks = [j.den.block_ids() for j in jobs]
+            blocks = [pending[i] + j.den.block_ids() for i, j in enumerate(jobs)]
+            pres = [len(p) for p in pending]
             width = max(len(b) for b in blocks)
             ids = torch.tensor([b + [mask_id] * (width - len(b)) for b in blocks], device=self.device)
-            if single:
-                h = self.model(ids, offset=jobs[0].ctx, cache=kv, logits_slice=slice(0, 0))
+            offs = [j.ctx for j in jobs]
+            if single and not pres[0]:  # the hot path: B tokens over the cache, no mask
+                kv.length = offs[0]
+                h = self.model(ids, offset=offs[0], cache=kv, logits_slice=slice(0, 0))
             else:
-                offs = [j.ctx for j in jobs]
-                keys = torch.arange(max(offs) + width, device=self.device)
-                lim = torch.tensor([o + len(b) for o, b in zip(offs, blocks, strict=True)],
-                                   device=self.device)
-                mask = (keys[None, :] < lim[:, None])[:, None, None, :]  # (N, 1, 1, S)
-                h = self.model(ids, offset=offs, cache=kv, mask=mask, logits_slice=slice(0, 0))
+                dev = self.device
+                q = torch.arange(width, device=dev)
+                o, pr = torch.tensor(offs, device=dev), torch.tensor(pres, device=dev)
+                ln = torch.tensor([len(b) for b in blocks], device=dev)
+                lim = torch.where(q[None, :] < pr[:, None], (o + pr)[:, None], (o + ln)[:, None])
+                keys = torch.arange(max(offs) + width, device=dev)
+                mask = (keys[None, None, :] < lim[:, :, None])[:, None]  # (N, 1, T, S)
+                if single:
+                    kv.length = offs[0]
+                h = self.model(ids, offset=offs[0] if single else offs, cache=kv, mask=mask,
+                               logits_slice=slice(0, 0))
+            for i, j in enumerate(jobs):
+                if pres[i]:  # the clean block is now part of the context
+                    j.last_hidden = h[i, pres[i] - 1]
+                    j.ctx += pres[i]
+                    pending[i] = []
             for i in active:
                 j = jobs[i]
                 j.forwards += 1
-                self._step_logits(j, h[i], j.last_hidden)
+                self._step_logits(j, h[i, pres[i]:], j.last_hidden)
                 if not j.den.finished and j.den.block_done():
-                    self._commit(j, kv if single else kv.row(i))
-                    j.den.next_block()
+                    s, e = j.den.block_range()
+                    clean = j.den.canvas[s:e]
+                    if j.den.next_block():
+                        pending[i] = clean
 
     # -- bidirectional: approximate dual cache -------------------------------------------------
     def _decode_bidirectional(self, j: _Job) -> None:
