@@ -41,7 +41,7 @@ SECRET_LINE = re.compile(
     r"|(?i:\bbearer\s+[A-Za-z0-9._~+/-]{20,})"
     r"|(?i:(pass(word|wd)?|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token"
     r"|private[_-]?key|client[_-]?secret|credentials?)[\"']?\s*[:=]\s*[\"'][^\"'\s]{3,}[\"'])"
-    r"|^\s*[A-Za-z0-9+/]{40,}={0,2}\s*$"  # base64 key material (PEM bodies)
+    r"|^[+\- ]?\s*[A-Za-z0-9+/]{40,}={0,2}\s*$"  # base64 key material (PEM bodies; also in diffs)
 )
 
 
@@ -55,6 +55,16 @@ def redact_line(line: str) -> str:
     indent = line[: len(line) - len(line.lstrip())]
     nl = "\n" if line.endswith("\n") else ""
     return f"{indent}{REDACTED}{nl}"
+
+
+def split_redacted(line: str, col: int) -> tuple[str, str]:
+    """A line split at the cursor column, both halves redacted. A secret line is redacted whole
+    (a half of a key is still a secret): the cursor then sits after the placeholder."""
+    if is_secret_line(line):
+        red = redact_line(line)
+        nl = "\n" if red.endswith("\n") else ""
+        return red[: len(red) - len(nl)], nl
+    return line[:col], line[col:]
 
 
 def redact(text: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edit_server.context.budget import TokenCounter
-from edit_server.context.exclusions import redact, redact_line
+from edit_server.context.exclusions import redact, redact_line, split_redacted
 from edit_server.context.syntax import Document
 
 
@@ -141,7 +141,7 @@ def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
     line = doc.line_of(offset)
     col = offset - doc.line_starts[line]
     text = doc.lines[line]
-    pre, suf = redact_line(text[:col]), redact_line(text[col:])
+    pre, suf = split_redacted(text, col)
     pre, suf = _trim_line_parts(pre, suf, budget, counter)
     base = counter.count(pre) + counter.count(suf)
     s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, costs, ratio)
@@ -196,6 +196,10 @@ class Region:
 def region_text(doc: Document, offset: int, lo: int, hi: int) -> Region:
     start = doc.line_starts[lo]
     end = doc.line_starts[hi] if hi < len(doc.line_starts) else len(doc.text)
-    raw_pre, raw_suf = doc.text[start:offset], doc.text[offset:end]
-    pre, suf = redact(raw_pre), redact(raw_suf)
-    return Region(start, end, pre + suf, len(pre), (pre, suf) != (raw_pre, raw_suf))
+    line = doc.line_of(offset)
+    ls = doc.line_starts[line]
+    le = ls + len(doc.lines[line])
+    mid_pre, mid_suf = split_redacted(doc.text[ls:le], offset - ls)
+    pre = redact(doc.text[start:ls]) + mid_pre
+    suf = mid_suf + redact(doc.text[le:end])
+    return Region(start, end, pre + suf, len(pre), pre + suf != doc.text[start:end])
