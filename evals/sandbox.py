@@ -3,7 +3,7 @@
 Layers (all applied when available):
 * a fresh temporary working directory (deleted afterwards) and a minimal environment;
 * ``python -I`` (isolated: no user site, no PYTHON* variables, script dir not on sys.path);
-* ``setrlimit`` CPU / AS (address space) / NPROC / FSIZE / CORE in the child before exec;
+* ``setrlimit`` CPU / AS (address space) / NPROC / FSIZE / CORE by a tiny launcher that then execs;
 * a preamble that replaces ``socket.socket`` and friends with versions that raise;
 * ``unshare -n`` (an empty network namespace) when the kernel lets us;
 * the process group is killed when the wall-clock timeout passes.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -89,15 +88,23 @@ def _user_processes() -> int:
     return n
 
 
-def _limiter(limits: Limits, nproc: int):  # runs in the child between fork and exec
-    def apply() -> None:
-        mb = 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize_mb * mb, limits.fsize_mb * mb))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    return apply
+# Sets the rlimits, then execs the real command: no preexec_fn (unsafe with the checker's threads).
+LAUNCHER = """import os, resource, sys
+args = sys.argv[1:]
+cut = args.index("--")
+for spec in args[:cut]:
+    name, soft, hard = spec.split(":")
+    resource.setrlimit(getattr(resource, name), (int(soft), int(hard)))
+os.execvp(args[cut + 1], args[cut + 1:])
+"""
+
+
+def _limit_args(limits: Limits, nproc: int) -> list[str]:
+    mb = 1024 * 1024
+    return [f"RLIMIT_CPU:{limits.cpu_s}:{limits.cpu_s + 1}",
+            f"RLIMIT_AS:{limits.memory_mb * mb}:{limits.memory_mb * mb}",
+            f"RLIMIT_FSIZE:{limits.fsize_mb * mb}:{limits.fsize_mb * mb}",
+            "RLIMIT_CORE:0:0", f"RLIMIT_NPROC:{nproc}:{nproc}"]
 
 
 def run_python(source: str, limits: Limits | None = None, *, network: bool = False) -> SandboxResult:
@@ -111,12 +118,13 @@ def run_python(source: str, limits: Limits | None = None, *, network: bool = Fal
             f.write(program)
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0"}
-        cmd = [*prefix, sys.executable, "-I", "-B", script]
         nproc = _user_processes() + limits.nproc_extra
+        cmd = [sys.executable, "-I", "-S", "-c", LAUNCHER, *_limit_args(limits, nproc), "--",
+               *prefix, sys.executable, "-I", "-B", script]
         try:
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    preexec_fn=_limiter(limits, nproc), start_new_session=True)
+                                    start_new_session=True)
         except OSError as e:
             return SandboxResult("error", None, f"could not start sandbox: {e}", bool(prefix))
         try:
