@@ -277,3 +277,12 @@ def test_bad_specs(tmp_path: Path) -> None:
     save_file({"x": torch.zeros(1)}, str(f))
     with pytest.raises(CheckpointError, match="not a loadable checkpoint"):
         load_checkpoint(f)
+
+
+def test_hf_loading_needs_no_gguf_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU machine has no `gguf`: HF directories (e.g. exports of the base) must load without it."""
+    import sys
+
+    make_hf(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)  # any `import gguf` now raises ImportError
+    assert load_checkpoint(tmp_path).args.n_layers == 2
