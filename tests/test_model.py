@@ -61,6 +61,7 @@ CASES = [
     ("llama", None, False, False),
     ("llama", None, True, True),
     ("llama", {"rope_type": "linear", "factor": 2.0}, False, False),
+    ("llama", {"rope_type": "dynamic", "factor": 2.0}, False, False),  # T > max positions: rescaled
     ("llama", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8}, False, False),
     ("qwen2", None, False, True),
