@@ -17,7 +17,11 @@ local METHOD = 'textDocument/copilotInlineEdit'
 M.shown = {}
 M.last_response = nil -- {bufnr, err, result} of the latest reply (for statuslines and tests)
 
-local opts = {} ---@type table
+local opts = { ---@type table (replaced by setup)
+  hl = { insert = 'EditServerInsert', delete = 'EditServerDelete', hint = 'EditServerHint' },
+  keymaps = {},
+  debounce_ms = 300,
+}
 local get_client ---@type fun(bufnr: integer?): vim.lsp.Client?
 local timers = {} ---@type table<integer, uv.uv_timer_t>
 
@@ -70,20 +74,14 @@ function M.dismiss(bufnr)
   M.shown[bufnr] = nil
 end
 
--- Draw `edit` in `bufnr`; returns false when the edit changes nothing.
-local function render(bufnr, edit, encoding)
-  local srow, scol = to_byte_pos(bufnr, edit.range.start, encoding)
-  local erow, ecol = to_byte_pos(bufnr, edit.range['end'], encoding)
-  local old = table.concat(api.nvim_buf_get_text(bufnr, srow, scol, erow, ecol, {}), '\n')
-  local new = edit.text or ''
-  if old == new then
-    return false
-  end
+-- Draw the change of one line region: `old` at (row, col) becomes `new` (no newlines in either
+-- after trimming is required: inserted newlines go to virt_lines). Only the differing middle is drawn.
+local function render_span(bufnr, row, col, old, new)
+  local hl = opts.hl
   local p, s = common_affixes(old, new)
   local del, ins = old:sub(p + 1, #old - s), new:sub(p + 1, #new - s)
-  local drow, dcol = advance(srow, scol, old:sub(1, p)) -- where the change starts
+  local drow, dcol = advance(row, col, old:sub(1, p)) -- where the change starts
   local arow, acol = advance(drow, dcol, del) -- where the deleted text ends
-  local hl = opts.hl
   if del ~= '' then
     api.nvim_buf_set_extmark(bufnr, ns, drow, dcol, { end_row = arow, end_col = acol, hl_group = hl.delete })
   end
@@ -99,10 +97,74 @@ local function render(bufnr, edit, encoding)
       virt_lines = #virt_lines > 0 and virt_lines or nil,
     })
   end
+  return drow
+end
+
+-- Whole lines `old_lines` starting at buffer row `row` become `new_lines`: per line-diff hunk,
+-- lines changed one-for-one are drawn in place, other hunks as deleted lines + virtual lines below.
+local function render_lines(bufnr, row, old_lines, new_lines)
+  local diff = (vim.text and vim.text.diff) or vim.diff
+  local a, b = table.concat(old_lines, '\n') .. '\n', table.concat(new_lines, '\n') .. '\n'
+  local hunks = diff(a, b, { result_type = 'indices', linematch = 60 }) --[[@as integer[][] ]]
+  local first
+  for _, h in ipairs(hunks) do
+    local sa, ca, sb, cb = h[1], h[2], h[3], h[4]
+    if ca == cb then
+      for k = 0, ca - 1 do
+        local r = render_span(bufnr, row + sa - 1 + k, 0, old_lines[sa + k], new_lines[sb + k])
+        first = first or r
+      end
+    else
+      local virt = {}
+      for k = 0, cb - 1 do
+        virt[#virt + 1] = { { new_lines[sb + k], opts.hl.insert } }
+      end
+      if ca > 0 then
+        local r0 = row + sa - 1
+        for k = 0, ca - 1 do
+          api.nvim_buf_set_extmark(bufnr, ns, r0 + k, 0, { line_hl_group = opts.hl.delete })
+        end
+        if #virt > 0 then -- the new lines go below the last deleted one
+          api.nvim_buf_set_extmark(bufnr, ns, r0 + ca - 1, 0, { virt_lines = virt })
+        end
+        first = first or r0
+      else -- pure insertion after old line `sa` (0 = before the first line)
+        local r0 = sa == 0 and row or row + sa - 1
+        api.nvim_buf_set_extmark(bufnr, ns, r0, 0, { virt_lines = virt, virt_lines_above = sa == 0 })
+        first = first or r0
+      end
+    end
+  end
+  return first or row
+end
+
+-- Draw `edit` in `bufnr`; returns false when the edit changes nothing.
+local function render(bufnr, edit, encoding)
+  local srow, scol = to_byte_pos(bufnr, edit.range.start, encoding)
+  local erow, ecol = to_byte_pos(bufnr, edit.range['end'], encoding)
+  local old = table.concat(api.nvim_buf_get_text(bufnr, srow, scol, erow, ecol, {}), '\n')
+  local new = edit.text or ''
+  if old == new then
+    return false
+  end
+  local top
+  if not old:find('\n', 1, true) and not new:find('\n', 1, true) then
+    top = render_span(bufnr, srow, scol, old, new)
+  else -- widen to whole lines and diff line by line
+    local head = api.nvim_buf_get_text(bufnr, srow, 0, srow, scol, {})[1]
+    local tail = api.nvim_buf_get_lines(bufnr, erow, erow + 1, false)[1] or ''
+    tail = tail:sub(ecol + 1)
+    local old_lines = api.nvim_buf_get_lines(bufnr, srow, erow + 1, false)
+    local new_lines = vim.split(head .. new .. tail, '\n', { plain = true })
+    top = render_lines(bufnr, srow, old_lines, new_lines)
+  end
   local hint = opts.keymaps.accept and ('  ' .. opts.keymaps.accept .. ' accept edit') or '  next edit'
-  api.nvim_buf_set_extmark(bufnr, ns, drow, 0, { virt_text = { { hint, hl.hint } }, virt_text_pos = 'eol' })
+  api.nvim_buf_set_extmark(bufnr, ns, top, 0, { virt_text = { { hint, opts.hl.hint } }, virt_text_pos = 'eol' })
   return true
 end
+
+M._render = render -- for tests
+M._ns = ns
 
 --- Ask the server for a next edit at the cursor of the current window.
 ---@param cb? fun(shown: boolean)
