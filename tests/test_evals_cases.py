@@ -118,3 +118,27 @@ def test_metrics_and_gate_sweep() -> None:
     sweep = gate_sweep(recs)
     assert [(p["threshold"], p["coverage"], p["precision"]) for p in sweep] == [
         (0.4, 0.75, pytest.approx(1 / 3)), (0.6, 0.5, 0.5), (0.9, 0.25, 1.0)]
+
+
+def test_parse_lsp_suggestions() -> None:
+    from evals.runners import parse_suggestion
+
+    fim = _case([Edit("a.py", 26, 26, " * 2")])
+    cmd = {"title": "t", "command": "editServer.accept",
+           "arguments": [{"id": "1", "kind": "fim", "score": 0.75, "uri": "file:///w/a.py", "version": 1}]}
+    # an item whose range re-types the start of the line (range on one line, ending at the cursor)
+    item = {"insertText": "    return x + 1 * 2", "command": cmd,
+            "range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 16}}}
+    edits, score = parse_suggestion(fim, {"items": [item]}, {})
+    assert edits == [Edit("a.py", 10, 26, "    return x + 1 * 2")] and score == 0.75
+    assert judge(fim, edits).accepted
+    assert parse_suggestion(fim, [], {}) == ([], None)
+    assert parse_suggestion(fim, None, {}) == ([], None)
+    edit = _case([Edit("b.py", 0, 0, "import a\n")], kind="edit")
+    edit.files["b.py"] = "print(a.f(1))\n"
+    res = {"edits": [{"text": "import a\n", "textDocument": {"uri": "file:///w/b.py", "version": 1},
+                      "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                      "command": cmd}]}
+    edits, score = parse_suggestion(edit, res, {"file:///w/b.py": "b.py", "file:///w/a.py": "a.py"})
+    assert edits == [Edit("b.py", 0, 0, "import a\n")] and score == 0.75
+    assert judge(edit, edits).accepted
