@@ -290,14 +290,14 @@ function M.setup(cfg, client_fn)
       end)
       return ''
     end
-    return vim.keycode(keys.accept)
+    return keys.accept
   end, 'edit-server: accept next edit', true)
   map({ 'n', 'i' }, keys.dismiss, function()
     if M.shown[api.nvim_get_current_buf()] then
       M.dismiss(0)
       return ''
     end
-    return vim.keycode(keys.dismiss)
+    return keys.dismiss
   end, 'edit-server: dismiss next edit', true)
 end
 
