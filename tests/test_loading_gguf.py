@@ -260,3 +260,37 @@ def test_k_quant_tensors_dequantize_in_hf_shape(tmp_path: Path, qt: Q, block_byt
     assert got.shape == (rows, cols) and got.dtype == np.float32 and np.isfinite(got).all()
     np.testing.assert_array_equal(got, quants.dequantize(raw, qt))
     assert np.abs(got).max() > 0
+
+
+def test_converted_copy_is_reused_and_refreshed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from engine.loading import convert_cache, gguf_file
+
+    src = tmp_path / "m.gguf"
+    write_gguf(src, tiny_llama().state_dict(), {"model.embed_tokens.weight": Q.Q8_0})
+    first = load_checkpoint(src, convert_cache=True)
+    out = convert_cache.converted_dir(src)
+    assert (out / convert_cache.STAMP).is_file()
+    assert not list(tmp_path.glob(".converting-*"))
+    calls: list[Path] = []
+    real = gguf_file.load_gguf
+    monkeypatch.setattr(gguf_file, "load_gguf", lambda p, *a, **k: calls.append(p) or real(p, *a, **k))
+    again = load_checkpoint(src, convert_cache=True)
+    assert calls == [] and again.meta["converted"] == str(out)
+    assert again.args == first.args and again.name == first.name == "tiny-gguf"
+    assert all(torch.equal(again.state_dict[k], v) for k, v in first.state_dict.items())
+    assert again.tokenizer.special == first.tokenizer.special
+    # the GGUF changed (mtime): convert again; a corrupt copy too
+    os.utime(src, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns + 10**9))
+    load_checkpoint(src, convert_cache=True)
+    assert len(calls) == 1
+    (out / "model-00001-of-00001.safetensors").write_bytes(b"junk")
+    assert load_checkpoint(src, convert_cache=True).args == first.args
+    assert len(calls) == 2
+    # files outside the base cache dir are not cached by default
+    other = tmp_path / "o" / "m.gguf"
+    other.parent.mkdir()
+    other.write_bytes(src.read_bytes())
+    load_checkpoint(other)
+    assert not convert_cache.converted_dir(other).exists()

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointError", "load_checkpoint"]
 
 
-def load_checkpoint(spec: str | Path, dtype: torch.dtype | None = None) -> LoadedCheckpoint:
+def load_checkpoint(spec: str | Path, dtype: torch.dtype | None = None, *,
+                    convert_cache: bool | None = None) -> LoadedCheckpoint:
     """Load ``spec``: an HF checkpoint directory, a ``.gguf`` file, or ``"base"`` (the cached
     SmolLM2-135M GGUF, fetched first if needed). ``dtype`` casts the weights (default: as stored;
-    GGUF dequantizes to float32)."""
+    GGUF dequantizes to float32). ``convert_cache``: keep a safetensors copy of a converted GGUF next
+    to it for fast later loads (default: only for GGUF files in the base cache directory)."""
     if str(spec) == "base":
         from engine.loading.base import fetch_base
 
@@ -33,6 +35,14 @@ def load_checkpoint(spec: str | Path, dtype: torch.dtype | None = None) -> Loade
 
         return load_hf(path, dtype=dtype)
     if path.is_file() and path.suffix.lower() == ".gguf":
+        from engine.loading.base import default_cache_dir
+
+        if convert_cache is None:
+            convert_cache = path.resolve().parent == default_cache_dir().resolve()
+        if convert_cache:
+            from engine.loading.convert_cache import load_gguf_cached
+
+            return load_gguf_cached(path, dtype=dtype)
         from engine.loading.gguf_file import load_gguf
 
         return load_gguf(path, dtype=dtype)
