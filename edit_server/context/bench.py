@@ -108,15 +108,16 @@ def run(args: argparse.Namespace) -> int:
             rows["edit"].append((time.perf_counter() - t) * 1e3)
         results["fim_tokens"] = r.report.total
         results["sections"] = len(r.prompt.sections)
-        for i in range(args.runs):
-            ch = "x" if i % 2 == 0 else ""
+        for i in range(args.runs):  # type "x", then delete it: one didChange + one build each
             t = time.perf_counter()
-            new = text[:offset] + ch + text[offset:]
-            b.update_document(str(big), new, 100 + i, [(offset, "", ch)] if ch else [(offset, "x", "")])
-            b.build_fim(str(big), new, offset + len(ch), [])
+            if i % 2 == 0:
+                new, edit, cursor = text[:offset] + "x" + text[offset:], (offset, "", "x"), offset + 1
+            else:
+                new, edit, cursor = text[:offset] + text[offset + 1:], (offset, "x", ""), offset
+            b.update_document(str(big), new, 100 + i, [edit])
+            b.build_fim(str(big), new, cursor, [])
             rows["keystroke+fim"].append((time.perf_counter() - t) * 1e3)
-            text_prev = new
-            text = text_prev if ch else text
+            text = new
         b.close()
     results["timings"] = {k: _stats(v) for k, v in rows.items()}
     if args.json:

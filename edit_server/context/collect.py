@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ from engine.templates import Section
 
 if TYPE_CHECKING:
     from edit_server.context.builder import ContextBuilder
+
+MAX_AMBIGUOUS = 8
 
 
 def outline(b: ContextBuilder, path: Path, head: int = 40) -> str | None:
@@ -44,13 +47,20 @@ def _outline(b: ContextBuilder, path: Path, head: int) -> str | None:
 
 
 def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, int]) -> Iterator[Section]:
+    """Definitions of the identifiers used near the cursor: this file, then its directory, then
+    elsewhere; names defined in many places far away (ambiguous) are skipped."""
     seen: set[tuple[str, int]] = set()
-    here = Path(doc.path).parent
+    here = os.path.dirname(doc.path)
     n = 0
     for name in identifiers_near(doc.lang, doc.tree, doc.lines, row):
         defs = b.index.lookup(name)
-        defs.sort(key=lambda d: (d.path != doc.path, Path(d.path).parent != here, d.path, d.start_line))
-        for d in defs[:2]:
+        if not defs:
+            continue
+        ranked = sorted(defs, key=lambda d: (d.path != doc.path, os.path.dirname(d.path) != here,
+                                             d.path, d.start_line))
+        if len(defs) > MAX_AMBIGUOUS and os.path.dirname(ranked[0].path) != here:
+            continue
+        for d in ranked[:2]:
             if d.path == doc.path and visible[0] <= d.start_line and d.end_line < visible[1]:
                 continue  # already in the window
             if (d.path, d.start_line) in seen or not b._allowed(d.path, b._doc_text(d.path)):
@@ -87,12 +97,12 @@ def git(b: ContextBuilder, doc: Document, report_ready: list[bool]) -> Iterator[
     diff = ctx.diff(path)
     if diff:
         yield Section("git_diff", b.display(path), redact(diff))
-    me = ctx.top / ctx.rel(path)
+    me = str(ctx.top / ctx.rel(path))
     for p, _n in ctx.cochanged(path, 3):
-        if p != me and p.is_file() and (text := outline(b, p)):
+        if str(p) != me and (text := outline(b, p)):
             yield Section("cochange", b.display(p), text)
     for p in ctx.recent_files(6):
-        if p != me and p.is_file() and (text := outline(b, p)):
+        if str(p) != me and (text := outline(b, p)):
             yield Section("recent", b.display(p), text)
 
 
