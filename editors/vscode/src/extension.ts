@@ -62,7 +62,7 @@ function createClient(output: vscode.LogOutputChannel): LanguageClient {
   return new LanguageClient("editServer", "edit-server", serverOptions, clientOptions);
 }
 
-class NextEditController implements vscode.Disposable {
+export class NextEditController implements vscode.Disposable {
   private readonly deleted = vscode.window.createTextEditorDecorationType({
     backgroundColor: new vscode.ThemeColor("diffEditor.removedTextBackground"),
     textDecoration: "line-through",
