@@ -156,7 +156,7 @@ def _real_server_available() -> bool:
 @pytest.mark.skipif(not _real_server_available(), reason="edit_server.server / engine not available yet")
 def test_neovim_plugin_against_real_server(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "edit_server.cli", "--model", "tiny-random", "--device", "cpu"]
-    r = run_smoke(tmp_path, cmd, timeout=240, ES_GHOST_MS="5000")
+    r = run_smoke(tmp_path, cmd, timeout=240, ES_GHOST_MS="5000", ES_READY_MS="90000")
     assert r["attached"] and r["inline_provider"]
     assert r["status"]["state"] in ("ready", "busy"), r["status"]
     assert r["inline_requested"]  # Neovim's own inline completion asked the server while typing
