@@ -8,6 +8,7 @@ rows) and sets the block-diffusion args (attention, shifted logits, block size) 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from engine.checkpoint import LoadedCheckpoint
@@ -19,12 +20,15 @@ ADAPTER = WEIGHTS / "default"
 
 
 def load_default(adapter: Path | None = None, base: Path | None = None) -> LoadedCheckpoint:
-    """Base + adapter, merged. ``adapter``: path without suffix (default ``engine/weights/default``)."""
+    """Base + adapter, merged. ``adapter``: path without suffix (default ``$EDIT_SERVER_ADAPTER`` or
+    ``engine/weights/default``)."""
     from engine.loading import load_checkpoint
     from engine.loading.base import fetch_base
     from engine.train.lora import AdapterError, load_adapter, merge_adapter
 
-    adapter = Path(adapter) if adapter is not None else ADAPTER
+    if adapter is None:
+        adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter
+    adapter = Path(adapter)
     tensors, meta = load_adapter(adapter)  # clear errors naming the file/field come from here
     ck = load_checkpoint(base if base is not None else fetch_base())
     js = adapter.with_suffix(".json")

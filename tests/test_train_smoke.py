@@ -100,3 +100,16 @@ def test_cli_train_run_and_examples(corpus: Path, tmp_path: Path, capsys: pytest
                  "--kind", "edit"]) == 0
     assert "=== " in capsys.readouterr().out
     torch.set_num_threads(max(1, torch.get_num_threads()))
+
+
+def test_gpu_recipe_cpu_dry_run(tmp_path: Path) -> None:
+    from engine.train.gpu_recipe import dry_run, job_script
+
+    out = dry_run(tmp_path, timeout_s=240)
+    st = out["status"]
+    assert st["done"] and not st["running"], st["log_tail"]
+    assert st["step"] == 6
+    names = {Path(p).name for p in out["collected"]}
+    assert {"adapter.safetensors", "adapter.json", "summary.json"} <= names
+    script = job_script(tmp_path / "r", tmp_path / "c.json", ["steps=5"], ["/src"], "base", 50)
+    assert "--resume" in script and "eval humaneval-infill --model default --limit 50" in script
