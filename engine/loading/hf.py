@@ -9,6 +9,7 @@ file, several files, or a ``model.safetensors.index.json`` shard map); pickles a
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from safetensors import safe_open
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.loading.common import CheckpointError, finish, make_tokenizer
+
+log = logging.getLogger(__name__)
 
 INDEX = "model.safetensors.index.json"
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -195,16 +198,20 @@ def read_safetensors(root: Path, dtype: torch.dtype | None = None) -> dict[str, 
 
 
 def _eos_token(root: Path, cfg: Config, hf: Any) -> str:
+    """tokenizer_config.json's ``eos_token`` (as transformers does), else config's ``eos_token_id``."""
+    eos_id = cfg.get("eos_token_id")
+    if isinstance(eos_id, list):
+        eos_id = eos_id[0] if eos_id else None
     tc_path = root / "tokenizer_config.json"
     if tc_path.is_file():
         eos = json.loads(tc_path.read_text()).get("eos_token")
         if isinstance(eos, dict):
             eos = eos.get("content")
         if eos:
+            if eos_id is not None and hf.token_to_id(str(eos)) != int(eos_id):
+                log.warning("tokenizer_config.json eos_token %r (id %s) differs from config.json "
+                            "eos_token_id %s; using the tokenizer's", eos, hf.token_to_id(str(eos)), eos_id)
             return str(eos)
-    eos_id = cfg.get("eos_token_id")
-    if isinstance(eos_id, list):
-        eos_id = eos_id[0] if eos_id else None
     if eos_id is None:
         raise CheckpointError("config.json: missing field 'eos_token_id' (and no eos_token in "
                               "tokenizer_config.json)")
