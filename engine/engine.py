@@ -127,7 +127,8 @@ class Engine:
             "model": name, "label": self.meta.get("label", name), "device": str(self.device),
             "dtype": str(self.dtype).replace("torch.", ""), "attention": attention_path(self.device),
             "regime": self.args.attention, "shifted_logits": self.args.shifted_logits,
-            "block_size": self.args.block_size,
+            "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
+            "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
             "params": sum(t.numel() for t in model.parameters()),
         }
         log.info("engine ready: %s", self.info)
@@ -306,7 +307,7 @@ class Engine:
             for s in range(reuse, n, PREFILL_CHUNK):
                 e = min(n, s + PREFILL_CHUNK)
                 kv.length = s
-                mask = None if s == 0 else causal_mask(e - s, s, self.device)
+                mask = None if s == 0 or e - s == 1 else causal_mask(e - s, s, self.device)
                 h = self.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=s == 0,
                                logits_slice=slice(0, 0))
                 j.forwards += 1
