@@ -180,6 +180,7 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
             valid = ls.cache.still_valid(uri, doc.text)
             entry = ls.cache.peek(uri)
             ls.feedback.typed_over(uri, {entry.id} if valid and entry else set())
+            ls.feedback.expire()
             if not valid:
                 ls.cache.drop(uri)
 
