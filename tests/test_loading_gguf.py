@@ -85,9 +85,9 @@ def write_gguf(path: Path, state: dict[str, torch.Tensor], qtype: dict[str, Q] |
         if tie and k == "lm_head.weight":
             continue
         arr = t.detach().numpy().astype(np.float32)
-        if "q_proj" in k:
+        if arch == "llama" and "q_proj" in k:
             arr = llama_cpp_permute(arr, HEADS)
-        elif "k_proj" in k:
+        elif arch == "llama" and "k_proj" in k:
             arr = llama_cpp_permute(arr, KV)
         qt = (qtype or {}).get(k, Q.F32)
         if qt == Q.F32:
@@ -294,3 +294,18 @@ def test_converted_copy_is_reused_and_refreshed(tmp_path: Path, monkeypatch: pyt
     other.write_bytes(src.read_bytes())
     load_checkpoint(other)
     assert not convert_cache.converted_dir(other).exists()
+
+
+def test_qwen2_gguf_has_biases_and_no_permutation(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=DIM, num_hidden_layers=LAYERS,
+                                   num_attention_heads=HEADS, num_key_value_heads=KV, intermediate_size=FF,
+                                   rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    sd = model.state_dict()
+    write_gguf(tmp_path / "q.gguf", sd, arch="qwen2", tie=True)
+    ck = load_checkpoint(tmp_path / "q.gguf")
+    assert ck.args.qkv_bias and ck.args.tie_embeddings
+    for k, v in sd.items():
+        if k != "lm_head.weight":
+            assert torch.equal(ck.state_dict[k][: v.shape[0]], v), k
