@@ -57,5 +57,5 @@ def test_bench_context_tiny(capsys: pytest.CaptureFixture[str]) -> None:
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fim_tokens"] <= 2048 and out["symbols_files"] >= 13
-    assert set(out["timings"]) == {"fim", "edit", "keystroke+fim"}
+    assert set(out["timings"]) == {"fim", "edit", "didChange", "reparse", "build after edit", "keystroke total"}
     assert all(v["median_ms"] > 0 for v in out["timings"].values())
