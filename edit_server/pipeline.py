@@ -8,10 +8,11 @@ calls :meth:`Pipeline.fim_prompt` / :meth:`Pipeline.edit_prompt` (context buildi
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import logging
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from edit_server import gate
@@ -103,14 +104,22 @@ class SimpleContext:
     def close_document(self, path: str) -> None:
         pass
 
-    def fim(self, req: FimRequest) -> FimPrompt:
+    def blocked(self, path: str) -> bool:
+        p = PurePath(path)
+        return any(p.match(g) or fnmatch.fnmatch(path, g) for g in self.settings.exclude)
+
+    def fim(self, req: FimRequest) -> FimPrompt | None:
+        if self.blocked(req.path):
+            return None
         chars = self.settings.context_budget * 3  # ~3 characters per token
         pre = req.text[max(0, req.offset - int(chars * 0.75)) : req.offset]
         suf = req.text[req.offset : req.offset + int(chars * 0.25)]
         diffs = tuple(h.diff for h in req.history)
         return FimPrompt(pre, suf, path=_rel(req.path), history=diffs)
 
-    def edit(self, req: EditRequest) -> EditBuilt:
+    def edit(self, req: EditRequest) -> EditBuilt | None:
+        if self.blocked(req.path):
+            return None
         text, off = req.text, req.offset
         line = text.count("\n", 0, off)
         lines = text.split("\n")

@@ -157,3 +157,36 @@ def test_worker_supersede_and_batching(worker: Any) -> None:
     r_new, r_other = f_new.result(30), f_other.result(30)
     assert r_new is not None and r_other is not None
     assert r_new.batch == r_other.batch == 2  # queued together -> one generate_batch call
+
+
+def test_simple_context_honours_exclude_globs() -> None:
+    ctx = pipeline.SimpleContext(Settings())
+    assert ctx.fim(FimRequest("u", "/w/.env", "KEY=1\n", 1, 0)) is None
+    assert ctx.edit(EditRequest("u", "/w/certs/a.pem", "x\n", 1, 0)) is None
+    assert ctx.fim(FimRequest("u", "/w/a.py", "x\n", 1, 0)) is not None
+
+
+class Broken:
+    tokenizer = None
+    info: dict = {}
+
+    def infill(self, *a: Any, **k: Any) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_engine_failure_and_bad_model_are_reported_not_fatal(worker: Any) -> None:
+    rec = Recorder()
+    w = EngineWorker(rec)
+    try:
+        w.load("/nonexistent/model.gguf", "cpu", Settings())
+        job = _fim("x")
+        assert w.submit(job).result(60) is None  # not loaded: empty answer
+        assert rec.states[-1][0] == "error" and "/nonexistent/model.gguf" in rec.states[-1][1]
+        w.engine, w._ctx = Broken(), pipeline.SimpleContext(Settings())
+        with pytest.raises(RuntimeError, match="boom"):
+            w.submit(_fim("x")).result(30)
+        with pytest.raises(RuntimeError):  # the worker thread is still alive and serving
+            w.submit(_fim("y")).result(30)
+    finally:
+        w.stop()
+        w.join(5)
