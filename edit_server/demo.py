@@ -120,6 +120,7 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout) -> 
             say(f"    {r.start.line + 1}:{r.start.character + 1}-{r.end.line + 1}:{r.end.character + 1} "
                 f"-> {e.text!r}")
     else:
+        say("  the model did not load; try --model tiny-random (random weights) to see the plumbing")
         rc = 1
     await client.shutdown_async(None)
     client.exit(None)
