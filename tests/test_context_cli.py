@@ -40,10 +40,13 @@ def test_context_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_context_table_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = _ws(tmp_path)
-    assert main(["context", f"{f}:5:9", "--kind", "edit", "--root", str(tmp_path), "--show-text"]) == 0
+    assert main(["context", f"{f}:1:5", "--kind", "edit", "--root", str(tmp_path), "--show-text"]) == 0
     out = capsys.readouterr().out
-    assert "edit context for main.py line 5 col 9" in out
-    assert "region" in out and "definition" in out and "util.py" in out and "def helper" in out
+    assert "edit context for main.py line 1 col 5" in out
+    assert "region" in out and "util.py" in out and "def helper" in out
+    # the region around line 6 holds a password: no rewrite may touch it
+    assert main(["context", f"{f}:6:5", "--kind", "edit", "--root", str(tmp_path)]) == 0
+    assert "no context sent: secret in the editable region" in capsys.readouterr().out
 
 
 def test_context_bad_location(capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,7 +134,11 @@ def test_nothing_secret_or_excluded_reaches_a_prompt(ws, secret, where, cursor_f
     b.update_document(str(root / "ok.py"), f"def helper_ok(x):\n{line}\n    return x + 1\n", 1)
     b.update_document(str(root / ".netrc"), "machine x login NETRC_MARKER\n", 1)
     b.update_document(str(outside / "outside.py"), "def outside_fn(x):\n    return 'OUTSIDE_MARKER'\n", 1)
-    for build in (b.build_fim(main, text, cursor, hist), b.build_edit(main, text, cursor, hist)):
+    fim, edit = b.build_fim(main, text, cursor, hist), b.build_edit(main, text, cursor, hist)
+    if edit.report.region_lines and any(is_secret_line(x) for x in text[edit.region_start:edit.region_end]
+                                         .splitlines()):
+        assert edit.report.blocked == "secret in the editable region"
+    for build in (edit, fim):
         seen = _all_text(build.prompt)
         assert value not in seen
         for part in value.split("/"):  # no long piece of a key either

@@ -150,3 +150,19 @@ def test_unknown_language_is_line_based() -> None:
     assert doc.tree is None and doc.node_at(0) is None
     doc.apply("a\nbb\n\nc\n", 2, [(2, "b", "bb")])
     assert doc.lines == ["a\n", "bb\n", "\n", "c\n", ""]
+
+
+def test_builder_infers_edits_when_none_are_given(tmp_path) -> None:
+    from edit_server.context import ContextBuilder, ContextOptions
+
+    text, _, _, _ = parse_markers((FIXTURES / "region.py").read_text())
+    b = ContextBuilder([tmp_path], None, ContextOptions(git=False, index_workspace=False))
+    path = str(tmp_path / "a.py")
+    b.update_document(path, text, 1)
+    new = text.replace("y = x * 2", "y = x * 3 + 1")
+    b.update_document(path, new, 2)  # full text only, like a didChange with full sync
+    b.update_document(path, new, 3)  # same text again: nothing to do
+    doc = b.docs[path]
+    assert doc.sexp() == Document.open(path, new, 3).sexp()
+    assert doc.reparsed_fully == 0 and doc.version == 3
+    b.close()

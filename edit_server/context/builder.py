@@ -27,7 +27,7 @@ from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, Shares, Toke
 from edit_server.context.exclusions import Exclusions
 from edit_server.context.gitctx import GitContext
 from edit_server.context.symbols import SymbolIndex, extract
-from edit_server.context.syntax import Document, Edit
+from edit_server.context.syntax import Document, Edit, infer_edit
 from edit_server.context.window import LineCosts, Window, expand, fim_window, region_lines, region_text
 from engine.templates import EditPrompt, FimPrompt, Section, render_edit, render_fim
 from engine.tokens import TokenizerLike
@@ -155,15 +155,19 @@ class ContextBuilder:
     # ---- documents ---------------------------------------------------------------------
     def update_document(self, path: str, text: str, version: int,
                         edits: Sequence[Edit] | None = None) -> None:
-        """Open or update a document; ``edits`` as in ``syntax.Document.apply`` (incremental)."""
+        """Open or update a document; ``edits`` as in ``syntax.Document.apply`` (incremental). Without
+        edits, the changed span is inferred (common prefix / suffix), so the reparse stays incremental."""
         with self._lock:
             doc = self.docs.get(path)
             if doc is None:
                 self.docs[path] = Document.open(path, text, version)
                 self.exclusions.forget(path)
                 self.refresh_git(path)
+            elif text == doc.text:
+                doc.version = version  # nothing changed (e.g. the same text re-sent with a request)
+                return
             else:
-                doc.apply(text, version, edits)
+                doc.apply(text, version, edits if edits else [infer_edit(doc.text, text)])
             self._tick += 1
             self._touched[path] = self._tick
 
@@ -328,6 +332,8 @@ class ContextBuilder:
             if avail < 0:
                 raise ValueError(f"context budget {rep.budget} is smaller than the prompt's fixed part ({rep.fixed})")
             rep.region_lines, rep.redacted_region = (lo, hi), region.redacted
+            if not reason and region.redacted:  # a rewrite would destroy the secret line
+                reason = "secret in the editable region"
             if reason:
                 rep.blocked, rep.total, rep.excluded = reason, head, {path: reason}
                 return EditBuild(EditPrompt("", "", "", 0, rel), offset, offset, rep)

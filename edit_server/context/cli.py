@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.kind} context for {rep.path} line {line} col {col}: {rep.total} / {rep.budget} tokens "
           f"({'exact' if rep.exact else 'estimated'}; fixed {rep.fixed}; built in {rep.ms:.1f} ms)")
     if rep.blocked:
-        print(f"current file excluded: {rep.blocked}")
+        print(f"no context sent: {rep.blocked}")
     lo, hi = rep.window_lines
     print(f"\n{'source':<12} {'kind':<11} {'tokens':>7} {'allowed':>8}  path")
     print(f"{'window':<12} {'window':<11} {rep.window.used:>7} {rep.window.allowed:>8}  "
