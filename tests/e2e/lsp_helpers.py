@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
@@ -12,6 +14,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 
 from tests.conftest import ROOT
 
+WORK = Path(tempfile.mkdtemp(prefix="edit-server-e2e-"))  # workspace root: small, not a git repo
 SERVER = [sys.executable, "-m", "edit_server", "--model", "tiny-random", "--device", "cpu"]
 STATUS = "$/editServer/status"
 
@@ -54,7 +57,7 @@ async def start(client: LanguageClient, init: dict[str, Any] | None = None, wait
     res = await client.initialize_session(lsp.InitializeParams(
         capabilities=lsp.ClientCapabilities(general=lsp.GeneralClientCapabilities(
             position_encodings=[lsp.PositionEncodingKind.Utf8, lsp.PositionEncodingKind.Utf16])),
-        root_uri=ROOT.as_uri(), initialization_options=init if init is not None else options()))
+        root_uri=WORK.as_uri(), initialization_options=init if init is not None else options()))
     if wait:
         await wait_state(client, "ready")
     return res
@@ -73,7 +76,7 @@ def _get(obj: Any, key: str) -> Any:
 
 
 def uri(name: str) -> str:
-    return (ROOT / "tests" / "e2e" / "_virtual" / name).as_uri()
+    return (WORK / name).as_uri()
 
 
 def open_doc(client: LanguageClient, u: str, text: str, version: int = 1) -> None:
