@@ -122,9 +122,6 @@ class EditServer(LanguageServer):
         return self.history.recent(self.settings.history_size, now=time.monotonic())
 
 
-server = None  # the module-level instance is created by build()
-
-
 def _path(uri: str) -> str:
     return to_fs_path(uri) or ""
 
