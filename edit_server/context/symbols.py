@@ -32,7 +32,7 @@ class Definition:
 
 def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12) -> list[Definition]:
     defs_q = languages.queries(lang)[0]
-    lines = text.splitlines(keepends=True)
+    lines = text.split("\n")  # tree-sitter rows: only \n ends a line
     out: list[Definition] = []
     for _, caps in QueryCursor(defs_q).matches(tree.root_node):
         node, name = caps.get("def", [None])[0], caps.get("name", [None])[0]
@@ -40,13 +40,11 @@ def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12) ->
             continue
         ident = re.split(r"[.:]", name.text.decode("utf-8", "replace"))[-1]
         start, end = node.start_point[0], node.end_point[0]
-        snippet = lines[start:min(end + 1, start + max_lines)]
+        snippet = [x + "\n" for x in lines[start:min(end + 1, start + max_lines)]]
         if end + 1 > start + max_lines:
-            indent = re.match(r"\s*", snippet[-1]).group(0) if snippet else ""
-            snippet.append(f"{indent.rstrip(chr(10))}...\n")
-        text_ = "".join(snippet)
-        out.append(Definition(ident, path, start, end, node.type, redact(text_ if text_.endswith("\n")
-                                                                          else text_ + "\n")))
+            indent = re.match(r"[ \t]*", snippet[-1]).group(0) if snippet else ""
+            snippet.append(f"{indent}...\n")
+        out.append(Definition(ident, path, start, end, node.type, redact("".join(snippet))))
     return out
 
 
