@@ -34,7 +34,7 @@ from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 MAX_BUDGET = 32_768
-EXTRACT_EVERY_S = 2.0  # re-index an open document's definitions at most this often
+EXTRACT_IDLE_S = 1.0  # re-index an open document's definitions once typing pauses this long
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ class ContextBuilder:
         self._outlines: dict[str, tuple[int, str | None]] = {}
         self._imports: dict[tuple[str, tuple[str, ...]], list[Path]] = {}
         self._git: dict[Path, GitContext | None] = {}
-        self._doc_defs: dict[str, tuple[int, float]] = {}  # path -> (version indexed, when)
+        self._doc_defs: dict[str, int] = {}  # path -> version whose definitions are indexed
+        self._updated_at: dict[str, float] = {}
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-bg")
         self._pending: list[Future] = []
@@ -170,6 +171,7 @@ class ContextBuilder:
                 doc.apply(text, version, edits if edits else [infer_edit(doc.text, text)])
             self._tick += 1
             self._touched[path] = self._tick
+            self._updated_at[path] = time.monotonic()
 
     def close_document(self, path: str) -> None:
         with self._lock:
@@ -177,6 +179,7 @@ class ContextBuilder:
             self._touched.pop(path, None)
             self._doc_defs.pop(path, None)
             self._costs.pop(path, None)
+            self._updated_at.pop(path, None)
         if Path(path).is_file():
             self._submit(self.index.index_file, Path(path))
         else:
@@ -187,11 +190,12 @@ class ContextBuilder:
         if doc is None or doc.text != text:
             self.update_document(path, text, (doc.version + 1) if doc else 0)
             doc = self.docs[path]
-        stale = self._doc_defs.get(path)
+        done = self._doc_defs.get(path)
+        idle = time.monotonic() - self._updated_at.get(path, 0.0) > EXTRACT_IDLE_S
         if doc.tree is not None and path not in self._extracting and (
-                stale is None or stale[0] != doc.version and time.monotonic() - stale[1] > EXTRACT_EVERY_S):
+                done is None or done != doc.version and idle):
             self._extracting.add(path)
-            self._doc_defs[path] = (doc.version, time.monotonic())
+            self._doc_defs[path] = doc.version
             self._submit(self._extract, path, doc.lang, doc.tree.copy(), doc.text)
         return doc
 
