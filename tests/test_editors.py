@@ -213,3 +213,51 @@ def test_vscode_extension_compiles_and_runs_under_stub() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = subprocess.run([node, str(vscode / "test" / "smoke.js")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "vscode smoke: ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _range(l0: int, c0: int, l1: int, c1: int) -> dict[str, Any]:
+    return {"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}}
+
+
+@needs_nvim
+def test_neovim_next_edit_rendering(tmp_path: Path) -> None:
+    """Only the changed part is drawn: deletions highlighted, insertions as (inline / line) virtual text."""
+    lines = ["def f(x):", "    return x", "é = 'ü'; y = 1"]
+    cases = [
+        {"lines": lines, "edit": {"text": "    return x * 2", "range": _range(1, 0, 1, 12)}},  # append
+        {"lines": lines, "edit": {"text": "", "range": _range(1, 0, 2, 0)}},  # delete a line
+        {"lines": lines, "edit": {"text": "    y = 2\n    return x + y", "range": _range(1, 0, 1, 12)}},
+        {"lines": lines, "edit": {"text": "y = 3", "range": _range(2, 9, 2, 14)}},  # after é/ü (UTF-16)
+        {"lines": lines, "edit": {"text": "    return x", "range": _range(1, 0, 1, 12)}},  # no change
+    ]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ES_PLUGIN": str(NVIM_PLUGIN), "ES_CASES": str(tmp_path / "cases.json"),
+           "ES_OUT": str(out)}
+    assert NVIM is not None
+    subprocess.run([NVIM, "--headless", "--clean", "-S", str(NVIM_PLUGIN / "tests" / "render.lua")], env=env,
+                   capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    report = json.loads(out.read_text())
+    assert "error" not in report, report
+    assert report["fallback_line"] == "x\ty"  # <Tab> falls back to a literal Tab when nothing is shown
+    res = report["cases"]
+
+    def marks(i: int) -> list[dict[str, Any]]:
+        return [m for m in res[i]["marks"] if m.get("virt_pos") != "eol"]  # drop the accept hint
+
+    # 1: pure insertion " * 2" at the end of line 2, inline
+    assert marks(0) == [{"row": 1, "col": 12, "virt_text": " * 2", "virt_pos": "inline"}]
+    # 2: deletion of the line "    return x": whole line highlighted, nothing inserted
+    assert marks(1) == [{"row": 1, "col": 0, "line_hl": "EditServerDelete"}]
+    # 3: one line becomes two: the new line "    y = 2" is shown above it as a virtual line,
+    #    the changed line gets " + y" inline (line diff first, then characters)
+    assert sorted(marks(2), key=lambda x: x["col"]) == [
+        {"row": 1, "col": 0, "virt_lines": ["    y = 2"], "above": True},
+        {"row": 1, "col": 12, "virt_text": " + y", "virt_pos": "inline"}]
+    # 4: UTF-16 columns past multibyte chars: "1" (byte col 15) replaced by "3"
+    m = marks(3)
+    assert {"row": 2, "col": 15, "end_row": 2, "end_col": 16, "hl": "EditServerDelete"} in m
+    assert any(x.get("virt_text") == "3" and x["col"] == 16 for x in m)
+    # 5: an edit that changes nothing is not shown
+    assert res[4]["changed"] is False and res[4]["marks"] == []
+    assert all(r["changed"] for r in res[:4])

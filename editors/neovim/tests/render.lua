@@ -4,7 +4,7 @@
 vim.opt.rtp:prepend(vim.env.ES_PLUGIN)
 local ne = require('edit_server.next_edit')
 local cases = vim.json.decode(table.concat(vim.fn.readfile(vim.env.ES_CASES), '\n'))
-local results = {}
+local results = { cases = {} }
 local ok, err = pcall(function()
   for i, case in ipairs(cases) do
     local buf = vim.api.nvim_create_buf(true, false)
@@ -21,9 +21,20 @@ local ok, err = pcall(function()
         virt_text = virt, virt_pos = d.virt_text_pos, virt_lines = vlines,
       }
     end
-    results[i] = { changed = changed, marks = marks }
+    results.cases[i] = { changed = changed, marks = marks }
   end
 end)
+-- keymaps: with nothing shown, <Tab> and <M-CR> keep their usual meaning (a literal Tab / newline)
+if ok then
+  ok, err = pcall(function()
+    require('edit_server').setup({ cmd = { 'edit-server-not-installed' } })
+    local buf = vim.api.nvim_create_buf(true, false)
+    vim.api.nvim_set_current_buf(buf)
+    vim.bo[buf].expandtab = false
+    vim.api.nvim_feedkeys(vim.keycode('ix<Tab>y<Esc>'), 'mx', false)
+    results.fallback_line = vim.api.nvim_buf_get_lines(buf, 0, -1, false)[1]
+  end)
+end
 if not ok then
   results = { error = tostring(err) }
 end

@@ -87,8 +87,12 @@ local function main()
     return #extmarks('nvim.lsp.inline_completion') > 0
   end, tonumber(env.ES_GHOST_MS or '3000'))
   local before = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
-  out.inline_accepted = vim.lsp.inline_completion.get() and true or false
-  sleep(100)
+  if out.inline_ghost then -- accept with the plugin's <Tab> mapping, as a user would
+    api.nvim_feedkeys(vim.keycode('<Tab>'), 'm', false)
+    out.inline_accepted = wait_for(function()
+      return table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n') ~= before
+    end, 3000)
+  end
   out.inline_changed = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n') ~= before
   api.nvim_feedkeys(vim.keycode('<Esc>'), 'n', false)
   sleep(100)
@@ -112,8 +116,13 @@ local function main()
     and { replied = true, err = ne.last_response.err, result = ne.last_response.result }
   out.edit_shown = shown
   out.edit_extmarks = #extmarks('edit_server.next_edit')
-  if shown then
-    out.edit_accepted = ne.accept(0)
+  if shown then -- accept with the plugin's <M-CR> mapping (normal mode)
+    local lines_before = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    api.nvim_feedkeys(vim.keycode('<M-CR>'), 'm', false)
+    out.edit_accepted = wait_for(function()
+      return ne.shown[api.nvim_get_current_buf()] == nil
+        and table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n') ~= lines_before
+    end, 3000)
     sleep(200)
   end
   out.text_final = api.nvim_buf_get_lines(0, 0, -1, false)
