@@ -148,7 +148,7 @@ def sites_import(text: str, rng: random.Random) -> tuple[str, list[Site]] | None
 
 def _line_bounds(text: str, rng: random.Random) -> tuple[int, int] | None:
     starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    cand = [(a, text.find("\n", a)) for a in starts if text.find("\n", a) - a > 8 and text[a:].strip()]
+    cand = [(a, e) for a in starts if (e := text.find("\n", a)) > a and len(text[a:e].strip()) > 8]
     return rng.choice(cand) if cand else None
 
 
@@ -169,6 +169,8 @@ def sites_finish_line(text: str, rng: random.Random) -> tuple[str, list[Site]] |
         return None
     a, e = lb
     indent = a + len(text[a:e]) - len(text[a:e].lstrip())
+    if e - indent < 3:
+        return None
     p = rng.randint(indent + 1, e - 1)
     orig = text[:indent] + text[e:]
     return orig, [Site(indent, indent, text[indent:p]), Site(indent, indent, text[p:e])]

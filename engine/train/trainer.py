@@ -93,8 +93,10 @@ class ExampleStream:
         self.rng = random.Random(seed)
 
     def one(self) -> Example:
-        for _ in range(200):
-            kind = self.rng.choices(self.kinds, self.weights)[0]
+        kind = self.rng.choices(self.kinds, self.weights)[0]
+        for attempt in range(200):  # keep the drawn kind for a while: the mix stays what the config says
+            if attempt and attempt % 50 == 0:
+                kind = self.rng.choices(self.kinds, self.weights)[0]
             if kind == "git":
                 from engine.train.git_pairs import git_example
 
