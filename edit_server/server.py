@@ -101,10 +101,13 @@ class EditServer(LanguageServer):
 
     def apply_settings(self, raw: Any, base: Settings) -> None:
         settings, bad = resolve(raw, base)
-        if self.cli_model and not (isinstance(raw, dict) and "model" in raw):
-            settings.model = self.cli_model
-        if self.cli_device and not (isinstance(raw, dict) and "device" in raw):
-            settings.device = self.cli_device
+        inner = raw.get("editServer", raw) if isinstance(raw, dict) else {}
+        inner = inner if isinstance(inner, dict) else {}
+        if base == Settings():  # first resolution: command-line flags fill what the client did not set
+            if self.cli_model and "model" not in inner:
+                settings.model = self.cli_model
+            if self.cli_device and "device" not in inner:
+                settings.device = self.cli_device
         self.settings = settings
         self.cache.ttl_s = settings.suggestion_ttl_s
         if bad:

@@ -56,15 +56,15 @@ class Scripted(_Wrapped):
         return r
 
 
-def _base() -> Any:
+def _base(spec: str) -> Any:
     from engine import Engine
 
-    return Engine.load("tiny-random", device="cpu")
+    return Engine.load("tiny-random" if spec in ("tiny-random", "default") else spec, device="cpu")
 
 
 def slow(spec: str, device: str) -> Slow:
-    return Slow(_base())
+    return Slow(_base(spec))
 
 
 def scripted(spec: str, device: str) -> Scripted:
-    return Scripted(_base())
+    return Scripted(_base(spec))

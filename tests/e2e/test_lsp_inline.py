@@ -11,7 +11,17 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import LanguageClient
 
-from tests.e2e.lsp_helpers import change, config, inline, inline_edit, open_doc, raw_request, start, uri
+from tests.e2e.lsp_helpers import (
+    change,
+    config,
+    inline,
+    inline_edit,
+    open_doc,
+    raw_request,
+    start,
+    uri,
+    wait_state,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -111,3 +121,20 @@ async def test_invalid_params_get_errors_and_server_keeps_serving(client: Langua
             "textDocument": {"uri": uri("a.py")}, "position": {"line": "x"}})
     assert (await inline_edit(client, uri("nope.py"), 1, 0, 0)).edits == []
     assert _items(await inline(client, uri("nope.py"), 0, 0)) == []
+
+
+async def test_model_change_reloads_and_broken_model_is_not_fatal(client: LanguageClient) -> None:
+    u = uri("reload.py")
+    open_doc(client, u, "def add(a, b):\n    return \n")
+    client.statuses.clear()  # type: ignore[attr-defined]
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"editServer": {"model": "/nonexistent/broken.gguf"}}))
+    await wait_state(client, "error")
+    err = [s for s in client.statuses if s.state == "error"][0]  # type: ignore[attr-defined]
+    assert "broken.gguf" in err.message
+    assert _items(await inline(client, u, 1, 11)) == []  # no model: empty answer, still serving
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"model": "tiny-random"}))
+    await wait_state(client, "ready")
+    [item] = _items(await inline(client, u, 1, 11))
+    assert item.insert_text == "a + b"
