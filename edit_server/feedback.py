@@ -83,13 +83,14 @@ class FeedbackStore:
         if o is not None:
             self._log(o, "partial", accepted_length=accepted_length)
 
-    def typed_over(self, uri: str, keep: set[str] | None = None) -> None:
-        """The document changed: shown suggestions for it not in ``keep`` are rejected."""
+    def typed_over(self, uri: str, keep: set[str] | None = None, reason: str = "typed over") -> None:
+        """The document changed (or a newer suggestion replaced the shown one, ``reason="replaced"``):
+        shown suggestions for it not in ``keep`` are rejected; unshown ones are forgotten."""
         keep = keep or set()
         for o in list(self._pending.values()):
             if o.uri == uri and o.id not in keep:
                 if o.shown:
-                    self._log(o, "rejected", reason="typed over")
+                    self._log(o, "rejected", reason=reason)
                 else:
                     self._pending.pop(o.id, None)
 

@@ -312,7 +312,8 @@ async def _inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
     if sug is None or not sug.show:
         return None
     ls.cache.put(uri, sug.id, sug.text, text, offset, sug.score)
-    if ls.feedback is not None:
+    if ls.feedback is not None:  # a shown suggestion replaced by a new one was dismissed
+        ls.feedback.typed_over(uri, reason="replaced")
         ls.feedback.offered(sug.id, "fim", uri, sug.score)
     now = ls.docs.get(uri)
     if now is None:

@@ -93,6 +93,10 @@ def test_feedback_store_signals() -> None:
     assert fb.events("b") == ["shown", "rejected"]
     assert fb.events("c") == ["shown", "expired"]
     assert fb.counts() == {"shown": 3, "partial": 1, "accepted": 1, "rejected": 1, "expired": 1}
+    fb.offered("d", "fim", "u", 0.5)
+    fb.shown("d")
+    fb.typed_over("u", reason="replaced")
+    assert fb.events("d") == ["shown", "rejected"]
 
 
 class Recorder:
