@@ -176,3 +176,11 @@ def test_redaction_keeps_harmless_lines() -> None:
     text = "x = 1\npassword = get_password()\nkey = 'short'\n"
     assert redact(text) == text
     assert redact('  api_key = "abcd1234efgh"\nok\n') == "  [REDACTED]\nok\n"
+
+
+def test_without_roots_secrets_are_still_excluded(tmp_path) -> None:
+    from edit_server.context import Exclusions
+
+    ex = Exclusions([])
+    assert ex.reason(tmp_path / ".env").startswith("secret file")
+    assert ex.reason(tmp_path / "a.py") is None

@@ -1,7 +1,26 @@
 """Context builder: workspace + document + cursor + edit history → prompt sections (no pygls here).
 
-``ContextBuilder(roots, tokenizer, options)``; ``update_document`` / ``close_document`` from the
-server's didOpen/didChange/didClose; ``build_fim`` / ``build_edit`` from a worker thread.
+Use::
+
+    b = ContextBuilder(roots, tokenizer, ContextOptions(model_context=args.max_seq_len))
+    b.update_document(path, text, version, edits)   # didOpen / didChange (cheap: records tree edits)
+    b.close_document(path)                          # didClose
+    fim = b.build_fim(path, text, offset, history.recent(8), budget=ctx - canvas)   # worker thread
+    edit = b.build_edit(path, text, offset, history.recent(8), budget=...)          # worker thread
+
+* ``edits``: LSP-style, applied in order — ``(start_offset, old_text, new_text)`` in characters of the
+  text before that edit, or tree-sitter's ``(start_byte, old_end_byte, new_end_byte, start_point,
+  old_end_point, new_end_point)``. Omitted: inferred from the texts (common prefix/suffix). Either way
+  the tree is updated with ``tree.edit`` and reparsed incrementally, lazily, by the next build.
+* Threads: ``update_document`` is safe on the event loop; ``build_*`` take a few ms (more right after
+  an edit: the reparse) — call them from the worker thread. Indexing and git run in the builder's own
+  background thread (``wait_idle`` for tests / CLI).
+* Budget: tokens of ``render_fim``/``render_edit`` ids, default the model context capped at 32,768;
+  ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
+* ``report.blocked`` set: the current file is excluded, or the editable region holds a secret line —
+  the prompt is empty and no suggestion should be made.
+* ``history``: any objects with ``.path .diff .timestamp .open`` (``edit_server.history.Hunk``).
+* ``edit-server context FILE:LINE:COL`` shows what would be sent; ``edit-server bench context`` times it.
 """
 
 from edit_server.context.budget import Shares, TokenCounter

@@ -159,13 +159,11 @@ class Exclusions:
 
     def _reason(self, p: Path, check_content: bool, text: str | None, assume_not_ignored: bool) -> str | None:
         root = self.root_of(p)
-        if root is None:
-            return "outside the workspace roots" if self.roots else None
+        if root is None and self.roots:
+            return "outside the workspace roots"
         r = self.name_reason(p.resolve()) or self.name_reason(p)
         if r:
             return r
-        if p.is_symlink() and self.root_of(p) is None:
-            return "symlink leaving the workspace"
         if check_content and text is None and p.exists():
             try:
                 size = p.stat().st_size
@@ -179,7 +177,7 @@ class Exclusions:
                 return f"unreadable ({e.strerror})"
         if text is not None and (len(text) > MAX_FILE_BYTES or "\0" in text[:8192]):
             return "binary or larger than 1 MB"
-        if not assume_not_ignored and self._git_ignored(p.resolve(), root):
+        if root is not None and not assume_not_ignored and self._git_ignored(p.resolve(), root):
             return "ignored by git"
         return None
 
