@@ -141,7 +141,11 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
         ls.worker = EngineWorker(ls.status, roots)
         raw = params.initialization_options
         ls.apply_settings(raw, Settings())
-        ls.feedback = FeedbackStore(ls.settings.feedback_db, ls.settings.suggestion_ttl_s)
+        try:
+            ls.feedback = FeedbackStore(ls.settings.feedback_db, ls.settings.suggestion_ttl_s)
+        except Exception as e:  # e.g. a read-only data dir: keep serving, don't persist feedback
+            log.warning("feedback store unavailable (%s); keeping signals in memory", e)
+            ls.feedback = FeedbackStore(":memory:", ls.settings.suggestion_ttl_s)
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: EditServer, *_: Any) -> None:
