@@ -146,6 +146,8 @@ def test_nothing_secret_or_excluded_reaches_a_prompt(ws, secret, where, cursor_f
         for m in MARKERS:
             assert m not in seen, m
     assert "helper_ok" in seen  # control: allowed context does get in
+    assert fim.report.excluded[str(root / ".env")].startswith("secret file")  # reported, with the reason
+    assert fim.report.excluded[str(outside / "outside.py")] == "outside the workspace roots"
 
 
 def test_exclusion_reasons(ws) -> None:

@@ -282,7 +282,9 @@ class ContextBuilder:
     def build_fim(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
                   budget: int | None = None) -> FimBuild:
         t0 = time.perf_counter()
+        offset = max(0, min(offset, len(text)))
         with self._lock:
+            self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
             rep = BuildReport("fim", rel, self._budget(budget), exact=self.counter.tokenizer is not None)
@@ -318,8 +320,10 @@ class ContextBuilder:
     def build_edit(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
                    budget: int | None = None) -> EditBuild:
         t0 = time.perf_counter()
+        offset = max(0, min(offset, len(text)))
         o = self.options
         with self._lock:
+            self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
             rep = BuildReport("edit", rel, self._budget(budget), exact=self.counter.tokenizer is not None)
@@ -374,7 +378,7 @@ class ContextBuilder:
         rep.window.allowed = rep.budget - rep.fixed - sum(r.used for r in rep.sources)
         rep.window_lines = (win.start_line, win.end_line)
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
-        rep.excluded = dict(self.exclusions.excluded)
+        rep.excluded = self.exclusions.stop_recording()
 
     def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render):
         """Non-additive tokenizer: render, and shrink the window until the prompt fits."""

@@ -93,7 +93,8 @@ class Exclusions:
         self._cache: dict[str, str | None] = {}
         self._repos: dict[Path, object | None] = {}
         self._lock = threading.Lock()
-        self.excluded: dict[str, str] = {}  # path -> reason, for reports
+        self.excluded: dict[str, str] = {}  # path -> reason, every exclusion so far
+        self._local = threading.local()
 
     # ---- roots / git -------------------------------------------------------------------
     def root_of(self, path: Path) -> Path | None:
@@ -149,13 +150,23 @@ class Exclusions:
         """Why ``path`` must not enter a prompt, or None when it may. Cached per path."""
         key = str(path)
         if key in self._cache:
-            return self._cache[key]
-        p = Path(path)
-        r = self._reason(p, check_content, text, assume_not_ignored)
-        self._cache[key] = r
+            r = self._cache[key]
+        else:
+            r = self._cache[key] = self._reason(Path(path), check_content, text, assume_not_ignored)
         if r:
             self.excluded[key] = r
+            seen = getattr(self._local, "seen", None)
+            if seen is not None:
+                seen[key] = r
         return r
+
+    def start_recording(self) -> None:
+        """Record, for this thread, the exclusions hit until ``stop_recording`` (per-build report)."""
+        self._local.seen = {}
+
+    def stop_recording(self) -> dict[str, str]:
+        seen, self._local.seen = getattr(self._local, "seen", None) or {}, None
+        return seen
 
     def _reason(self, p: Path, check_content: bool, text: str | None, assume_not_ignored: bool) -> str | None:
         root = self.root_of(p)
