@@ -36,7 +36,9 @@ _JS_DEFS = """
 (generator_function_declaration name: (_) @name) @def
 (class_declaration name: (_) @name) @def
 (method_definition name: (_) @name) @def
-(variable_declarator name: (identifier) @name) @def
+(program (lexical_declaration (variable_declarator name: (identifier) @name)) @def)
+(program (variable_declaration (variable_declarator name: (identifier) @name)) @def)
+(program (export_statement (lexical_declaration (variable_declarator name: (identifier) @name)) @def))
 """
 _TS_DEFS = _JS_DEFS + """
 (interface_declaration name: (_) @name) @def
