@@ -1,0 +1,56 @@
+"""The real `edit-server --model tiny-random --device cpu` (no test factory) over stdio: whatever the
+random model produces must come back well-formed, and applying edits keeps client and server in sync."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as lsp
+from pytest_lsp import LanguageClient
+
+from edit_server.convert import position_to_offset
+from tests.e2e.lsp_helpers import change, config, inline, inline_edit, open_doc, start, uri
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest_lsp.fixture(config=config())
+async def client(lsp_client: LanguageClient):
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _offset(text: str, line: int, ch: int) -> int:  # the random model may emit any characters
+    return position_to_offset(text, line, ch)
+
+
+async def test_real_tiny_random_round_trip(client: LanguageClient) -> None:
+    await start(client)
+    u = uri("tiny.py")
+    text = "def area(w, h):\n    return w * w\n\nprint(area(2, 3))\n"
+    open_doc(client, u, text)
+    version = 1
+    for i, ch in enumerate("  # "):
+        change(client, u, version + 1, 3, 17 + i, 3, 17 + i, ch)
+        text = text[: _offset(text, 3, 17 + i)] + ch + text[_offset(text, 3, 17 + i):]
+        version += 1
+    res = await inline(client, u, 3, 21)
+    items = [] if res is None else (res.items if isinstance(res, lsp.InlineCompletionList) else res)
+    for it in items:
+        assert it.insert_text.strip()
+        assert it.range.start == it.range.end == lsp.Position(line=3, character=21)
+        assert it.command.arguments[0]["version"] == version
+    for _ in range(2):  # apply whatever edits come back, twice; ranges must stay inside the document
+        out = await inline_edit(client, u, version, 1, 12)
+        spans = []
+        for e in out.edits:
+            assert e.textDocument.version == version
+            a = _offset(text, e.range.start.line, e.range.start.character)
+            b = _offset(text, e.range.end.line, e.range.end.character)
+            assert 0 <= a <= b <= len(text)
+            spans.append((a, b, e.text, e.range))
+        for a, b, t, r in sorted(spans, key=lambda s: s[0], reverse=True):
+            version += 1
+            change(client, u, version, r.start.line, r.start.character, r.end.line, r.end.character, t)
+            text = text[:a] + t + text[b:]
+            assert "\r" not in t
