@@ -47,18 +47,21 @@ def _outline(b: ContextBuilder, path: Path, head: int) -> str | None:
 
 
 def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, int]) -> Iterator[Section]:
-    """Definitions of the identifiers used near the cursor: this file, then its directory, then
-    elsewhere; names defined in many places far away (ambiguous) are skipped."""
+    """Definitions of the identifiers used near the cursor: this file, then the files it imports,
+    then its directory, then elsewhere; names defined in many places far away (ambiguous) are skipped."""
     seen: set[tuple[str, int]] = set()
     here = os.path.dirname(doc.path)
+    imported = {str(p) for p in import_paths(b, doc)}
     n = 0
     for name in identifiers_near(doc.lang, doc.tree, doc.lines, row):
         defs = b.index.lookup(name)
         if not defs:
             continue
-        ranked = sorted(defs, key=lambda d: (d.path != doc.path, os.path.dirname(d.path) != here,
-                                             d.path, d.start_line))
-        if len(defs) > MAX_AMBIGUOUS and os.path.dirname(ranked[0].path) != here:
+        ranked = sorted(defs, key=lambda d: (d.path != doc.path, d.path not in imported,
+                                             os.path.dirname(d.path) != here, d.path, d.start_line))
+        best = ranked[0].path
+        if len(defs) > MAX_AMBIGUOUS and best != doc.path and best not in imported and \
+                os.path.dirname(best) != here:
             continue
         for d in ranked[:2]:
             if d.path == doc.path and visible[0] <= d.start_line and d.end_line < visible[1]:
@@ -72,9 +75,10 @@ def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, 
             return
 
 
-def imports(b: ContextBuilder, doc: Document) -> Iterator[Section]:
+def import_paths(b: ContextBuilder, doc: Document) -> list[Path]:
+    """Workspace files this document imports (cached by its import strings)."""
     if doc.tree is None or doc.lang is None:
-        return
+        return []
     mods = import_strings(doc.lang, doc.tree)
     key = (doc.path, tuple(mods))
     targets = b._imports.get(key)
@@ -82,7 +86,13 @@ def imports(b: ContextBuilder, doc: Document) -> Iterator[Section]:
         here = Path(doc.path)
         targets = b._imports[key] = [p for m in mods for p in resolve(doc.lang, m, here, b.roots)
                                      if p.resolve() != here.resolve()]
-    for p in targets:
+    return targets
+
+
+def imports(b: ContextBuilder, doc: Document) -> Iterator[Section]:
+    if doc.tree is None or doc.lang is None:
+        return
+    for p in import_paths(b, doc):
         text = outline(b, p)
         if text:
             yield Section("import", b.display(p), text)
