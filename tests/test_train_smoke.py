@@ -41,7 +41,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cfg(corpus: Path, out: Path, **kw: object) -> TrainConfig:
-    base = dict(model="tiny", corpus=str(corpus), out=str(out), seq_len=192, block_size=8, max_canvas=32,
+    base = dict(model="tiny", corpus=str(corpus), out=str(out), seq_len=224, block_size=8, max_canvas=48,
                 chars_per_token=1.0, batch_size=4, steps=40, lr=5e-3, embed_lr=5e-3, warmup=4, rank=8,
                 alpha=16, val_every=20, val_examples=8, save_every=20, threads=1,
                 mix={"fim": 0.6, "edit": 0.2, "noedit": 0.1, "continue": 0.1})
@@ -61,6 +61,40 @@ def test_tiny_training_loss_falls_and_exports(corpus: Path, tmp_path: Path) -> N
     assert meta["label"].startswith("CPU smoke adapter (40 steps, val loss") and meta["trained_on"] == "cpu"
     assert meta["validation"]["last"]["loss"] == pytest.approx(last)
     assert any(k.endswith("down_proj.weight.lora_B") for k in tensors)
+    _check_round_trip(tensors, meta)
+
+
+def _check_round_trip(tensors: dict, meta: dict) -> None:
+    """The trained adapter, as LoRA modules on the base, gives the logits of the merged base."""
+    from engine.config import preset
+    from engine.model import Transformer
+    from engine.train.lora import apply_lora, merge_adapter
+
+    tok = Tokenizer.byte_level()
+    args = preset("tiny", special_tokens=tok.special.as_dict(), block_size=8)
+    base = Transformer(args).init_random(0)  # the trainer's tiny base (seed 0)
+    from engine.train.trainer import base_vocab, init_special_rows
+
+    init_special_rows(base, tok, base_vocab(tok))
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    lora = Transformer(args)
+    lora.load_state_dict(state)
+    apply_lora(lora, meta["lora"]["rank"], meta["lora"]["alpha"], meta["lora"]["targets"])
+    params = dict(lora.named_parameters())
+    first = base_vocab(tok)
+    with torch.no_grad():
+        for key, t in tensors.items():
+            if key.endswith((".lora_A", ".lora_B")):
+                params[key.replace(".weight.lora_", ".lora_")].copy_(t)
+            elif key == "added_tokens.embed":
+                params["model.embed_tokens.weight"][first:] = t
+            else:
+                params[key].copy_(t)
+        merged = Transformer(args)
+        merged.load_state_dict(merge_adapter(state, tensors, meta))
+        ids = torch.randint(0, 268, (2, 24))
+        assert torch.allclose(lora(ids, is_causal=True), merged(ids, is_causal=True), atol=1e-4)
+        assert not torch.allclose(base(ids, is_causal=True), merged(ids, is_causal=True), atol=1e-3)
 
 
 def test_resume_continues_from_checkpoint(corpus: Path, tmp_path: Path) -> None:

@@ -94,8 +94,8 @@ class ExampleStream:
 
     def one(self) -> Example:
         kind = self.rng.choices(self.kinds, self.weights)[0]
-        for attempt in range(200):  # keep the drawn kind for a while: the mix stays what the config says
-            if attempt and attempt % 50 == 0:
+        for attempt in range(600):  # keep the drawn kind for a while: the mix stays what the config says
+            if attempt and attempt % 30 == 0:
                 kind = self.rng.choices(self.kinds, self.weights)[0]
             if kind == "git":
                 from engine.train.git_pairs import git_example
@@ -113,7 +113,7 @@ class ExampleStream:
                     ex = make_continuation(self.tok, d.text, d.path, self.rng, self.budget)
             if ex is not None and len(ex) <= self.budget.max_len:
                 return ex
-        raise RuntimeError("could not make an example in 200 tries (documents too short for the budget?)")
+        raise RuntimeError("could not make an example in 600 tries (documents too short for the budget?)")
 
     def take(self, n: int) -> list[Example]:
         return [self.one() for _ in range(n)]
