@@ -119,6 +119,11 @@ def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
     return {"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3, "tokens": n, "forwards": n}
 
 
+def _progress(msg: str) -> None:
+    sys.stderr.write(f"[bench engine] {msg}\n")
+    sys.stderr.flush()
+
+
 def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
@@ -129,12 +134,14 @@ def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[floa
 
     prompt = prompt_ids(eng, n_prompt)
     spec = CanvasSpec(n_tokens, stop_at_end=False)  # fixed length: same work as AR
+    _progress(f"AR decoding: {n_tokens} tokens after {n_prompt}")
     ar_decode(eng, prompt, 4)  # warm-up
     ar = [ar_decode(eng, prompt, n_tokens) for _ in range(repeats)]
     ar_ms = _median([a["decode_ms"] for a in ar])
     rows = []
     for tau in thresholds:
         cfg = SamplerConfig(threshold=tau)
+        _progress(f"diffusion decoding, threshold {tau}")
         eng.generate(prompt, spec, cfg)  # warm-up
         runs = [eng.generate(prompt, spec, cfg) for _ in range(repeats)]
         r = runs[0]
@@ -160,6 +167,7 @@ def bench_prefill(eng: Any, contexts: list[int], repeats: int) -> list[dict[str,
     eng.generate(prompt_ids(eng, 64), spec)  # warm-up
     for n in contexts:
         colds, warms, recomputed = [], [], 0
+        _progress(f"prefill {n} tokens: cold, then warm after a 1-token edit")
         for rep in range(repeats):
             key = f"bench:{n}:{rep}"
             eng.cache.clear()
