@@ -148,3 +148,26 @@ def test_cuda_bf16_matches_cpu_structure() -> None:
     reqs = [GenerateRequest(e.tokenizer.encode("x = 1\n"), CanvasSpec(16)),
             GenerateRequest(e.tokenizer.encode("def g():\n"), CanvasSpec(8))]
     assert [len(b.tokens) >= 0 for b in e.generate_batch(reqs)] == [True, True]
+
+
+def test_canvas_steps_run_without_a_mask(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.model as model_mod
+
+    calls: list[tuple[int, int, bool]] = []
+    real = model_mod.attend
+
+    def spy(q, k, v, mask=None, is_causal=False):  # type: ignore[no-untyped-def]
+        calls.append((q.shape[2], k.shape[2], mask is None))
+        return real(q, k, v, mask=mask, is_causal=is_causal)
+
+    monkeypatch.setattr(model_mod, "attend", spy)
+    prompt = eng.tokenizer.encode("def f(x):\n    return x * 2\n")
+    r = eng.generate(prompt, CanvasSpec(24, stop_at_end=False))
+    n_layers, b = eng.args.n_layers, eng.block_size
+    per_forward = [calls[i] for i in range(0, len(calls), n_layers)]
+    assert len(per_forward) == r.forwards == r.steps + 1
+    steps = per_forward[1:]
+    fused = [c for c in steps if c[0] == 2 * b]  # first step of blocks 2 and 3: commit + block
+    assert len(fused) == 2 and not any(c[2] for c in fused)
+    plain = [c for c in steps if c[0] == b]
+    assert len(plain) == r.steps - 2 and all(c[2] for c in plain)  # mask-free hot path
