@@ -163,17 +163,19 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
 
 
 class MergingTokenizer:
-    """Byte-level, but "\\n" followed by spaces becomes one token: counts are not additive per line."""
+    """Byte-level, but "\\n" followed by ``follow`` becomes one token: counts are not additive per line
+    (like GPT-2-style BPE merging a newline with the next line's indentation)."""
 
-    def __init__(self) -> None:
+    def __init__(self, follow: str = " ") -> None:
         self.special = TOK.special
-        self.nl, self.sp = TOK.encode("\n")[0], TOK.encode(" ")[0]
+        self.nl = TOK.encode("\n")[0]
+        self.follow = {TOK.encode(ch)[0] for ch in follow}
         self.merged = TOK.vocab_size + 1
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
         for t in TOK.encode(text):
-            if t == self.sp and out and out[-1] in (self.nl, self.merged):
+            if t in self.follow and out and out[-1] in (self.nl, self.merged):
                 out[-1] = self.merged
             else:
                 out.append(t)
@@ -183,19 +185,24 @@ class MergingTokenizer:
         return TOK.decode([i for i in ids if i != self.merged])
 
 
+@pytest.mark.parametrize("follow,counting", [(" ", "blocks"), (" \nabcdefghijklmnopqrstuvwxyz", "render")])
 @pytest.mark.parametrize("budget", [120, 400, 1500])
-def test_non_additive_tokenizer_is_verified_by_rendering(tmp_path: Path, budget: int) -> None:
-    tok = MergingTokenizer()
+def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int, follow: str,
+                                                    counting: str) -> None:
+    tok = MergingTokenizer(follow)
     main = tmp_path / "main.py"
     text = _main_text(60)
     main.write_text(text)
     b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
     assert not b.counter.exact
     offset = text.index("def f30") + 5
+    hist = [Hunk(str(main), "--- a/main.py\n+++ b/main.py\n@@ -1 +1 @@\n-    old\n+    new\n", 1.0)]
     for fn, render in ((b.build_fim, render_fim), (b.build_edit, render_edit)):
-        r = fn(str(main), text, offset, [], budget=budget)
-        assert r.report.verified_by_render
+        r = fn(str(main), text, offset, hist, budget=budget)
+        assert r.report.counting == counting
+        assert r.report.verified_by_render == (counting == "render")
         assert len(render(tok, r.prompt).ids) == r.report.total <= budget
+        assert budget < 400 or r.report.total > budget * 0.8  # and the budget is still used
     b.close()
 
 

@@ -1,13 +1,21 @@
-"""Token counting for the budget: the engine's tokenizer, cached per chunk (line / section).
+"""Token counting for the budget: the engine's tokenizer, cached per chunk (line / block / section).
 
-Counts are summed per line. That is exact for tokenizers whose pre-tokenizer never merges across a
-newline (the byte-level test tokenizer, checked by ``additive`` on probe strings at start-up); for
-others the builder renders the final prompt once and trims it until it fits (``verify``). Without a
-tokenizer, a cheap conservative estimate (UTF-8 bytes / 3, rounded up, per line) is used.
+Three modes, chosen by probing the tokenizer at start-up:
+
+* ``additive``: counts add up per line (the byte-level test tokenizer): everything is per-line sums.
+* ``chunk_additive``: counts add up across a boundary before a line that starts with a
+  non-space character when the previous line is not blank (GPT-2/Llama-style byte-level BPE, e.g.
+  SmolLM2: its pre-tokenizer merges "\n" with following indentation or blank lines, but never across
+  "x\n" | "def"). ``count_text`` then sums cached counts of such blocks: exact, and a keystroke only
+  re-encodes the block being edited. Windows are planned with per-line counts, then measured exactly.
+* otherwise the builder renders the final prompt once and trims it until it fits.
+
+Without a tokenizer, a cheap estimate (UTF-8 bytes / 3, rounded up, per line) is used.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,6 +23,12 @@ from engine.tokens import TokenizerLike
 
 _PROBES = ("def f(x):\n", "    return x\n", "\n", "\n\n", "  \n", "\tif (a) {\n", "}\n", "é漢字 ok\n",
            "x = 1  # c\n", "    \n", "        y\n", "// comment\n")
+
+
+_ENDS = ("x = 1\n", "):\n", "  }\n", "# c\n", "é\n", "a,\n", "1\n", "    return x\n\n\nfoo()\n", "\"\"\"\n")
+_STARTS = ("def f(x):\n    pass\n", "}", "x", "#", "@d\n", "(", "1", "é", ")", '"s"', "+a", "class A:\n\n  b\n",
+           "-", "\\", "<div>")
+BLOCK_SPLIT = re.compile(r"(?<=[^\n]\n)(?=\S)")
 
 
 def estimate(text: str) -> int:
@@ -29,6 +43,12 @@ class TokenCounter:
     def __post_init__(self) -> None:
         self._cache: dict[str, int] = {}
         self.additive = self.tokenizer is None or self._probe_additive()
+        self.chunk_additive = self.additive or self._probe_blocks()
+
+    def _probe_blocks(self) -> bool:
+        tok = self.tokenizer
+        assert tok is not None
+        return all(tok.encode(a + b) == tok.encode(a) + tok.encode(b) for a in _ENDS for b in _STARTS)
 
     def _probe_additive(self) -> bool:
         tok = self.tokenizer
@@ -41,7 +61,13 @@ class TokenCounter:
 
     @property
     def exact(self) -> bool:
+        """Per-line sums are exact token counts."""
         return self.tokenizer is not None and self.additive
+
+    @property
+    def exact_text(self) -> bool:
+        """``count_text`` is exact (per line or per block)."""
+        return self.tokenizer is not None and self.chunk_additive
 
     def count(self, text: str) -> int:
         if not text:
@@ -66,6 +92,8 @@ class TokenCounter:
         """Tokens of a piece as the templates encode it (one ``encode`` call)."""
         if self.exact or self.tokenizer is None:
             return self.count_lines(text.splitlines(keepends=True))
+        if self.chunk_additive:
+            return self.count_lines(BLOCK_SPLIT.split(text))
         return self.count(text) if len(text) < 4096 else len(self.tokenizer.encode(text))
 
     def fit_lines(self, lines: list[str], budget: int) -> int:

@@ -61,6 +61,7 @@ class BuildReport:
     budget: int
     total: int = 0  # tokens of the rendered prompt
     exact: bool = True  # counts come from the tokenizer (not an estimate)
+    counting: str = "lines"  # "lines" (additive per line) | "blocks" | "render" | "estimate"
     fixed: int = 0  # header + special tokens (+ region for edit)
     window: src.SourceReport = field(default_factory=lambda: src.SourceReport("window"))
     sources: list[src.SourceReport] = field(default_factory=list)
@@ -70,7 +71,7 @@ class BuildReport:
     region_lines: tuple[int, int] | None = None
     redacted_region: bool = False
     git_ready: bool = False
-    verified_by_render: bool = False
+    verified_by_render: bool = False  # counting == "render" and the prompt was rendered
     ms: float = 0.0
 
 
@@ -241,6 +242,12 @@ class ContextBuilder:
             return self.options.budget
         return min(self.options.model_context or MAX_BUDGET, MAX_BUDGET)
 
+    @property
+    def _counting(self) -> str:
+        c = self.counter
+        return "estimate" if c.tokenizer is None else "lines" if c.exact else \
+            "blocks" if c.exact_text else "render"
+
     def _doc_text(self, path: str) -> str | None:
         doc = self.docs.get(path)
         return doc.text if doc is not None else None
@@ -287,7 +294,8 @@ class ContextBuilder:
             self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
-            rep = BuildReport("fim", rel, self._budget(budget), exact=self.counter.tokenizer is not None)
+            rep = BuildReport("fim", rel, self._budget(budget), exact=self.counter.tokenizer is not None,
+                              counting=self._counting)
             rep.fixed = 1 + self.counter.count_text(f"{rel}\n") + OVERHEAD_FIM
             avail = rep.budget - rep.fixed
             if avail < 0:
@@ -313,7 +321,7 @@ class ContextBuilder:
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = self._verify(rep, prompt, win, make, lambda n: fim_window(
-                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim)
+                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, len(doc.lines))
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
 
@@ -326,7 +334,8 @@ class ContextBuilder:
             self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
-            rep = BuildReport("edit", rel, self._budget(budget), exact=self.counter.tokenizer is not None)
+            rep = BuildReport("edit", rel, self._budget(budget), exact=self.counter.tokenizer is not None,
+                              counting=self._counting)
             head = 1 + self.counter.count_text(f"{rel}\n") + OVERHEAD_EDIT
             reason = self.exclusions.reason(path, text=text)
             line = doc.line_of(offset)
@@ -365,7 +374,7 @@ class ContextBuilder:
             prompt = make(win)
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
-                prompt, win = self._verify(rep, prompt, win, make, window, render_edit)
+                prompt, win = self._verify(rep, prompt, win, make, window, render_edit, len(doc.lines))
             rep.ms = (time.perf_counter() - t0) * 1e3
             return EditBuild(prompt, region.start, region.end, rep)
 
@@ -380,15 +389,42 @@ class ContextBuilder:
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
         rep.excluded = self.exclusions.stop_recording()
 
-    def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render):
-        """Non-additive tokenizer: render, and shrink the window until the prompt fits."""
+    def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render, n_lines: int):
+        """Per-line counts were not exact: measure the prompt exactly (block sums, else by rendering
+        it); shrink the window until the prompt fits, or grow it while it fits with room to spare."""
         assert self.tokenizer is not None
+        others = sum(r.used for r in rep.sources)
+
+        def measure(p) -> tuple[int, int]:
+            if self.counter.exact_text:  # block sums: exact without encoding the whole prompt
+                a, b = (p.prefix, p.suffix) if isinstance(p, FimPrompt) else (p.before, p.after)
+                wt = self.counter.count_text(a) + self.counter.count_text(b)
+                return rep.fixed + others + wt, wt
+            rep.verified_by_render = True
+            n = len(render(self.tokenizer, p).ids)
+            return n, n - rep.fixed - others
+
+        best, tried = None, set()
         for _ in range(8):
-            n = len(render(self.tokenizer, prompt).ids)
-            rep.total, rep.verified_by_render = n, True
-            if n <= rep.budget:
+            n, wt = measure(prompt)
+            tried.add((win.start_line, win.end_line))
+            if n <= rep.budget and (best is None or n > best[0]):
+                best = (n, wt, prompt, win)
+            truncated = win.start_line > 0 or win.end_line < n_lines
+            if n <= rep.budget and (rep.budget - n <= max(4, rep.budget // 100) or not truncated):
                 break
-            win = window(max(0, win.tokens - (n - rep.budget) - 4 - win.tokens // 100))
-            prompt = make(win)
-        rep.window.used, rep.window_lines = win.tokens, (win.start_line, win.end_line)
+            step = rep.budget - n if n <= rep.budget else -(n - rep.budget) - 4 - win.tokens // 100
+            nxt = window(max(0, win.tokens + step))
+            if (nxt.start_line, nxt.end_line) in tried:
+                if n > rep.budget:  # no progress while over: drop to the cursor line's window
+                    nxt = window(0)
+                    if (nxt.start_line, nxt.end_line) in tried:
+                        break
+                else:
+                    break
+            win, prompt = nxt, make(nxt)
+        if best is None:
+            raise ValueError(f"context budget {rep.budget} too small for this prompt")
+        rep.total, rep.window.used, prompt, win = best
+        rep.window_lines = (win.start_line, win.end_line)
         return prompt, win
