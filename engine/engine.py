@@ -331,29 +331,40 @@ class Engine:
         block attends to the context, the clean block and itself (exactly the block-causal rule).
         Only that first step of a block needs a mask; the others run mask-free."""
         mask_id = self.tokenizer.special.mask
-        single = len(jobs) == 1
-        if single:
+        if len(jobs) == 1:
             kv = jobs[0].kv
             assert kv is not None
         else:
             cap = max(j.ctx + j.den.spec.length for j in jobs) + 2 * self.block_size
             kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
             kv.length = 0
-        pending: list[list[int]] = [[] for _ in jobs]  # clean block to commit with the next step
+        live = list(jobs)  # row r of kv belongs to live[r]
+        pending: dict[int, list[int]] = {}  # id(job) -> clean block to commit with the next step
         while True:
-            for j in jobs:
+            for j in live:
                 if not j.den.finished and j.abort is not None and j.abort.aborted:
                     j.den.abort()
-            active = [i for i, j in enumerate(jobs) if not j.den.finished]
-            if not active:
+            still = [r for r, j in enumerate(live) if not j.den.finished]
+            if not still:
                 return
-            blocks = [pending[i] + j.den.block_ids() for i, j in enumerate(jobs)]
-            pres = [len(p) for p in pending]
+            if len(still) < len(live):  # drop finished rows (one more copy, then less work)
+                if len(still) == 1:
+                    kv = kv.row(still[0])
+                else:
+                    idx = torch.tensor(still, device=self.device)
+                    kv = KVCache._from([t.index_select(0, idx) for t in kv.k],
+                                       [t.index_select(0, idx) for t in kv.v], 0)
+                live = [live[r] for r in still]
+            single = len(live) == 1
+            pre = [pending.pop(id(j), []) for j in live]
+            blocks = [p + j.den.block_ids() for p, j in zip(pre, live, strict=True)]
+            pres = [len(p) for p in pre]
             width = max(len(b) for b in blocks)
             ids = torch.tensor([b + [mask_id] * (width - len(b)) for b in blocks], device=self.device)
-            offs = [j.ctx for j in jobs]
-            if single and not pres[0]:  # the hot path: B tokens over the cache, no mask
+            offs = [j.ctx for j in live]
+            if single:
                 kv.length = offs[0]
+            if single and not pres[0]:  # the hot path: B tokens over the cache, no mask
                 h = self.model(ids, offset=offs[0], cache=kv, logits_slice=slice(0, 0))
             else:
                 dev = self.device
@@ -363,24 +374,19 @@ class Engine:
                 lim = torch.where(q[None, :] < pr[:, None], (o + pr)[:, None], (o + ln)[:, None])
                 keys = torch.arange(max(offs) + width, device=dev)
                 mask = (keys[None, None, :] < lim[:, :, None])[:, None]  # (N, 1, T, S)
-                if single:
-                    kv.length = offs[0]
                 h = self.model(ids, offset=offs[0] if single else offs, cache=kv, mask=mask,
                                logits_slice=slice(0, 0))
-            for i, j in enumerate(jobs):
-                if pres[i]:  # the clean block is now part of the context
-                    j.last_hidden = h[i, pres[i] - 1]
-                    j.ctx += pres[i]
-                    pending[i] = []
-            for i in active:
-                j = jobs[i]
+            for r, j in enumerate(live):
+                if pres[r]:  # the clean block is now part of the context
+                    j.last_hidden = h[r, pres[r] - 1]
+                    j.ctx += pres[r]
                 j.forwards += 1
-                self._step_logits(j, h[i, pres[i]:], j.last_hidden)
+                self._step_logits(j, h[r, pres[r]:], j.last_hidden)
                 if not j.den.finished and j.den.block_done():
                     s, e = j.den.block_range()
                     clean = j.den.canvas[s:e]
                     if j.den.next_block():
-                        pending[i] = clean
+                        pending[id(j)] = clean
 
     # -- bidirectional: approximate dual cache -------------------------------------------------
     def _decode_bidirectional(self, j: _Job) -> None:
