@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 
 # 1. harness sanity: canonical solutions must pass 100 %
 for split in single-line multi-line random-span random-span-light; do
-  $ES eval humaneval-infill --oracle --split "$split" --out "$OUT/oracle-$split"
+  $ES eval humaneval-infill --oracle --split "$split" "${LIM[@]}" --out "$OUT/oracle-$split"
 done
 
 # 2. HumanEval-infilling pass@1 through the engine API (threshold sampler, tau 0.9)
