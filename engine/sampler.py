@@ -96,10 +96,7 @@ class Denoiser:
         self.finish: FinishReason | None = None
         self._stop = spec.length  # canvas positions >= this are not needed
         self._stop_kind: FinishReason | None = None
-        self.generator: torch.Generator | None = None
-        if cfg.temperature > 0:
-            self.generator = torch.Generator()
-            self.generator.manual_seed(cfg.seed if cfg.seed is not None else 0)
+        self.generator: torch.Generator | None = None  # created on the logits' device
 
     # ---- geometry --------------------------------------------------------------------------
     @property
@@ -127,6 +124,14 @@ class Denoiser:
     def block_done(self) -> bool:
         return not self.candidates()
 
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if self.cfg.temperature <= 0:
+            return None
+        if self.generator is None or self.generator.device != device:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(self.cfg.seed if self.cfg.seed is not None else 0)
+        return self.generator
+
     # ---- one step ----------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, logits: Tensor, rows: list[int] | None = None) -> int:
@@ -134,19 +139,20 @@ class Denoiser:
         cand = self.candidates() if rows is None else rows
         if not cand:
             return 0
-        logits = logits.float()
-        logits[:, self.suppress] = float("-inf")
-        tokens, conf, score = choose_tokens(logits, self.cfg, self.generator)
+        sup = torch.tensor(self.suppress, device=logits.device)
+        logits = logits.float().index_fill(1, sup, float("-inf"))  # out of place
+        tokens, conf, score = choose_tokens(logits, self.cfg, self._generator(logits.device))
         minimum = 1
         if self.cfg.max_steps:  # finish the block within the step budget
             left = max(1, self.cfg.max_steps - self.block_steps)
             minimum = math.ceil(len(cand) / left)
-        picked = select_positions(conf, score, self.cfg, minimum)
+        picked = select_positions(conf.cpu(), score.cpu(), self.cfg, minimum)
         s, _ = self.block_range()
+        tok_l, conf_l = tokens.tolist(), conf.tolist()  # one device sync
         for j in picked:
             p = s + cand[j]
-            self.canvas[p] = int(tokens[j])
-            self.conf[p] = float(conf[j])
+            self.canvas[p] = int(tok_l[j])
+            self.conf[p] = float(conf_l[j])
             self.decided[p] = True
         self.steps += 1
         self.block_steps += 1
