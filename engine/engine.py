@@ -121,6 +121,9 @@ class Engine:
         self.approx_cache = approx_cache
         self._lock = threading.RLock()
         self._newline_ids: frozenset[int] | None = None
+        sp = tokenizer.special  # never generated: prompt markers, ids the tokenizer lacks (padding)
+        self._suppress = (sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history, sp.region_start,
+                          sp.region_end, sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.info: dict[str, Any] = {
@@ -231,8 +234,7 @@ class Engine:
         den = Denoiser(req.canvas, cfg, mask_id=sp.mask, end_ids=sp.end_ids,
                        newline_ids=self.newline_ids if req.canvas.single_line else (),
                        block_size=self._block(cfg),
-                       suppress_ids=(sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history,
-                                     sp.region_start, sp.region_end, sp.file_sep))
+                       suppress_ids=self._suppress)
         return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step)
 
     @torch.no_grad()
@@ -241,13 +243,17 @@ class Engine:
             t0 = time.perf_counter()
             jobs = [self._job(r, h) for r, h in zip(reqs, hooks, strict=True)]
             if self.args.attention == "block_causal":
+                try:
+                    for j in jobs:
+                        self._prefill(j)
+                    t1 = time.perf_counter()
+                    self._decode_block_causal(jobs)
+                    t2 = time.perf_counter()
+                finally:  # the prompt KV stays valid even if decoding failed
+                    for j in jobs:
+                        if j.slot is not None:
+                            self._release(j)
                 for j in jobs:
-                    self._prefill(j)
-                t1 = time.perf_counter()
-                self._decode_block_causal(jobs)
-                t2 = time.perf_counter()
-                for j in jobs:
-                    self._release(j)
                     j.timings["decode_ms"] = (t2 - t1) * 1e3
             else:
                 for j in jobs:

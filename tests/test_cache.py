@@ -183,3 +183,20 @@ def test_bidirectional_exact_mode_equals_recompute_and_dual_cache_runs() -> None
             if not d.finished and d.block_done():
                 d.next_block()
     assert a.tokens == d.output()[0]
+
+
+def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    eng.cache.clear()
+    prompt = text_ids(eng, 40, seed=9)
+    spec = CanvasSpec(8)
+    eng.generate(prompt, spec, cache_key="f")
+
+    def boom(jobs: object) -> None:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(eng, "_decode_block_causal", boom)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        eng.generate(prompt + [70], spec, cache_key="f")
+    monkeypatch.undo()
+    r = eng.generate(prompt + [70, 71], spec, cache_key="f")
+    assert r.cached_tokens == 41 and r.tokens == eng.generate(prompt + [70, 71], spec).tokens
