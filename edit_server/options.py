@@ -38,6 +38,7 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     edit_lines_before: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
     edit_lines_after: Annotated[int, msgspec.Meta(ge=0, le=50)] = 6
     auto_trigger_max_right: NonNeg = 8
+    threads: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0  # torch CPU threads; 0 = torch's default
     feedback_db: str = ""  # "" = user data dir; ":memory:" for tests
     suggestion_ttl_s: Annotated[float, msgspec.Meta(ge=0.0)] = 30.0
 

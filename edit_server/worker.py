@@ -146,6 +146,10 @@ class EngineWorker:
         t0 = time.perf_counter()
         try:
             self.engine = None
+            if settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
+                import torch
+
+                torch.set_num_threads(settings.threads)
             eng = load_engine(spec, device)
             self._ctx = make_context(settings, self.roots, getattr(eng, "tokenizer", None))
             self.engine = eng

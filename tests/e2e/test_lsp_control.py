@@ -108,3 +108,20 @@ async def test_configuration_change_takes_effect(client: LanguageClient) -> None
         settings={"inlineCompletion": {"enabled": True}, "maxTokens": 8}))
     _, dt8 = await _timed(inline(client, u, 1, 11))
     assert 0.2 < dt8 < 2.5  # 8 tokens at ~1 step each (plus prefill) instead of 32
+
+
+async def test_debounce_drops_the_older_request(client: LanguageClient) -> None:
+    await wait_state(client, "ready")
+    u = uri("deb.py")
+    open_doc(client, u, TEXT)
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"debounceMs": 400, "maxTokens": 8}))
+    t0 = time.perf_counter()
+    first = asyncio.wrap_future(_send(client, u, str(uuid.uuid4())))
+    await asyncio.sleep(0.1)
+    second = asyncio.wrap_future(_send(client, u, str(uuid.uuid4())))
+    assert await first is None  # superseded while debouncing: no model call
+    t_first = time.perf_counter() - t0
+    await second
+    assert t_first < 1.0
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"debounceMs": 0}))
