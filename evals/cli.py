@@ -32,8 +32,10 @@ def _server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gate", action="store_true",
                    help="baseline: initializationOptions gate.enabled=false (scores still returned)")
     p.add_argument("--gate-threshold", type=float, default=None, help="gate.threshold sent to the server")
-    p.add_argument("--restart-every", type=int, default=0,
-                   help="restart the server every N cases (0 = one server; edit history may carry over)")
+    p.add_argument("--restart-every", type=int, default=None,
+                   help="restart the server every N cases; 0 = one server for all (its edit history "
+                        "may carry over between cases); default: one server cleared with "
+                        "editServer.clearHistory if it offers that command, else one server per case")
     p.add_argument("--max-tokens", type=int, default=None, help="initializationOptions maxTokens")
     p.add_argument("--context-budget", type=int, default=None, help="initializationOptions contextBudget")
     p.add_argument("--init-option", action="append", default=[], metavar="KEY=JSON",

@@ -14,6 +14,8 @@ from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position
 from evals.store import ResultStore
 
+CLEAR_HISTORY = "editServer.clearHistory"
+
 
 def change_event(old: str, new: str) -> dict[str, Any]:
     """One incremental ``contentChanges`` entry turning ``old`` into ``new`` (smallest differing span)."""
@@ -33,14 +35,18 @@ def _case_dir(case: Case) -> str:
 
 
 class CaseRunner:
-    """One server process for many cases (restarted every ``restart_every`` cases if > 0).
+    """Runs cases on a server process; the server's edit history must not leak between cases.
+
+    ``restart_every``: None (auto) = one server that gets ``workspace/executeCommand
+    editServer.clearHistory`` before each case when it advertises that command, else a fresh server
+    per case; N > 0 = restart every N cases; 0 = one server, history may carry over (fastest).
 
     Each case lives in its own directory ``<root>/<case id>/`` so documents of different cases never
     share a URI; its files are written to disk (the context builder may read them) and closed after.
     """
 
     def __init__(self, *, model: str, device: str, root: Path, log_path: Path, gate: bool,
-                 threshold: float | None, timeout: float, restart_every: int = 0,
+                 threshold: float | None, timeout: float, restart_every: int | None = None,
                  init_extra: dict[str, Any] | None = None) -> None:
         self.model, self.device, self.root, self.log_path = model, device, root, log_path
         self.timeout, self.restart_every = timeout, restart_every
@@ -55,7 +61,10 @@ class CaseRunner:
     async def _ensure(self) -> LspClient:
         dead = self.client is not None and self.client.proc is not None \
             and self.client.proc.returncode is not None
-        if self.client and (dead or self.restart_every and self._served >= self.restart_every):
+        every = self.restart_every
+        if every is None:
+            every = 0 if self._can_clear() else 1
+        if self.client and (dead or every and self._served >= every):
             await self.client.stop()
             self.client = None
         if self.client is None:
@@ -65,8 +74,15 @@ class CaseRunner:
             await self.client.start(self.root, self.init, timeout=self.timeout)
             await self.client.wait_ready(self.timeout)
             self._served = 0
+        elif self._can_clear() and self.restart_every is None:
+            await self.client.request("workspace/executeCommand",
+                                      {"command": CLEAR_HISTORY, "arguments": []}, timeout=self.timeout)
         self._served += 1
         return self.client
+
+    def _can_clear(self) -> bool:
+        caps = self.client.capabilities if self.client else {}
+        return CLEAR_HISTORY in (caps.get("executeCommandProvider") or {}).get("commands", [])
 
     async def close(self) -> None:
         if self.client:

@@ -85,7 +85,7 @@ def test_eval_cases_through_the_real_server(tmp_path: Path) -> None:
     pytest.importorskip("edit_server.server")
     _eval("cases", str(FIXTURE), "--model", "tiny-random", "--device", "cpu", "--no-gate",
           "--max-tokens", "8", "--context-budget", "256", "--timeout", "120", "--out", str(tmp_path),
-          timeout=280)
+          "--restart-every", "2", timeout=280)
     rep = json.loads((tmp_path / "report.json").read_text())
     recs = {r["id"]: r for r in rep["cases"]}
     assert set(recs) == {"fim-perimeter", "next-call-site", "quiet-home", "quiet-fim"}
