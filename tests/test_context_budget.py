@@ -226,3 +226,39 @@ def test_default_budget_and_too_small(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="budget"):
         b.build_fim(main, "x = 1\n", 3, [], budget=5)
     b.close()
+
+
+def _gpt2_style_tokenizer() -> Tokenizer:
+    """Byte-level BPE with the GPT-2 pre-tokenizer regex and merges of newline / space runs: not
+    additive per line ("\\n" + indentation merge), additive per block (like SmolLM2's tokenizer)."""
+    from tokenizers import Tokenizer as HF
+    from tokenizers import decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    merges = [("Ċ", "Ċ"), ("Ġ", "Ġ"), ("ĠĠ", "ĠĠ"), ("ĊĊ", "Ċ"), ("d", "e"), ("de", "f")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    hf = HF(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(["<|endoftext|>"])
+    return Tokenizer.with_special_tokens(hf, eos_token="<|endoftext|>")
+
+
+def test_block_counting_is_exact_for_gpt2_style_bpe(tmp_path: Path) -> None:
+    tok = _gpt2_style_tokenizer()
+    main = tmp_path / "main.py"
+    text = _main_text(80) + "\n\n\nclass Tail:\n\n    def m(self):\n        return 1\n"
+    main.write_text(text)
+    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    assert not b.counter.exact and b.counter.exact_text
+    for budget in (100, 333, 1000, 2500):
+        for frac in (0.0, 0.13, 0.5, 0.77, 1.0):
+            offset = int(len(text) * frac)
+            for fn, render in ((b.build_fim, render_fim), (b.build_edit, render_edit)):
+                r = fn(str(main), text, offset, [], budget=budget)
+                assert r.report.counting == "blocks" and not r.report.verified_by_render
+                assert len(render(tok, r.prompt).ids) == r.report.total <= budget, (budget, frac, fn.__name__)
+    b.close()

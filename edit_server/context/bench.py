@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--tokenizer", choices=["byte", "none"], default="byte",
                    help="byte: the byte-level tokenizer (exact counts); none: estimates")
+    p.add_argument("--gguf", type=Path, default=None,
+                   help="count with the tokenizer stored in this GGUF file (e.g. the SmolLM2 base)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -80,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.tokenizer import Tokenizer
 
     tok = Tokenizer.byte_level() if args.tokenizer == "byte" else None
+    if args.gguf is not None:
+        from gguf import GGUFReader
+
+        from engine.loading.gguf_file import gguf_tokenizer
+
+        tok, args.tokenizer = gguf_tokenizer(GGUFReader(args.gguf), args.gguf), f"gguf:{args.gguf.name}"
     results: dict[str, object] = {"machine": f"{platform.machine()} {platform.processor() or ''} "
                                              f"{platform.system()} python {platform.python_version()}",
                                   "files": args.files, "lines": args.lines, "budget": args.budget,
@@ -108,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             b.build_edit(str(big), text, offset, [])
             rows["edit"].append((time.perf_counter() - t) * 1e3)
         results["fim_tokens"] = r.report.total
+        results["counting"] = r.report.counting
         results["sections"] = len(r.prompt.sections)
         for i in range(args.runs):  # type "x", then delete it: didChange, lazy reparse, build
             if i % 2 == 0:
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=1))
         return 0
     print(f"context builder: {args.files} files + a {args.lines}-line file, budget {args.budget}, "
-          f"tokenizer {args.tokenizer}; index {results['index_s']:.1f} s ({results['symbols_files']} files)")
+          f"tokenizer {args.tokenizer} (counting: {results['counting']}); index {results['index_s']:.1f} s ({results['symbols_files']} files)")
     print(f"prompt: {results['fim_tokens']} tokens, {results['sections']} sections; {results['machine']}")
     print(f"{'step':<18}{'median ms':>10}{'p95 ms':>10}{'max ms':>10}")
     for k, s in results["timings"].items():  # type: ignore[union-attr]

@@ -25,10 +25,12 @@ _PROBES = ("def f(x):\n", "    return x\n", "\n", "\n\n", "  \n", "\tif (a) {\n"
            "x = 1  # c\n", "    \n", "        y\n", "// comment\n")
 
 
-_ENDS = ("x = 1\n", "):\n", "  }\n", "# c\n", "é\n", "a,\n", "1\n", "    return x\n\n\nfoo()\n", "\"\"\"\n")
+_ENDS = ("x = 1\n\n"[:-1], "):\n\n", "x = 1\n\n\n"[:-1], "x = 1\n", "):\n", "  }\n", "# c\n", "é\n", "a,\n", "1\n", "    return x\n\n\nfoo()\n", "\"\"\"\n")
 _STARTS = ("def f(x):\n    pass\n", "}", "x", "#", "@d\n", "(", "1", "é", ")", '"s"', "+a", "class A:\n\n  b\n",
-           "-", "\\", "<div>")
-BLOCK_SPLIT = re.compile(r"(?<=[^\n]\n)(?=\S)")
+           "-", "\\", "<div>", "\ndef f", "\n}", "\n# c\n")
+# block boundaries: before a non-space line start that follows a non-blank line, or before the last
+# newline of a blank run that precedes one ("x\n" | "def", "x\n\n" | "\ndef")
+BLOCK_SPLIT = re.compile(r"(?<=[^\n]\n)(?=\S)|(?<=\n)(?=\n\S)")
 
 
 def estimate(text: str) -> int:
@@ -48,7 +50,9 @@ class TokenCounter:
     def _probe_blocks(self) -> bool:
         tok = self.tokenizer
         assert tok is not None
-        return all(tok.encode(a + b) == tok.encode(a) + tok.encode(b) for a in _ENDS for b in _STARTS)
+        pairs = [(a, b) for a in _ENDS for b in _STARTS
+                 if len(a) in {m.start() for m in BLOCK_SPLIT.finditer(a + b)}]  # the junction is a boundary
+        return all(tok.encode(a + b) == tok.encode(a) + tok.encode(b) for a, b in pairs)
 
     def _probe_additive(self) -> bool:
         tok = self.tokenizer

@@ -321,7 +321,7 @@ class ContextBuilder:
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = self._verify(rep, prompt, win, make, lambda n: fim_window(
-                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, len(doc.lines))
+                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
 
@@ -359,7 +359,7 @@ class ContextBuilder:
 
             def window(n: int) -> Window:
                 s, e, tp, ts = expand(doc, offset, lo, hi, n, costs, o.prefix_ratio)
-                return Window("".join(costs.lines[s:lo]), "".join(costs.lines[hi:e]), s, e, tp + ts)
+                return Window("".join(costs.lines[s:lo]), "".join(costs.lines[hi:e]), s, e, tp + ts, lo, hi)
 
             win = window(w_share)
             sections, hist, left = self._sources(doc, fim=False, history=history, avail=avail,
@@ -374,7 +374,7 @@ class ContextBuilder:
             prompt = make(win)
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
-                prompt, win = self._verify(rep, prompt, win, make, window, render_edit, len(doc.lines))
+                prompt, win = self._verify(rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return EditBuild(prompt, region.start, region.end, rep)
 
@@ -389,7 +389,7 @@ class ContextBuilder:
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
         rep.excluded = self.exclusions.stop_recording()
 
-    def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render, n_lines: int):
+    def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render, costs: LineCosts):
         """Per-line counts were not exact: measure the prompt exactly (block sums, else by rendering
         it); shrink the window until the prompt fits, or grow it while it fits with room to spare."""
         assert self.tokenizer is not None
@@ -397,8 +397,8 @@ class ContextBuilder:
 
         def measure(p) -> tuple[int, int]:
             if self.counter.exact_text:  # block sums: exact without encoding the whole prompt
-                a, b = (p.prefix, p.suffix) if isinstance(p, FimPrompt) else (p.before, p.after)
-                wt = self.counter.count_text(a) + self.counter.count_text(b)
+                w = win
+                wt = costs.exact(w.start_line, w.lo, tail=w.pre) + costs.exact(w.hi, w.end_line, head=w.suf)
                 return rep.fixed + others + wt, wt
             rep.verified_by_render = True
             n = len(render(self.tokenizer, p).ids)
@@ -410,7 +410,7 @@ class ContextBuilder:
             tried.add((win.start_line, win.end_line))
             if n <= rep.budget and (best is None or n > best[0]):
                 best = (n, wt, prompt, win)
-            truncated = win.start_line > 0 or win.end_line < n_lines
+            truncated = win.start_line > 0 or win.end_line < len(costs.lines)
             if n <= rep.budget and (rep.budget - n <= max(4, rep.budget // 100) or not truncated):
                 break
             step = rep.budget - n if n <= rep.budget else -(n - rep.budget) - 4 - win.tokens // 100

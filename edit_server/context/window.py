@@ -25,6 +25,10 @@ class Window:
     start_line: int  # first line of ``before``
     end_line: int  # line after the last line of ``after`` (exclusive)
     tokens: int  # per-line token sum of before + after
+    lo: int = 0  # ``before`` = lines[start_line:lo] + pre
+    hi: int = 0  # ``after`` = suf + lines[hi:end_line]
+    pre: str = ""
+    suf: str = ""
 
 
 class _Redacted:
@@ -66,6 +70,43 @@ class LineCosts:
     def _sum(self) -> None:
         self.sums = np.zeros(len(self.costs) + 1, dtype=np.int64)
         np.cumsum(self.costs, out=self.sums[1:])
+        self._blocks: tuple[list[int], np.ndarray, np.ndarray] | None = None
+
+    # ---- exact counts for block-additive tokenizers (see budget.BLOCK_SPLIT) -----------------
+    def blocks(self) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """(block start lines, block index per line, prefix sums of block token counts)."""
+        if self._blocks is None:
+            lines, starts, n = self.lines, [0], len(self.lines)
+            for i in range(1, n):  # the line form of budget.BLOCK_SPLIT
+                first = lines[i][:1]
+                if first and not first.isspace() and len(lines[i - 1]) >= 2 or \
+                        lines[i] == "\n" and i + 1 < n and lines[i + 1][:1] and not lines[i + 1][:1].isspace():
+                    starts.append(i)
+            bounds = [*starts, len(lines)]
+            count = self.counter.count
+            costs = np.fromiter((count("".join(lines[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)),
+                                dtype=np.int64, count=len(starts))
+            sums = np.zeros(len(starts) + 1, dtype=np.int64)
+            np.cumsum(costs, out=sums[1:])
+            index = np.zeros(len(lines), dtype=np.int64)
+            index[starts[1:]] = 1
+            self._blocks = (bounds, np.cumsum(index), sums)
+        return self._blocks
+
+    def exact(self, a: int, b: int, head: str = "", tail: str = "") -> int:
+        """Exact tokens of ``head + lines[a:b] + tail`` encoded as one string (block sums)."""
+        if a >= b:
+            return self.counter.count_text(head + tail)
+        bounds, index, sums = self.blocks()
+        ka, kb = int(index[a]), int(index[b - 1])
+        count, lines = self.counter.count, self.lines
+        if kb > ka and lines[bounds[kb]] == "\n" and bounds[kb] + 1 >= b and not tail[:1].strip():
+            kb -= 1  # a "\n" | "\ndef" boundary holds only with the "def" in the string
+        if ka == kb:
+            return count(head + "".join(lines[a:b]) + tail)
+        first = count(head + "".join(lines[a:bounds[ka + 1]]))
+        last = count("".join(lines[bounds[kb]:b]) + tail)
+        return first + int(sums[kb] - sums[ka + 1]) + last
 
     def fresh(self, doc: Document) -> bool:
         return self.version == doc.version and self.text_len == len(doc.text)
@@ -147,7 +188,7 @@ def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
     s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, costs, ratio)
     before = "".join(costs.lines[s:line]) + pre
     after = suf + "".join(costs.lines[line + 1:e])
-    return Window(before, after, s, e, tp + ts + base)
+    return Window(before, after, s, e, tp + ts + base, line, line + 1, pre, suf)
 
 
 def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int = 20) -> tuple[int, int]:
