@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,20 @@ def init_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def _clean_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Bad input or a server that fails to start: one clear line on stderr and exit code 1."""
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        from evals.lsp_client import LspError
+
+        try:
+            return fn(args)
+        except (LspError, ValueError, FileNotFoundError) as e:
+            print(f"edit-server eval: error: {e}", file=sys.stderr)
+            return 1
+    return run
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     ev = subparsers.add_parser("eval", help="headless evaluations (HumanEval-infilling, replay, cases)")
     sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)
@@ -77,13 +92,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--max-tokens", type=int, default=None, help="canvas length (default per split)")
     he.add_argument("--workers", type=int, default=2, help="parallel sandboxed checks")
     he.add_argument("--check-timeout", type=float, default=10.0, help="seconds per functional check")
-    he.set_defaults(func=run_humaneval)
+    he.set_defaults(func=_clean_errors(run_humaneval))
 
     cs = sub.add_parser("cases", help="run a JSONL file of edit cases through the real server")
     cs.add_argument("file", type=Path)
     _common(cs, "cases")
     _server(cs)
-    cs.set_defaults(func=run_cases)
+    cs.set_defaults(func=_clean_errors(run_cases))
 
     rp = sub.add_parser("replay", help="build edit cases from a git history and run them")
     rp.add_argument("repo", type=Path)
@@ -95,11 +110,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rp.add_argument("--next-per-commit", type=int, default=3)
     rp.add_argument("--quiet-per-commit", type=int, default=2)
     rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
-    rp.set_defaults(func=run_replay)
+    rp.set_defaults(func=_clean_errors(run_replay))
 
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
-    tb.set_defaults(func=run_table)
+    tb.set_defaults(func=_clean_errors(run_table))
 
 
 def run_table(args: argparse.Namespace) -> int:

@@ -114,3 +114,21 @@ def test_humaneval_via_lsp(tmp_path: Path) -> None:
     for c in rep["cases"]:
         assert c["latency_ms"] > 0 and c["middle"].endswith("\n") and not c["edited_outside_hole"]
         assert c["score"] is None or 0.0 <= c["score"] <= 1.0
+
+
+@pytest.mark.e2e
+def test_server_that_cannot_load_its_model_is_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("edit_server.server")
+    cmd = [sys.executable, "-m", "edit_server.cli", "eval", "cases", str(FIXTURE), "--model",
+           str(tmp_path / "missing.gguf"), "--device", "cpu", "--limit", "1", "--timeout", "60",
+           "--out", str(tmp_path / "out"), "--no-progress"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 1 and "missing.gguf" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
+    for args in (["cases", str(tmp_path / "none.jsonl")],
+                 ["humaneval-infill", "--oracle", "--data", str(tmp_path), "--out", str(tmp_path / "o")]):
+        res = subprocess.run([sys.executable, "-m", "edit_server.cli", "eval", *args],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert res.returncode == 1 and res.stderr.startswith("edit-server eval: error:")
