@@ -40,6 +40,8 @@ def summarize_humaneval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "latency_ms_p50": percentile(lat, 50),
         "latency_ms_p95": percentile(lat, 95),
         "errors": sum(bool(r.get("error")) for r in records),
+        "shown_rate": _rate(sum(bool(r.get("shown")) for r in records), len(records))
+        if any("shown" in r for r in records) else None,  # via LSP only
     }
 
 
