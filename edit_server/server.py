@@ -35,6 +35,7 @@ DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 STATUS = "$/editServer/status"
 COPILOT_STATUS = "didChangeStatus"
 ACCEPT = "editServer.accept"
+CLEAR_HISTORY = "editServer.clearHistory"
 RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT}
 _DROPPED = object()
 
@@ -212,6 +213,12 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
                                  float(item.get("score", 0.0) or 0.0))
             if item.get("kind") == "fim":
                 ls.cache.drop(str(item.get("uri", "")))
+
+    @ls.command(CLEAR_HISTORY)
+    def clear_history(ls: EditServer, *_: Any) -> None:
+        """Forget the edit history and cached suggestions (evals isolate cases with this)."""
+        ls.history.clear()
+        ls.cache = SuggestCache(ttl_s=ls.settings.suggestion_ttl_s)
 
     @ls.feature(DID_SHOW_COMPLETION)
     def did_show_completion(ls: EditServer, params: Any) -> None:

@@ -45,7 +45,7 @@ async def test_capabilities(client: LanguageClient) -> None:
     assert caps.inline_completion_provider is not None
     assert caps.position_encoding == lsp.PositionEncodingKind.Utf16  # even though the client prefers utf-8
     assert caps.text_document_sync.change == lsp.TextDocumentSyncKind.Incremental
-    assert "editServer.accept" in caps.execute_command_provider.commands
+    assert {"editServer.accept", "editServer.clearHistory"} <= set(caps.execute_command_provider.commands)
     assert [s["state"] if isinstance(s, dict) else s.state for s in client.statuses][-1] == "ready"
     assert client.copilot_statuses and client.copilot_statuses[-1].kind == "Normal"
 
@@ -110,6 +110,8 @@ async def test_inline_edit_applies_consistently(client: LanguageClient) -> None:
     change(client, u, 2, r.start.line, r.start.character, r.end.line, r.end.character, edit.text)
     # applied: the region no longer contains "w * w", so the next prediction has nothing to change
     assert (await inline_edit(client, u, 2, 1, 12)).edits == []
+    assert await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="editServer.clearHistory")) is None
 
 
 async def test_invalid_params_get_errors_and_server_keeps_serving(client: LanguageClient) -> None:
