@@ -84,8 +84,13 @@ class EditHistory:
             return
         self._hunks.append(_Open(ev.path, ev.before, ev.after, line, new_end, ev.time, ev.time))
 
-    def recent(self, n: int = 6, now: float | None = None) -> list[Hunk]:
-        """The ``n`` most recent hunks, oldest first; diffs larger than the limit are dropped."""
+    def recent(self, n: int = 6, now: float | None = None,
+               cursor: tuple[str, int] | None = None) -> list[Hunk]:
+        """The ``n`` most recent hunks, oldest first; diffs larger than the limit are dropped.
+
+        ``open`` marks the hunk still being typed: with ``cursor`` = (path, line), the hunk of that file
+        whose changed lines contain the cursor line; without it, the latest hunk if no pause since.
+        """
         out: list[Hunk] = []
         last = self._hunks[-1] if self._hunks else None
         for h in reversed(self._hunks):
@@ -94,7 +99,10 @@ class EditHistory:
             d = h.diff()
             if not d or len(d.encode()) > self.max_diff_bytes:
                 continue
-            is_open = h is last and (now is None or now - h.last <= self.pause_s)
+            if cursor is not None:
+                is_open = h.path == cursor[0] and h.lo <= cursor[1] <= h.hi
+            else:
+                is_open = h is last and (now is None or now - h.last <= self.pause_s)
             out.append(Hunk(h.path, d, h.last, is_open))
         out.reverse()
         return out

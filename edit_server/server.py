@@ -122,8 +122,9 @@ class EditServer(LanguageServer):
                 self.loaded = want
                 self.worker.load(settings.model, settings.device, settings)
 
-    def snapshot_history(self) -> list:
-        return self.history.recent(self.settings.history_size, now=time.monotonic())
+    def snapshot_history(self, path: str, text: str, offset: int) -> list:
+        return self.history.recent(self.settings.history_size, now=time.monotonic(),
+                                   cursor=(path, text.count("\n", 0, offset)))
 
 
 def _path(uri: str) -> str:
@@ -311,7 +312,8 @@ async def _inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
     if not ls.worker.ready.is_set():
         return None  # model still loading (or failed): answer empty, quickly
     invoked = params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Invoked
-    req = pipeline.FimRequest(uri, doc.path, text, version, offset, invoked, ls.snapshot_history())
+    req = pipeline.FimRequest(uri, doc.path, text, version, offset, invoked,
+                              ls.snapshot_history(doc.path, text, offset))
     if pipeline.skip_reason(req, ls.settings) is not None:
         return None
     if not await _debounced(ls, (uri, "fim")):
@@ -346,7 +348,7 @@ async def _inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) -
         return {"edits": []}
     text, version = doc.text, doc.version
     offset = convert.position_to_offset(text, line, ch)
-    req = pipeline.EditRequest(uri, doc.path, text, version, offset, ls.snapshot_history())
+    req = pipeline.EditRequest(uri, doc.path, text, version, offset, ls.snapshot_history(doc.path, text, offset))
     if not await _debounced(ls, (uri, "edit")):
         return {"edits": []}
     out = await _await_job(ls, Job("edit", uri, req, ls.settings))

@@ -76,3 +76,12 @@ def test_full_sync_records_minimal_span() -> None:
     assert (ev.old, ev.new) == ("", "!")
     h.record(ev)
     assert "+line 7!" in h.recent(1)[0].diff
+
+
+def test_open_is_the_hunk_under_the_cursor() -> None:
+    docs, h = setup()
+    type_at(docs, h, "file:///w/a.py", 3, "a", 0.0)
+    type_at(docs, h, "file:///w/a.py", 30, "b", 0.2)
+    assert [x.open for x in h.recent(6, cursor=("/w/a.py", 3))] == [True, False]
+    assert [x.open for x in h.recent(6, cursor=("/w/a.py", 30))] == [False, True]
+    assert [x.open for x in h.recent(6, cursor=("/w/b.py", 3))] == [False, False]
