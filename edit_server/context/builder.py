@@ -123,7 +123,9 @@ class ContextBuilder:
 
     def _scan(self) -> None:
         try:
-            self.index.scan(self.roots, self.exclusions, skip=set(self.docs))
+            with self._lock:
+                skip = set(self.docs)
+            self.index.scan(self.roots, self.exclusions, skip=skip)
         except Exception as e:
             log.warning("workspace indexing failed: %s", e)
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"prompt": asdict(prompt), "report": asdict(rep)}, indent=1))
         return 0
     print(f"{args.kind} context for {rep.path} line {line} col {col}: {rep.total} / {rep.budget} tokens "
-          f"({'exact' if rep.exact else 'estimated'}; fixed {rep.fixed}; built in {rep.ms:.1f} ms)")
+          f"(counting: {rep.counting}; fixed {rep.fixed}; built in {rep.ms:.1f} ms)")
     if rep.blocked:
         print(f"no context sent: {rep.blocked}")
     lo, hi = rep.window_lines
