@@ -66,6 +66,10 @@ def loads(line: str) -> Case:
 
 def validate(case: Case) -> None:
     where = f"case {case.id!r}"
+    for path in case.files:  # files are written under a per-case workspace directory
+        parts = path.replace("\\", "/").split("/")
+        if not path or path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+            raise ValueError(f"{where}: file path {path!r} must be relative, without '..'")
     if case.cursor.path not in case.files:
         raise ValueError(f"{where}: cursor.path {case.cursor.path!r} is not in files")
     if not 0 <= case.cursor.offset <= len(case.files[case.cursor.path]):

@@ -51,6 +51,11 @@ def test_bad_case_names_line_and_field(tmp_path: Path) -> None:
                    '"cursor":{"path":"a.py","offset":9},"expected":null}\n')
     with pytest.raises(ValueError, match="cursor.offset 9 outside"):
         read_cases(bad)
+    for evil in ("../x.py", "/etc/passwd", "a/../../x.py"):
+        bad.write_text('{"id":"x","kind":"fim","language":"python","path":"a.py","files":{"a.py":"",'
+                       f'"{evil}":""}},"cursor":{{"path":"a.py","offset":0}},"expected":null}}\n')
+        with pytest.raises(ValueError, match="must be relative"):
+            read_cases(bad)
 
 
 def test_judge_accept_partial_quiet() -> None:
