@@ -262,3 +262,30 @@ def test_block_counting_is_exact_for_gpt2_style_bpe(tmp_path: Path) -> None:
                 assert r.report.counting == "blocks" and not r.report.verified_by_render
                 assert len(render(tok, r.prompt).ids) == r.report.total <= budget, (budget, frac, fn.__name__)
     b.close()
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "gpt2"])
+def test_exact_after_keystrokes(tmp_path: Path, tokenizer: str) -> None:
+    """Incremental line/count updates (didChange edits) keep the counts exact."""
+    import random
+
+    tok = TOK if tokenizer == "byte" else _gpt2_style_tokenizer()
+    main = str(tmp_path / "main.py")
+    text = _main_text(40)
+    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    b.update_document(main, text, 1)
+    rng = random.Random(7)
+    for version in range(2, 30):
+        start = rng.randrange(len(text))
+        old = text[start:start + rng.choice([0, 1, 5])]
+        new = rng.choice(["x", "\n", "\n\ndef g():\n    pass\n", "", "    "])
+        text = text[:start] + new + text[start + len(old):]
+        b.update_document(main, text, version, [(start, old, new)])
+        if version % 2:
+            continue
+        cursor = min(len(text), start + len(new))
+        for fn, render in ((b.build_fim, render_fim), (b.build_edit, render_edit)):
+            r = fn(main, text, cursor, [], budget=700)
+            assert len(render(tok, r.prompt).ids) == r.report.total <= 700
+    assert b.docs[main].reparsed_fully == 0
+    b.close()
