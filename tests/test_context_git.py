@@ -75,6 +75,14 @@ def test_git_sections_in_prompt(repo) -> None:
     assert "UNCOMMITTED" in diff and diff.startswith("diff --git")
     assert fim.report.git_ready
     assert len(render_fim(TOK, fim.prompt).ids) == fim.report.total
+    # after a save the diff is refreshed in the background once it is older than the TTL
+    (root / "a.py").write_text(text + "# SAVED_LATER\n")
+    ctx = b.git_for(root / "a.py")
+    ctx.diff_ttl_s = 0.0
+    b.build_fim(path, text, 12, [])  # schedules the refresh
+    assert b.wait_idle(30)
+    fim = b.build_fim(path, text, 12, [])
+    assert "SAVED_LATER" in next(s.text for s in fim.prompt.sections if s.kind == "git_diff")
     b.close()
 
 

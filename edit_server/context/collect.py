@@ -104,6 +104,8 @@ def git(b: ContextBuilder, doc: Document, report_ready: list[bool]) -> Iterator[
     if ctx is None:
         return
     report_ready.append(ctx.ready)
+    if ctx.stale(path):  # saved since? refresh in the background; this build uses the snapshot
+        b._submit(ctx.refresh, path)
     diff = ctx.diff(path)
     if diff:
         yield Section("git_diff", b.display(path), redact(diff))

@@ -30,6 +30,9 @@ class GitContext:
         self._recent: list[str] = []
         self._history_at = 0.0
         self._rel: dict[str, str] = {}
+        self._diff_at: dict[str, float] = {}
+        self.pending: set[str] = set()  # paths with a refresh queued
+        self.diff_ttl_s = 5.0
 
     def rel(self, path: Path) -> str:
         key = str(path)
@@ -51,10 +54,15 @@ class GitContext:
                     diff = ""
                 with self._lock:
                     self._diffs[rel] = diff + "\n" if diff and not diff.endswith("\n") else diff
+                    self._diff_at[rel] = time.monotonic()
             if force or time.monotonic() - self._history_at > self.ttl_s:
                 self._load_history()
         except Exception as e:  # a broken repository must never break completions
             log.warning("git context failed in %s: %s", self.top, e)
+        finally:
+            if path is not None:
+                with self._lock:
+                    self.pending.discard(self.rel(path))
 
     def _load_history(self) -> None:
         try:
@@ -98,6 +106,15 @@ class GitContext:
     def recent_files(self, k: int = 10) -> list[Path]:
         with self._lock:
             return [self.top / f for f in self._recent[:k]]
+
+    def stale(self, path: Path) -> bool:
+        """True (once, until the refresh runs) when the diff of ``path`` is older than ``diff_ttl_s``."""
+        rel = self.rel(path)
+        with self._lock:
+            if rel in self.pending or time.monotonic() - self._diff_at.get(rel, 0.0) < self.diff_ttl_s:
+                return False
+            self.pending.add(rel)
+            return True
 
     @property
     def ready(self) -> bool:
