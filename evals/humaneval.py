@@ -12,7 +12,7 @@ from typing import Any
 
 from evals.cases import normalize_ws
 from evals.datasets import InfillTask
-from evals.lsp_client import LspClient, offset_of, server_command, utf16_position
+from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.sandbox import Limits, run_python
 from evals.store import ResultStore
 
@@ -119,6 +119,7 @@ async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, 
     try:
         await client.start(root, opts, timeout=timeout)
         await client.wait_ready(timeout)
+        await warm_up(client, root, timeout)
         for i, task in enumerate(progress(tasks)):
             gap = "\n" if split in WHOLE_LINE_SPLITS else ""
             text = task.prompt + gap + task.suffix

@@ -211,3 +211,25 @@ class LspClient:
             self._status.set()
         elif method == "window/logMessage" and isinstance(params, dict):
             log.debug("server: %s", params.get("message"))
+
+
+async def warm_up(client: LspClient, root: Path, timeout: float) -> None:
+    """One untimed request of each kind on a scratch file, so no measured request pays first-call costs."""
+    f = root / "_warmup" / "warmup.py"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    text = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return \n"
+    f.write_text(text, encoding="utf-8")
+    uri = f.resolve().as_uri()
+    pos = utf16_position(text, len(text) - 1)
+    await client.notify("textDocument/didOpen", {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}})
+    for method, params in (
+            ("textDocument/inlineCompletion",
+             {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": 1}}),
+            ("textDocument/copilotInlineEdit",
+             {"textDocument": {"uri": uri, "version": 1}, "position": pos})):
+        try:
+            await client.request(method, params, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - warm-up only
+            log.debug("warm-up %s failed: %s", method, e)
+    await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

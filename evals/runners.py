@@ -11,7 +11,7 @@ from typing import Any
 
 from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
-from evals.lsp_client import LspClient, offset_of, server_command, utf16_position
+from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
@@ -73,6 +73,7 @@ class CaseRunner:
                                     stderr_path=self.log_path)
             await self.client.start(self.root, self.init, timeout=self.timeout)
             await self.client.wait_ready(self.timeout)
+            await warm_up(self.client, self.root, self.timeout)
             self._served = 0
         elif self._can_clear() and self.restart_every is None:
             await self.client.request("workspace/executeCommand",
