@@ -47,15 +47,13 @@ def _frame(obj: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def _read(sock: socket.socket) -> dict:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        buf += sock.recv(4096)
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    n = int([h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0].split(b":")[1])
-    while len(rest) < n:
-        rest += sock.recv(4096)
-    return json.loads(rest[:n])
+def _read(stream) -> dict:
+    """One LSP message from a buffered binary stream (keeps whatever follows it buffered)."""
+    n = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            n = int(line.split(b":")[1])
+    return json.loads(stream.read(n))
 
 
 def test_tcp_transport() -> None:
@@ -73,14 +71,14 @@ def test_tcp_transport() -> None:
             except OSError:
                 assert time.monotonic() < deadline and proc.poll() is None, "server did not listen"
                 time.sleep(0.2)
-        with sock:
+        with sock, sock.makefile("rb") as stream:
             sock.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                  "params": {"capabilities": {}, "initializationOptions": {"feedbackDb": ":memory:"}}}))
-            while (msg := _read(sock)).get("id") != 1:
+            while (msg := _read(stream)).get("id") != 1:
                 pass
             assert "inlineCompletionProvider" in msg["result"]["capabilities"]
             sock.sendall(_frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}))
-            while _read(sock).get("id") != 2:
+            while _read(stream).get("id") != 2:
                 pass
             sock.sendall(_frame({"jsonrpc": "2.0", "method": "exit"}))
     finally:
