@@ -62,7 +62,7 @@ class GitContext:
         finally:
             if path is not None:
                 with self._lock:
-                    self.pending.discard(self.rel(path))
+                    self.pending.discard(self._rel.get(str(path), ""))
 
     def _load_history(self) -> None:
         try:
