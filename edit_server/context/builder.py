@@ -25,6 +25,7 @@ from pathlib import Path
 from edit_server.context import sources as src
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, Shares, TokenCounter
 from edit_server.context.exclusions import Exclusions
+from edit_server.context.fit import fit
 from edit_server.context.gitctx import GitContext
 from edit_server.context.symbols import SymbolIndex, extract
 from edit_server.context.syntax import Document, Edit, infer_edit
@@ -322,7 +323,7 @@ class ContextBuilder:
             prompt = make(win)
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
-                prompt, win = self._verify(rep, prompt, win, make, lambda n: fim_window(
+                prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, lambda n: fim_window(
                     doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
@@ -376,7 +377,7 @@ class ContextBuilder:
             prompt = make(win)
             self._finish(rep, win, sections, doc, offset)
             if self.tokenizer is not None and not self.counter.exact:
-                prompt, win = self._verify(rep, prompt, win, make, window, render_edit, costs)
+                prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return EditBuild(prompt, region.start, region.end, rep)
 
@@ -390,43 +391,3 @@ class ContextBuilder:
         rep.window_lines = (win.start_line, win.end_line)
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
         rep.excluded = self.exclusions.stop_recording()
-
-    def _verify(self, rep: BuildReport, prompt, win: Window, make, window, render, costs: LineCosts):
-        """Per-line counts were not exact: measure the prompt exactly (block sums, else by rendering
-        it); shrink the window until the prompt fits, or grow it while it fits with room to spare."""
-        assert self.tokenizer is not None
-        others = sum(r.used for r in rep.sources)
-
-        def measure(p) -> tuple[int, int]:
-            if self.counter.exact_text:  # block sums: exact without encoding the whole prompt
-                w = win
-                wt = costs.exact(w.start_line, w.lo, tail=w.pre) + costs.exact(w.hi, w.end_line, head=w.suf)
-                return rep.fixed + others + wt, wt
-            rep.verified_by_render = True
-            n = len(render(self.tokenizer, p).ids)
-            return n, n - rep.fixed - others
-
-        best, tried = None, set()
-        for _ in range(8):
-            n, wt = measure(prompt)
-            tried.add((win.start_line, win.end_line))
-            if n <= rep.budget and (best is None or n > best[0]):
-                best = (n, wt, prompt, win)
-            truncated = win.start_line > 0 or win.end_line < len(costs.lines)
-            if n <= rep.budget and (rep.budget - n <= max(4, rep.budget // 100) or not truncated):
-                break
-            step = rep.budget - n if n <= rep.budget else -(n - rep.budget) - 4 - win.tokens // 100
-            nxt = window(max(0, win.tokens + step))
-            if (nxt.start_line, nxt.end_line) in tried:
-                if n > rep.budget:  # no progress while over: drop to the cursor line's window
-                    nxt = window(0)
-                    if (nxt.start_line, nxt.end_line) in tried:
-                        break
-                else:
-                    break
-            win, prompt = nxt, make(nxt)
-        if best is None:
-            raise ValueError(f"context budget {rep.budget} too small for this prompt")
-        rep.total, rep.window.used, prompt, win = best
-        rep.window_lines = (win.start_line, win.end_line)
-        return prompt, win
