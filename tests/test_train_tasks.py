@@ -225,3 +225,14 @@ def test_git_pairs(tmp_path: Path) -> None:
     for e in exs:
         assert _canvas_text(e) == e.meta["new_region"]
         assert e.prompt == render_edit(TOK, e.meta["prompt"]).ids
+
+
+def test_generators_survive_awkward_lines() -> None:
+    """Regression: deeply indented one-character lines (`)`) crashed finish_line mid-training."""
+    text = "def f(\n" + "".join(f"            a{i},\n                )\n" for i in range(30)) + "):\n    pass\n"
+    rng = random.Random(0)
+    for _ in range(300):
+        for kind in GENERATORS:
+            synth_sites(text, kind, rng)
+        make_edit(TOK, text, "w.py", rng, BUDGET)
+        make_noedit(TOK, text, "w.py", rng, BUDGET)
