@@ -27,7 +27,8 @@ class Feature(msgspec.Struct, rename="camel", kw_only=True):
 class Settings(msgspec.Struct, rename="camel", kw_only=True):
     model: str = "default"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    context_budget: Annotated[int, msgspec.Meta(ge=64, le=32768)] = 1024
+    # prompt tokens; 0 = auto: the model's context (capped at 32,768) on a GPU, 2,048 on a CPU
+    context_budget: Annotated[int, msgspec.Meta(ge=0, le=32768)] = 0
     debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=5000)] = 0
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=512)] = 64
     inline_completion: Feature = msgspec.field(default_factory=Feature)

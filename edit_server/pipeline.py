@@ -92,11 +92,29 @@ def is_single_line(req: FimRequest) -> bool:
     return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
 
 
+CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (REFERENCE §8)
+CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
+
+
+def auto_budget(settings: Settings, eng: Any) -> int:
+    """Prompt-token budget: the setting, or (0 = auto) the model's context capped at 32,768 on a GPU
+    and at 2,048 on a CPU, minus room for the canvas."""
+    args = getattr(eng, "args", None)
+    ctx = min(getattr(args, "max_seq_len", 8192) or 8192, 32768)
+    if not settings.context_budget:
+        device = str((getattr(eng, "info", None) or {}).get("device", "cpu"))
+        if not device.startswith("cuda"):
+            ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
+        return max(256, ctx - CANVAS_RESERVE)
+    return settings.context_budget
+
+
 class SimpleContext:
     """Prefix/suffix window used until (or when) the context builder is unavailable."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, budget: int = CPU_AUTO_BUDGET) -> None:
         self.settings = settings
+        self.budget = budget
 
     def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
         pass
@@ -111,7 +129,7 @@ class SimpleContext:
     def fim(self, req: FimRequest) -> FimPrompt | None:
         if self.blocked(req.path):
             return None
-        chars = self.settings.context_budget * 3  # ~3 characters per token
+        chars = self.budget * 3  # ~3 characters per token
         pre = req.text[max(0, req.offset - int(chars * 0.75)) : req.offset]
         suf = req.text[req.offset : req.offset + int(chars * 0.25)]
         diffs = tuple(h.diff for h in req.history)
@@ -127,7 +145,7 @@ class SimpleContext:
         hi = min(len(lines), line + self.settings.edit_lines_after + 1)
         start = sum(len(ln) + 1 for ln in lines[:lo])
         end = min(len(text), sum(len(ln) + 1 for ln in lines[:hi]))
-        chars = self.settings.context_budget * 3
+        chars = self.budget * 3
         prompt = EditPrompt(text[max(0, start - int(chars * 0.6)) : start], text[start:end],
                             text[end : end + int(chars * 0.3)], off - start, path=_rel(req.path),
                             history=tuple(h.diff for h in req.history))
@@ -140,9 +158,10 @@ class BuilderContext:
     Returns None when the builder blocks the file (excluded / secret): no model call then.
     """
 
-    def __init__(self, builder: Any, settings: Settings) -> None:
+    def __init__(self, builder: Any, settings: Settings, budget: int) -> None:
         self.builder = builder
         self.settings = settings
+        self.budget = budget
 
     def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
         self.builder.update_document(path, text, version)
@@ -153,30 +172,32 @@ class BuilderContext:
     def fim(self, req: FimRequest) -> FimPrompt | None:
         self.update_document(req.path, req.text, req.version)
         b = self.builder.build_fim(req.path, req.text, req.offset, req.history,
-                                   budget=self.settings.context_budget)
+                                   budget=self.budget)
         return None if b.report.blocked else b.prompt
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
         b = self.builder.build_edit(req.path, req.text, req.offset, req.history,
-                                    budget=self.settings.context_budget)
+                                    budget=self.budget)
         if b.report.blocked:
             return None
         return EditBuilt(b.prompt, b.region_start, b.region_end)
 
 
-def make_context(settings: Settings, roots: list[Path], tokenizer: Any) -> SimpleContext | BuilderContext:
-    """The context builder when available (it lands separately), else the simple window."""
+def make_context(settings: Settings, roots: list[Path], eng: Any) -> SimpleContext | BuilderContext:
+    """The context builder (syntax-aware, exact token budget), else the simple window."""
+    budget = auto_budget(settings, eng)
+    tokenizer = getattr(eng, "tokenizer", None)
     try:
         from edit_server.context import ContextBuilder, ContextOptions
     except ImportError:
-        return SimpleContext(settings)
+        return SimpleContext(settings, budget)
     try:
-        opts = ContextOptions(exclude=tuple(settings.exclude))
-        return BuilderContext(ContextBuilder(roots, tokenizer, opts), settings)
+        opts = ContextOptions(exclude=tuple(settings.exclude), model_context=budget)
+        return BuilderContext(ContextBuilder(roots, tokenizer, opts), settings, budget)
     except Exception:  # a broken builder must not take the server down
         log.exception("context builder unavailable; using the simple window")
-        return SimpleContext(settings)
+        return SimpleContext(settings, budget)
 
 
 def _rel(path: str) -> str:

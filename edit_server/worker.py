@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edit_server.options import Settings
-from edit_server.pipeline import EditRequest, FimRequest, is_single_line, make_context
+from edit_server.pipeline import EditRequest, FimRequest, auto_budget, is_single_line, make_context
 from engine.types import AbortSignal
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class EngineWorker:
         if item[0] == "settings":
             if self._ctx is not None and hasattr(self._ctx, "settings"):
                 self._ctx.settings = item[1]
+                self._ctx.budget = auto_budget(item[1], self.engine)
             return
         _, spec, device, settings = item
         self.on_status("loading", f"loading model {spec!r} on {device}")
@@ -151,7 +152,7 @@ class EngineWorker:
 
                 torch.set_num_threads(settings.threads)
             eng = load_engine(spec, device)
-            self._ctx = make_context(settings, self.roots, getattr(eng, "tokenizer", None))
+            self._ctx = make_context(settings, self.roots, eng)
             self.engine = eng
             self.error = None
             self.ready.set()

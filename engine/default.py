@@ -48,4 +48,4 @@ def load_default(adapter: Path | None = None, base: Path | None = None) -> Loade
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
             "validation": meta.get("validation", {}).get("last")}
     log.info("default model: %s + %s", ck.name, label)
-    return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, f"SmolLM2-135M block-diffusion ({label})", info)
+    return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)

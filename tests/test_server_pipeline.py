@@ -55,7 +55,7 @@ def test_skip_rules() -> None:
 def test_simple_context_windows() -> None:
     s = Settings(context_budget=64)
     text = "".join(f"l{i}\n" for i in range(100))
-    ctx = pipeline.SimpleContext(s)
+    ctx = pipeline.SimpleContext(s, s.context_budget)
     off = text.index("l50")
     p = ctx.fim(FimRequest("u", "/w/a.py", text, 1, off))
     assert p.prefix.endswith("l49\n") and p.suffix.startswith("l50")
@@ -194,3 +194,20 @@ def test_engine_failure_and_bad_model_are_reported_not_fatal(worker: Any) -> Non
     finally:
         w.stop()
         w.join(5)
+
+
+def test_auto_budget_follows_model_and_device() -> None:
+    from types import SimpleNamespace
+
+    def eng(device: str, ctx: int) -> SimpleNamespace:
+        return SimpleNamespace(args=SimpleNamespace(max_seq_len=ctx), info={"device": device})
+
+    auto = Settings()
+    assert auto.context_budget == 0
+    # GPU: the model's context (capped at 32,768) minus room for the canvas
+    assert pipeline.auto_budget(auto, eng("cuda:0", 8192)) == 8192 - pipeline.CANVAS_RESERVE
+    assert pipeline.auto_budget(auto, eng("cuda:0", 131072)) == 32768 - pipeline.CANVAS_RESERVE
+    # CPU: capped so a cold prefill stays interactive
+    assert pipeline.auto_budget(auto, eng("cpu", 8192)) == pipeline.CPU_AUTO_BUDGET
+    # an explicit setting wins
+    assert pipeline.auto_budget(Settings(context_budget=300), eng("cuda:0", 8192)) == 300
