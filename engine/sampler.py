@@ -147,6 +147,7 @@ class Denoiser:
             left = max(1, self.cfg.max_steps - self.block_steps)
             minimum = math.ceil(len(cand) / left)
         picked = select_positions(conf.cpu(), score.cpu(), self.cfg, minimum)
+        picked = sorted({*picked, *self._end_run(cand, tokens, conf)})
         s, _ = self.block_range()
         tok_l, conf_l = tokens.tolist(), conf.tolist()  # one device sync
         for j in picked:
@@ -158,6 +159,31 @@ class Denoiser:
         self.block_steps += 1
         self._update_stop()
         return len(picked)
+
+    def _end_run(self, cand: list[int], tokens: Tensor, conf: Tensor) -> list[int]:
+        """Candidates (indices into ``cand``) forming a trailing run of predicted end tokens.
+
+        The canvas is ``content, eom, pad, ...``: when every still-needed masked position from some
+        point to the end of the block is predicted to be an end token, with mean confidence
+        ≥ ``cfg.end_run_threshold``, the whole run is committed in one step instead of one pad per
+        step (everything after the first end token is discarded anyway)."""
+        tau = self.cfg.end_run_threshold
+        if tau is None or not self.end_ids or not cand:
+            return []
+        s, e = self.block_range()
+        if min(e, self._stop) - s - 1 != cand[-1]:  # the block's last needed position must be masked
+            return []
+        is_end = [int(t) in self.end_ids for t in tokens.tolist()]
+        j = len(cand)
+        while j > 0 and is_end[j - 1]:
+            if j < len(cand) and any(self.canvas[s + i] not in self.end_ids  # decided content inside
+                                     for i in range(cand[j - 1] + 1, cand[j])):
+                break
+            j -= 1
+        run = list(range(j, len(cand)))
+        if len(run) < 2 or float(conf[run].mean()) < tau:
+            return []
+        return run
 
     def _update_stop(self) -> None:
         for i in range(self._stop):

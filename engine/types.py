@@ -30,6 +30,9 @@ class SamplerConfig:
     seed: int | None = None
     block_size: int = 32
     max_steps: int | None = None  # per block; None = block length (always finishes)
+    # commit a trailing run of predicted end/pad tokens at once when its mean confidence >= this
+    # (None = off: pads are unmasked like any other token, one threshold decision each)
+    end_run_threshold: float | None = 0.5
 
 
 @dataclass

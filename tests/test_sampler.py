@@ -160,3 +160,20 @@ def test_abort_between_steps(eng: Engine) -> None:
     pre.abort()
     r = eng.generate(eng.tokenizer.encode("x = "), CanvasSpec(16), abort=pre)
     assert r.finish_reason == "aborted" and r.steps == 0 and r.tokens == []
+
+
+def test_trailing_end_run_is_committed_in_one_step() -> None:
+    # block of 8: content is unsure (0.7, 0.3, 0.3), the last five positions predict END with 0.6 each
+    logits = rows([(1, 0.7), (2, 0.3), (3, 0.3)] + [(END, 0.6)] * 5)
+    d = den(length=8, block=8, threshold=0.9)
+    assert d.step(logits) == 6  # the best position + the whole end run
+    assert d.canvas[3:] == [END] * 5 and d.candidates() == [1, 2]
+    # switched off: one threshold decision per position (nothing reaches 0.9 → only the argmax)
+    off = den(length=8, block=8, threshold=0.9, end_run_threshold=None)
+    assert off.step(logits) == 1
+    # a run interrupted by content, or too unsure, is not committed
+    mixed = rows([(1, 0.3)] * 3 + [(END, 0.6), (END, 0.6), (4, 0.3), (END, 0.6), (END, 0.6)])
+    d2 = den(length=8, block=8, threshold=0.9)
+    assert d2.step(mixed) == 3 and d2.canvas[6:] == [END, END] and d2.canvas[5] == MASK
+    unsure = rows([(1, 0.3)] * 5 + [(END, 0.3)] * 3)
+    assert den(length=8, block=8, threshold=0.9).step(unsure) == 1
