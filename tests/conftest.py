@@ -14,6 +14,17 @@ HUMANEVAL_DIR = SHARED / "data" / "humaneval-infilling"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip GPU tests without CUDA; run e2e tests last."""
     try:

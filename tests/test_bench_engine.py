@@ -5,18 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from edit_server.cli import build_parser
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_bench_engine_json(capsys: pytest.CaptureFixture[str]) -> None:

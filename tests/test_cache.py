@@ -14,14 +14,7 @@ from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.tokenizer import Tokenizer
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

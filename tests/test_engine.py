@@ -11,14 +11,7 @@ import torch
 from engine import AbortSignal, CanvasSpec, EditPrompt, Engine, FimPrompt, GenerateRequest, SamplerConfig
 from engine.templates import edit_canvas_length, render_edit, render_fim
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,7 @@ TOL = 1e-4
 V, T = 97, 23
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _pair(kind: str = "llama", rope_scaling: dict | None = None, tie: bool = False,

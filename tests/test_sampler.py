@@ -13,13 +13,7 @@ from engine.sampler import Denoiser, choose_tokens, select_positions
 V, MASK, END, NL = 16, 15, 14, 13
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matrices: one intra-op thread avoids OpenMP spin contention on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rows(spec: list[tuple[int, float]]) -> torch.Tensor:
