@@ -82,6 +82,29 @@ def _normalise_indent(text: str, line_prefix: str, prefix: str) -> str:
     return text
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _cut_at_scope_end(text: str, line_prefix: str) -> str:
+    """Keep a multi-line completion inside the cursor's block (Continue/Tabby-style).
+
+    Stops before the first non-blank line indented less than the cursor line (the block ended), and
+    before anything after two blank lines (a new top-level unit), so a completion never runs on into
+    the next function."""
+    lines = text.split("\n")
+    base = _indent(line_prefix)
+    blanks = 0
+    for i, ln in enumerate(lines[1:], start=1):
+        if not ln.strip():
+            blanks += 1
+            continue
+        if _indent(ln) < base or blanks >= 2:
+            return "\n".join(lines[:i])
+        blanks = 0
+    return text
+
+
 def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     """Post-process a FIM completion; returns "" when nothing useful is left."""
     text = text.replace("\r\n", "\n")
@@ -91,6 +114,7 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
         text = text.split("\n", 1)[0]
     text = _cut_repetition(text)
     text = _normalise_indent(text, line_prefix, prefix)
+    text = _cut_at_scope_end(text, line_prefix)
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
     if not text.strip():
         return ""

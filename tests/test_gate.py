@@ -24,6 +24,16 @@ def test_filters() -> None:
     check("\tif x:\n\t\treturn 1", "def f():\n    y = 1\n    ", "", "if x:\n        return 1")  # indentation
 
 
+def test_multi_line_completion_stays_in_its_block() -> None:
+    body = "def perimeter(w, h):\n    return 2"
+    # the block ends where a line is indented less than the cursor line
+    check(" * (w + h)\n\ndef area(w, h):\n    return w * h", body, "\n", " * (w + h)")
+    check("x = 1\n        y = 2\n    z = 3\nq = 4", "def f():\n    ", "", "x = 1\n        y = 2\n    z = 3")
+    # at top level: two blank lines start a new unit
+    check("import os\nimport re\n\n\ndef g():\n    pass", "", "", "import os\nimport re")
+    check("a = 1\n\nb = 2", "", "", "a = 1\n\nb = 2")  # one blank line is fine
+
+
 @pytest.mark.parametrize(("left", "right", "ok"), [
     ("x = ", "", True), ("foo(", ")", True), ("x = ", "a.b.c.d.e", False),  # > 8 non-space chars
     ("fo", "o = 1", False),  # mid-word
