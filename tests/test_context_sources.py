@@ -72,3 +72,20 @@ def test_index_updates_incrementally(tmp_path: Path) -> None:
     assert [d.name for d in idx.lookup("alpha")] == ["alpha"]
     idx.set_file(str(f), [])
     assert idx.lookup("alpha") == []
+
+
+def test_definitions_only_from_the_same_language_family(tmp_path: Path) -> None:
+    src = "def run():\n    return helper(1)\n"
+    (tmp_path / "main.py").write_text(src)
+    (tmp_path / "util.py").write_text("def helper(x):\n    return x\n")
+    (tmp_path / "web.ts").write_text("export function helper(x: number): number {\n  return x;\n}\n")
+    (tmp_path / "app.js").write_text("function other() {}\n")
+    b = ContextBuilder([tmp_path], Tokenizer.byte_level(), ContextOptions(git=False))
+    assert b.wait_idle(30)
+    r = b.build_fim(str(tmp_path / "main.py"), src, src.index("helper(1)") + 2, [])
+    b.close()
+    paths = {s.path for s in r.prompt.sections if s.kind == "definition"}
+    assert "util.py" in paths and "web.ts" not in paths, paths
+    from edit_server.context.languages import same_family
+    assert same_family("a.tsx", "javascript") and same_family("x.h", "cpp")
+    assert not same_family("a.rs", "go") and same_family("README", "python")

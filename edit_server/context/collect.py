@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from edit_server.context.exclusions import redact
 from edit_server.context.imports import import_strings, resolve
+from edit_server.context.languages import same_family
 from edit_server.context.sources import snippet_around
 from edit_server.context.symbols import identifiers_near
 from edit_server.context.syntax import Document
@@ -54,7 +55,7 @@ def definitions(b: ContextBuilder, doc: Document, row: int, visible: tuple[int, 
     imported = {str(p) for p in import_paths(b, doc)}
     n = 0
     for name in identifiers_near(doc.lang, doc.tree, doc.lines, row):
-        defs = b.index.lookup(name)
+        defs = [d for d in b.index.lookup(name) if same_family(d.path, doc.lang)]
         if not defs:
             continue
         ranked = sorted(defs, key=lambda d: (d.path != doc.path, d.path not in imported,

@@ -119,6 +119,17 @@ def spec_for(path: str | PurePath) -> LangSpec | None:
     return _BY_EXT.get(PurePath(path).suffix.lower())
 
 
+_FAMILY = {"javascript": "js", "typescript": "js", "tsx": "js", "c": "c", "cpp": "c"}
+
+
+def same_family(path: str | PurePath, lang: str | None) -> bool:
+    """Can code in ``lang`` use definitions from ``path``? (JS/TS/TSX share; C/C++ share.)"""
+    spec = spec_for(path)
+    if lang is None or spec is None:
+        return True
+    return _FAMILY.get(spec.name, spec.name) == _FAMILY.get(lang, lang)
+
+
 @cache
 def language(name: str) -> Language:
     spec = next(s for s in LANGUAGES if s.name == name)
