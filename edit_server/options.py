@@ -18,6 +18,9 @@ NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 class Gate(msgspec.Struct, rename="camel", kw_only=True):
     enabled: bool = True
     threshold: Unit = 0.5
+    # per-kind thresholds learned by `edit-server align gate`: "" = its default file when present,
+    # "off" = use ``threshold`` only, else a path
+    calibration: str = ""
 
 
 class Feature(msgspec.Struct, rename="camel", kw_only=True):

@@ -70,6 +70,31 @@ class EditBuilt:
     region_end: int
 
 
+_CALIBRATION: dict[tuple[str, float], dict[str, float]] = {}
+
+
+def gate_threshold(settings: Settings, kind: str) -> float:
+    """The show threshold for ``kind``: the calibrated one (`edit-server align gate`) when a
+    calibration file is configured or in its default place, else ``gate.threshold``."""
+    from edit_server.align import default_calibration_path, load_thresholds
+
+    where = settings.gate.calibration
+    if where == "off":
+        return settings.gate.threshold
+    path = Path(where) if where else default_calibration_path()
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return settings.gate.threshold
+    if key not in _CALIBRATION:
+        try:
+            _CALIBRATION[key] = load_thresholds(path)
+        except ValueError:
+            log.warning("ignoring gate calibration", exc_info=True)
+            _CALIBRATION[key] = {}
+    return _CALIBRATION[key].get(kind, settings.gate.threshold)
+
+
 def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -210,7 +235,7 @@ def fim_result(req: FimRequest, prompt: FimPrompt, text: str, confidences: list[
     line_end = req.text.find("\n", req.offset)
     cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :]
                              if line_end >= 0 else req.text[req.offset :], single)
-    d = gate.decide(cleaned, confidences, settings.gate.enabled, settings.gate.threshold)
+    d = gate.decide(cleaned, confidences, settings.gate.enabled, gate_threshold(settings, "fim"))
     if not cleaned:
         return None
     return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
@@ -250,7 +275,7 @@ def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences
     edits = diff_edits(old_region, new_region, built.region_start)
     if not edits:
         return None, []
-    d = gate.decide(new_region, confidences, settings.gate.enabled, settings.gate.threshold)
+    d = gate.decide(new_region, confidences, settings.gate.enabled, gate_threshold(settings, "edit"))
     sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
                      d.reason)
     return sug, edits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ SHARED = Path(os.environ.get("EDIT_SERVER_SHARED", ROOT.parent / "shared"))
 HUMANEVAL_DIR = SHARED / "data" / "humaneval-infilling"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# a developer's own settings (e.g. a learned gate calibration) must not change test outcomes;
+# the servers the e2e tests start inherit this
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edit-server-test-config-")
 
 
 @pytest.fixture(scope="module")

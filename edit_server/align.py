@@ -1,0 +1,189 @@
+"""`edit-server align gate`: learn the show/hide threshold from logged outcomes.
+
+The gate's raw score (geometric-mean token confidence) is not calibrated across contexts (REFERENCE
+§5). This fits, per suggestion kind, an isotonic map score → P(accepted) on logged outcomes — the
+server's feedback store (accepted / partially accepted vs rejected / expired suggestions) and/or eval
+reports run with the gate off (`edit-server eval replay|cases --no-gate`) — and picks the lowest raw
+threshold whose held-out precision reaches the target. The result is a small JSON file that the server
+reads (setting ``gate.calibration``; default location below) in place of ``gate.threshold``.
+
+This calibrates the gate; KTO fine-tuning of the model itself (REFERENCE §5) is not part of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+POSITIVE = {"accepted", "partial"}
+NEGATIVE = {"rejected", "expired"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    id: str
+    kind: str  # "fim" | "edit"
+    score: float
+    accepted: bool
+
+
+@dataclass
+class KindCalibration:
+    threshold: float  # raw gate score at or above which a suggestion is shown
+    n: int
+    accept_rate: float
+    precision: float  # on the held-out part, at ``threshold``
+    coverage: float  # share of held-out suggestions shown at ``threshold``
+    points: list[tuple[float, float]]  # isotonic map: (raw score, P(accepted)), increasing
+
+
+def default_calibration_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "edit-server" / "gate.json"
+
+
+# ---- data ---------------------------------------------------------------------------------------
+def from_feedback(db: str | Path) -> list[Outcome]:
+    """Suggestions with a known outcome from the server's sqlite store."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT suggestion, kind, event, score FROM events ORDER BY rowid").fetchall()
+    finally:
+        con.close()
+    label: dict[str, tuple[str, float, bool]] = {}
+    for sid, kind, event, score in rows:
+        if score is None or (event not in POSITIVE and event not in NEGATIVE):
+            continue
+        prev = label.get(sid)
+        label[sid] = (kind, float(score), event in POSITIVE or (prev is not None and prev[2]))
+    return [Outcome(sid, k, s, a) for sid, (k, s, a) in label.items()]
+
+
+def from_eval(report_dir: str | Path) -> list[Outcome]:
+    """Scored suggestions of an eval run (``results.jsonl``; run it with ``--no-gate``)."""
+    out = []
+    for line in (Path(report_dir) / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("score") is None or not r.get("suggestion"):
+            continue
+        accepted = bool(r.get("accepted")) and not r.get("quiet_case")
+        out.append(Outcome(str(r["id"]), str(r.get("kind", "fim")), float(r["score"]), accepted))
+    return out
+
+
+# ---- fitting ------------------------------------------------------------------------------------
+def isotonic(xs: Sequence[float], ys: Sequence[float]) -> list[tuple[float, float]]:
+    """Pool-adjacent-violators: the non-decreasing step fit of ys on xs, as (x, y) points where each x
+    is the lowest score of its step (so ``score >= x`` selects the step and everything above it)."""
+    pts = sorted(zip(xs, ys, strict=True))
+    blocks: list[list[float]] = []  # [sum_y, count, first_x]
+    for x, y in pts:
+        blocks.append([y, 1.0, x])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
+            s, c, _ = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    return [(b[2], b[0] / b[1]) for b in blocks]
+
+
+def _held_out(o: Outcome) -> bool:
+    return zlib.crc32(o.id.encode()) % 4 == 0  # a stable 25 % split
+
+
+def _precision_coverage(data: Sequence[Outcome], threshold: float) -> tuple[float, float]:
+    shown = [o for o in data if o.score >= threshold]
+    if not shown:
+        return 1.0, 0.0
+    return sum(o.accepted for o in shown) / len(shown), len(shown) / len(data)
+
+
+def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibration:
+    """Lowest threshold (most coverage) at which the precision of the shown suggestions reaches the
+    target on both the fitting part and the held-out part; ``points`` is the calibrated map."""
+    train = [o for o in data if not _held_out(o)] or list(data)
+    test = [o for o in data if _held_out(o)] or list(data)
+    points = isotonic([o.score for o in train], [float(o.accepted) for o in train])
+    threshold = 1.0 + 1e-9  # show nothing unless some threshold reaches the target
+    for x, _ in points:  # increasing x: the first that reaches the target keeps the most coverage
+        if (_precision_coverage(train, x)[0] >= target_precision
+                and _precision_coverage(test, x)[0] >= target_precision):
+            threshold = x
+            break
+    precision, coverage = _precision_coverage(test, threshold)
+    return KindCalibration(threshold, len(data), sum(o.accepted for o in data) / len(data),
+                           precision, coverage, points)
+
+
+def fit(outcomes: Iterable[Outcome], target_precision: float, min_count: int = 20
+        ) -> dict[str, KindCalibration]:
+    by_kind: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_kind.setdefault(o.kind, []).append(o)
+    return {k: fit_kind(v, target_precision) for k, v in sorted(by_kind.items()) if len(v) >= min_count}
+
+
+def save(cal: dict[str, KindCalibration], path: Path, target_precision: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"target_precision": target_precision, "kinds": {k: asdict(v) for k, v in cal.items()}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=1))
+    tmp.replace(path)
+
+
+def load_thresholds(path: str | Path) -> dict[str, float]:
+    """kind -> threshold from a calibration file ({} when absent); a broken file names itself."""
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    try:
+        kinds = json.loads(p.read_text())["kinds"]
+        return {k: float(v["threshold"]) for k, v in kinds.items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{p}: not a gate calibration file ({e})") from e
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("align", help="learn the selectivity gate from logged outcomes")
+    a = p.add_subparsers(dest="align", metavar="WHAT", required=True)
+    g = a.add_parser("gate", help="calibrate the show/hide threshold per suggestion kind")
+    g.add_argument("--feedback", action="append", default=[], metavar="DB",
+                   help="feedback sqlite store (default: the server's, if it exists)")
+    g.add_argument("--eval", action="append", default=[], metavar="DIR",
+                   help="eval report directory run with --no-gate (repeatable)")
+    g.add_argument("--target-precision", type=float, default=0.6)
+    g.add_argument("--min-count", type=int, default=20, help="fewest outcomes per kind to fit it")
+    g.add_argument("--out", type=Path, default=None, help=f"default: {default_calibration_path()}")
+    g.add_argument("--dry-run", action="store_true", help="print, do not write")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from edit_server.feedback import default_db_path
+
+    dbs = args.feedback or ([str(default_db_path())] if default_db_path().is_file() else [])
+    outcomes = [o for db in dbs for o in from_feedback(db)] + [o for d in args.eval for o in from_eval(d)]
+    cal = fit(outcomes, args.target_precision, args.min_count)
+    if args.json:
+        print(json.dumps({k: asdict(v) for k, v in cal.items()}, indent=1))
+    else:
+        print(f"{len(outcomes)} outcomes from {len(dbs)} feedback store(s) and {len(args.eval)} eval run(s); "
+              f"target precision {args.target_precision:.2f}")
+        print(f"{'kind':6} {'n':>6} {'accept':>7} {'threshold':>10} {'precision':>10} {'coverage':>9}")
+        for k, c in cal.items():
+            print(f"{k:6} {c.n:6d} {c.accept_rate:7.3f} {c.threshold:10.4f} {c.precision:10.3f} {c.coverage:9.3f}")
+    if not cal:
+        print(f"nothing to fit: need >= {args.min_count} outcomes of a kind", file=__import__("sys").stderr)
+        return 1
+    if not args.dry_run:
+        out = args.out or default_calibration_path()
+        save(cal, out, args.target_precision)
+        print(f"wrote {out}")
+    return 0
