@@ -50,7 +50,7 @@ def test_load_default_merges_and_sets_args(adapter: tuple[Path, torch.nn.Module]
     ck = load_default(path, base=Path("unused.gguf"))
     assert ck.args.block_size == 8 and ck.args.attention == "block_causal" and ck.args.shifted_logits
     assert ck.meta["label"] == "CPU smoke adapter (test)" and ck.meta["trained_on"] == "cpu"
-    assert "CPU smoke adapter" in ck.name
+    assert ck.name == "SmolLM2-135M block-diffusion"  # the label lives in meta, not twice in the name
     merged = Transformer(ck.args)
     merged.load_state_dict(ck.state_dict)
     ids = torch.randint(0, 268, (1, 12))
