@@ -206,7 +206,7 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
-            "limit": args.limit, "init": init_options(args)}
+            "init": init_options(args)}  # not --limit: a larger limit resumes the same cases
 
 
 def run_cases(args: argparse.Namespace) -> int:
