@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sqlite3
+import sys
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         for k, c in cal.items():
             print(f"{k:6} {c.n:6d} {c.accept_rate:7.3f} {c.threshold:10.4f} {c.precision:10.3f} {c.coverage:9.3f}")
     if not cal:
-        print(f"nothing to fit: need >= {args.min_count} outcomes of a kind", file=__import__("sys").stderr)
+        print(f"nothing to fit: need >= {args.min_count} outcomes of a kind", file=sys.stderr)
         return 1
     if not args.dry_run:
         out = args.out or default_calibration_path()
