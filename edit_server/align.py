@@ -179,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
               f"target precision {args.target_precision:.2f}")
         print(f"{'kind':6} {'n':>6} {'accept':>7} {'threshold':>10} {'precision':>10} {'coverage':>9}")
         for k, c in cal.items():
-            print(f"{k:6} {c.n:6d} {c.accept_rate:7.3f} {c.threshold:10.4f} {c.precision:10.3f} {c.coverage:9.3f}")
+            prec = f"{c.precision:10.3f}" if c.coverage > 0 else f"{'–':>10}"  # nothing shown: no precision
+            print(f"{k:6} {c.n:6d} {c.accept_rate:7.3f} {c.threshold:10.4f} {prec} {c.coverage:9.3f}")
     if not cal:
         print(f"nothing to fit: need >= {args.min_count} outcomes of a kind", file=sys.stderr)
         return 1
