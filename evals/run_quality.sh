@@ -6,7 +6,8 @@
 # MODEL    tiny-random | default | HF dir | .gguf            (default: default)
 # DEVICE   auto | cpu | cuda                                (default: auto)
 # LIMIT    tasks/cases per run; empty = all (multi-line has 5,815 tasks: use a GPU or LIMIT=200)
-# REPOS    git checkouts to replay (default: this repository; add a second real history here)
+# REPOS    git checkouts to replay (default: this repository). A second real history from PyPI releases:
+#          scripts/release_history.sh /tmp/hist/toolz toolz 0.9.0 0.10.0 0.11.0 0.12.0 0.12.1
 # COMMITS  commits per replay (default 30)
 # Results are cached per case under $OUT/<run>/ (re-running resumes); the final tables print to stdout
 # and land in $OUT/TABLE.md, ready to paste into docs/QUALITY.md.
