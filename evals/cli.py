@@ -40,7 +40,8 @@ def _server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="initializationOptions maxTokens")
     p.add_argument("--context-budget", type=int, default=None, help="initializationOptions contextBudget")
     p.add_argument("--init-option", action="append", default=[], metavar="KEY=JSON",
-                   help="extra initializationOptions entry (repeatable), e.g. historySize=6")
+                   help="extra initializationOptions entry (repeatable; dotted keys nest), "
+                        'e.g. historySize=6 or gate.calibration="/path/gate.json"')
 
 
 def init_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,9 +56,16 @@ def init_options(args: argparse.Namespace) -> dict[str, Any]:
         if not sep:
             raise SystemExit(f"--init-option expects KEY=JSON, got {item!r}")
         try:
-            opts[key] = json.loads(val)
+            value = json.loads(val)
         except json.JSONDecodeError:
-            opts[key] = val
+            value = val
+        *parents, leaf = key.split(".")  # gate.calibration=... -> {"gate": {"calibration": ...}}
+        node = opts
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"--init-option {key}: {part} is not an object")
+        node[leaf] = value
     return opts
 
 

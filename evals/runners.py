@@ -50,11 +50,11 @@ class CaseRunner:
                  init_extra: dict[str, Any] | None = None) -> None:
         self.model, self.device, self.root, self.log_path = model, device, root, log_path
         self.timeout, self.restart_every = timeout, restart_every
-        gate_opts: dict[str, Any] = {"enabled": gate}
+        extra = dict(init_extra or {})
+        gate_opts: dict[str, Any] = {**extra.pop("gate", {}), "enabled": gate}  # e.g. gate.calibration
         if threshold is not None:
             gate_opts["threshold"] = threshold
-        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0,
-                     **(init_extra or {})}
+        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0, **extra}
         self.client: LspClient | None = None
         self._served = 0
 

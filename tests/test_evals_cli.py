@@ -132,3 +132,22 @@ def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
         res = subprocess.run([sys.executable, "-m", "edit_server.cli", "eval", *args],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert res.returncode == 1 and res.stderr.startswith("edit-server eval: error:")
+
+
+def test_init_options_nest_dotted_keys_and_keep_the_gate_switch(tmp_path: Path) -> None:
+    import argparse
+
+    from evals.cli import init_options
+    from evals.runners import CaseRunner
+
+    ns = argparse.Namespace(max_tokens=None, context_budget=None,
+                            init_option=['gate.calibration="/x/gate.json"', "historySize=3", "model=raw text"])
+    opts = init_options(ns)
+    assert opts == {"feedbackDb": ":memory:", "gate": {"calibration": "/x/gate.json"}, "historySize": 3,
+                    "model": "raw text"}
+    runner = CaseRunner(model="tiny-random", device="cpu", root=tmp_path, log_path=tmp_path / "log",
+                        gate=False, threshold=0.3, timeout=5, init_extra=opts)
+    assert runner.init["gate"] == {"calibration": "/x/gate.json", "enabled": False, "threshold": 0.3}
+    assert runner.init["historySize"] == 3
+    with pytest.raises(SystemExit, match="historySize is not an object"):
+        init_options(argparse.Namespace(init_option=["historySize=3", "historySize.x=1"]))
