@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("demo", help="replay an editing session against the real server over stdio")
     _common(d, "default")
     d.add_argument("--no-gate", action="store_true", help="show every non-empty suggestion")
+    d.add_argument("--server-log", default=None, help="the server's log file (per-request timings at INFO)")
     d.set_defaults(func=run_demo)
 
     h = sub.add_parser("http", help="Zed open_ai_compatible_api front end (HTTP)")
@@ -76,7 +77,7 @@ def run_demo(args: argparse.Namespace) -> int:
     setup_logging(args)
     from edit_server.demo import main
 
-    return main(args.model, args.device or "auto", gate=not args.no_gate)
+    return main(args.model, args.device or "auto", gate=not args.no_gate, server_log=args.server_log)
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -68,7 +68,8 @@ class Session:
         return list(res.edits), (time.perf_counter() - t0) * 1000
 
 
-async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout) -> int:
+async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
+                 server_log: str | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=out, flush=True)
 
@@ -85,7 +86,8 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout) -> 
     def _copilot_status(_c: LanguageClient, _params: Any) -> None:
         pass
 
-    await client.start_io(sys.executable, "-m", "edit_server", "--model", model, "--device", device)
+    log_args = ["--log-file", server_log, "--log-level", "INFO"] if server_log else []
+    await client.start_io(sys.executable, "-m", "edit_server", "--model", model, "--device", device, *log_args)
     workdir = Path(tempfile.mkdtemp(prefix="edit-server-demo-"))
     uri = (workdir / "shapes.py").as_uri()
     say(f"edit-server demo: model={model!r} device={device!r} gate={'on' if gate else 'off'}")
@@ -128,5 +130,5 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout) -> 
     return rc
 
 
-def main(model: str = "default", device: str = "auto", gate: bool = True) -> int:
-    return asyncio.run(replay(model, device, gate))
+def main(model: str = "default", device: str = "auto", gate: bool = True, server_log: str | None = None) -> int:
+    return asyncio.run(replay(model, device, gate, server_log=server_log))

@@ -172,6 +172,13 @@ class EngineWorker:
                 j.future.set_result(None)
 
     def _finish(self, job: Job, outcome: Outcome | None) -> None:
+        if outcome is not None:
+            r = outcome.result  # per-request numbers for support: `--log-level INFO`
+            t = getattr(r, "timings", None) or {}
+            log.info("%s %s: %s prompt tokens (%s cached), %s steps, %s forwards, %s; prefill %.0f ms, "
+                     "decode %.0f ms, batch %d", job.kind, job.key, *(getattr(r, a, "?") for a in (
+                         "prompt_tokens", "cached_tokens", "steps", "forwards", "finish_reason")),
+                     t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0), outcome.batch)
         with self._lock:
             if job in self._live:
                 self._live.remove(job)

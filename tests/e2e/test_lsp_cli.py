@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -87,10 +88,16 @@ def test_tcp_transport() -> None:
 
 
 @pytest.mark.slow
-def test_demo_replays_a_session() -> None:
-    out = subprocess.run([*CMD, "demo", "--model", "tiny-random", "--device", "cpu", "--no-gate"],
-                         capture_output=True, text=True, timeout=280, env=ENV)
+def test_demo_replays_a_session(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    out = subprocess.run([*CMD, "demo", "--model", "tiny-random", "--device", "cpu", "--no-gate",
+                          "--server-log", str(log)], capture_output=True, text=True, timeout=280, env=ENV)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "model ready after" in out.stdout
     assert out.stdout.count(" ms  '    return 2") == 6 and out.stdout.count(" ms  ") == 7
     assert "edit(s)" in out.stdout
+    # the server logged one line per model call, with the prompt size, cache reuse and step counts
+    calls = [ln for ln in log.read_text().splitlines() if "edit_server.worker" in ln and " steps, " in ln]
+    fim = [ln for ln in calls if " fim file:" in ln]
+    assert 1 <= len(fim) <= 6 and sum(" edit file:" in ln for ln in calls) == 1
+    assert all("prompt tokens" in ln and "decode" in ln for ln in calls)
