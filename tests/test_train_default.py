@@ -58,22 +58,23 @@ def test_load_default_merges_and_sets_args(adapter: tuple[Path, torch.nn.Module]
         assert torch.allclose(merged(ids, is_causal=True), lora_model(ids, is_causal=True), atol=1e-4)
 
 
-def test_load_default_rejects_mismatched_special_ids(adapter: tuple[Path, torch.nn.Module]) -> None:
-    path, _ = adapter
+def _patch_meta(path: Path, section: str, key: str, value: object) -> None:
     js = path.with_suffix(".json")
     meta = json.loads(js.read_text())
-    meta["special_tokens"]["mask"] = 5
+    meta[section][key] = value
     js.write_text(json.dumps(meta))
+
+
+def test_load_default_rejects_mismatched_special_ids(adapter: tuple[Path, torch.nn.Module]) -> None:
+    path, _ = adapter
+    _patch_meta(path, "special_tokens", "mask", 5)
     with pytest.raises(AdapterError, match=r"ad\.json: special_tokens disagree"):
         load_default(path, base=Path("unused.gguf"))
 
 
 def test_load_default_bad_model_arg(adapter: tuple[Path, torch.nn.Module]) -> None:
     path, _ = adapter
-    js = path.with_suffix(".json")
-    meta = json.loads(js.read_text())
-    meta["model_args"]["warp_factor"] = 9
-    js.write_text(json.dumps(meta))
+    _patch_meta(path, "model_args", "warp_factor", 9)
     with pytest.raises(AdapterError, match="model_args.warp_factor"):
         load_default(path, base=Path("unused.gguf"))
 
