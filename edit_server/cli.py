@@ -19,7 +19,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("context", "edit_server.context.cli"),
     ("train", "engine.train.cli"),
     ("eval", "evals.cli"),
-    ("align", "edit_server.align"),
+    ("align", "edit_server.selectivity.align"),
 ]
 BENCH: list[str] = ["engine.bench", "edit_server.context.bench"]
 

@@ -51,7 +51,7 @@ def setup_logging(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args)
-    from edit_server.server import build
+    from edit_server.lsp.server import build
 
     ls = build(args.model, args.device)
     tcp = getattr(args, "tcp", None)
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_http(args: argparse.Namespace) -> int:
     setup_logging(args)
-    from edit_server import http
+    from edit_server.http import zed as http
 
     return int(http.serve(args.host, args.port, args.model, args.device or "auto") or 0)
 

@@ -23,8 +23,8 @@ def load_default(adapter: Path | None = None, base: Path | None = None) -> Loade
     """Base + adapter, merged. ``adapter``: path without suffix (default ``$EDIT_SERVER_ADAPTER`` or
     ``engine/weights/default``)."""
     from engine.loading import load_checkpoint
+    from engine.loading.adapter import AdapterError, load_adapter, merge_adapter
     from engine.loading.base import fetch_base
-    from engine.train.lora import AdapterError, load_adapter, merge_adapter
 
     if adapter is None:
         adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter

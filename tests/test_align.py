@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from edit_server import align, pipeline
 from edit_server.cli import main
-from edit_server.feedback import FeedbackStore
-from edit_server.options import Settings
+from edit_server.core import pipeline
+from edit_server.core.settings import Settings
+from edit_server.selectivity import align
+from edit_server.selectivity.feedback import FeedbackStore
 
 
 def test_isotonic_is_monotone_and_pools_violators() -> None:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edit_server import convert
-from edit_server.pipeline import Suggestion, TextEdit
+from edit_server.core.pipeline import Suggestion, TextEdit
+from edit_server.lsp import convert
 
 LINE = 'x = "😀中文🎉" + y\n'
 

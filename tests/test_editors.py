@@ -144,7 +144,7 @@ def test_neovim_plugin_against_scripted_server(tmp_path: Path) -> None:
 
 def _real_server_available() -> bool:
     try:
-        import edit_server.server  # noqa: F401
+        import edit_server.lsp.server  # noqa: F401
         from engine import Engine  # noqa: F401
     except ImportError:
         return False
@@ -153,7 +153,7 @@ def _real_server_available() -> bool:
 
 @pytest.mark.e2e
 @needs_nvim
-@pytest.mark.skipif(not _real_server_available(), reason="edit_server.server / engine not available yet")
+@pytest.mark.skipif(not _real_server_available(), reason="edit_server.lsp.server / engine not available yet")
 def test_neovim_plugin_against_real_server(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "edit_server.cli", "--model", "tiny-random", "--device", "cpu"]
     r = run_smoke(tmp_path, cmd, timeout=240, ES_GHOST_MS="5000", ES_READY_MS="90000")

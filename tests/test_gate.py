@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edit_server import gate
+from edit_server.selectivity import gate
 
 
 def check(text: str, prefix: str, suffix: str, expect: str, single: bool = False) -> None:

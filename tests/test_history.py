@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from edit_server.documents import DocumentStore
-from edit_server.history import EditHistory
+from edit_server.core.documents import DocumentStore
+from edit_server.core.history import EditHistory
 
 DOC = "".join(f"line {i}\n" for i in range(40))
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from edit_server.http import (
+from edit_server.http.zed import (
     GateConfig,
     PromptError,
     apply_stops,

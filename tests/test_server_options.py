@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edit_server.options import Settings, resolve, to_wire
+from edit_server.core.settings import Settings, resolve, to_wire
 
 
 def test_defaults_and_camel_case() -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from edit_server import pipeline
-from edit_server.feedback import FeedbackStore
-from edit_server.options import Settings
-from edit_server.pipeline import EditRequest, FimRequest, TextEdit, diff_edits
-from edit_server.suggest_cache import SuggestCache
-from edit_server.worker import EngineWorker, Job
+from edit_server.core import pipeline
+from edit_server.core.pipeline import EditRequest, FimRequest, TextEdit, diff_edits
+from edit_server.core.settings import Settings
+from edit_server.core.suggest_cache import SuggestCache
+from edit_server.core.worker import EngineWorker, Job
+from edit_server.selectivity.feedback import FeedbackStore
 
 
 def apply(text: str, edits: list[TextEdit]) -> str:

@@ -19,7 +19,7 @@ Use::
   ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
 * ``report.blocked`` set: the current file is excluded, or the editable region holds a secret line —
   the prompt is empty and no suggestion should be made.
-* ``history``: any objects with ``.path .diff .timestamp .open`` (``edit_server.history.Hunk``).
+* ``history``: any objects with ``.path .diff .timestamp .open`` (``edit_server.core.history.Hunk``).
 * ``edit-server context FILE:LINE:COL`` shows what would be sent; ``edit-server bench context`` times it.
 """
 

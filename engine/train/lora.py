@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from engine.loading.adapter import AdapterError, load_adapter, merge_adapter
+
+__all__ = ["AdapterError", "load_adapter", "merge_adapter"]
+
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-class AdapterError(ValueError):
-    pass
 
 
 class LoRALinear(nn.Module):
@@ -126,54 +126,3 @@ def save_adapter(path: Path, model: nn.Module, base_vocab: int, meta: dict[str, 
     save_file(adapter_tensors(model, base_vocab), str(st))
     js.write_text(json.dumps(meta, indent=1, sort_keys=True))
     return st, js
-
-
-def load_adapter(path: Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    path = Path(path)
-    st, js = path.with_suffix(".safetensors"), path.with_suffix(".json")
-    for f in (st, js):
-        if not f.is_file():
-            raise AdapterError(f"{f}: adapter file not found")
-    try:
-        meta = json.loads(js.read_text())
-    except json.JSONDecodeError as e:
-        raise AdapterError(f"{js}: not valid JSON ({e})") from e
-    for key in ("lora", "special_tokens"):
-        if key not in meta:
-            raise AdapterError(f"{js}: missing field {key!r}")
-    return load_file(str(st)), meta
-
-
-def merge_adapter(state: dict[str, Tensor], tensors: dict[str, Tensor], meta: dict[str, Any], *,
-                  source: str = "adapter") -> dict[str, Tensor]:
-    """Merge adapter ``tensors`` into an HF-layout ``state`` dict (in place; returns it)."""
-    lora = meta["lora"]
-    scale = float(lora["alpha"]) / float(lora["rank"])
-    special = meta["special_tokens"]
-    new_ids = sorted(v for k, v in special.items() if k != "eos")
-    for key, t in tensors.items():
-        if key.endswith(".lora_A"):
-            param = key[: -len(".lora_A")]
-            b = tensors.get(param + ".lora_B")
-            if param not in state or b is None:
-                raise AdapterError(f"{source}: tensor {key!r} has no matching base weight / lora_B")
-            w = state[param]
-            state[param] = (w.float() + scale * (b.float() @ t.float())).to(w.dtype)
-        elif key.endswith(".lora_B"):
-            continue
-        elif key in ("added_tokens.embed", "added_tokens.lm_head"):
-            target = "model.embed_tokens.weight" if key.endswith("embed") else "lm_head.weight"
-            if target not in state:
-                continue
-            w = state[target]
-            if t.shape[0] != len(new_ids) or w.shape[0] < new_ids[-1] + 1:
-                raise AdapterError(f"{source}: {key} has {t.shape[0]} rows, special_tokens lists "
-                                   f"{len(new_ids)} ids, base has {w.shape[0]} rows")
-            w = w.clone()
-            w[torch.tensor(new_ids)] = t.to(w.dtype)
-            state[target] = w
-        else:
-            if key not in state or state[key].shape != t.shape:
-                raise AdapterError(f"{source}: tensor {key!r} does not match the base model")
-            state[key] = t.to(state[key].dtype)
-    return state

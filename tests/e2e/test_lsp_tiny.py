@@ -8,7 +8,7 @@ import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
-from edit_server.convert import position_to_offset
+from edit_server.lsp.convert import position_to_offset
 from tests.e2e.lsp_helpers import change, config, inline, inline_edit, open_doc, start, uri
 
 pytestmark = pytest.mark.e2e

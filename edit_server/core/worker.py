@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edit_server.options import Settings
-from edit_server.pipeline import EditRequest, FimRequest, auto_budget, is_single_line, make_context
+from edit_server.core.pipeline import EditRequest, FimRequest, auto_budget, is_single_line, make_context
+from edit_server.core.settings import Settings
 from engine.types import AbortSignal
 
 log = logging.getLogger(__name__)

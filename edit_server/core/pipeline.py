@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from edit_server import gate
-from edit_server.history import Hunk
-from edit_server.options import Settings
+from edit_server.core.history import Hunk
+from edit_server.core.settings import Settings
+from edit_server.selectivity import gate
 from engine.templates import EditPrompt, FimPrompt
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ _CALIBRATION: dict[tuple[str, float], dict[str, float]] = {}
 def gate_threshold(settings: Settings, kind: str) -> float:
     """The show threshold for ``kind``: the calibrated one (`edit-server align gate`) when a
     calibration file is configured or in its default place, else ``gate.threshold``."""
-    from edit_server.align import default_calibration_path, load_thresholds
+    from edit_server.selectivity.align import default_calibration_path, load_thresholds
 
     where = settings.gate.calibration
     if where == "off":

@@ -18,13 +18,15 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
 
-from edit_server import __version__, convert, pipeline
-from edit_server.documents import DocumentStore
-from edit_server.feedback import FeedbackStore
-from edit_server.history import EditHistory
-from edit_server.options import Settings, resolve
-from edit_server.suggest_cache import SuggestCache
-from edit_server.worker import EngineWorker, Job
+from edit_server import __version__
+from edit_server.core import pipeline
+from edit_server.core.documents import DocumentStore
+from edit_server.core.history import EditHistory
+from edit_server.core.settings import Settings, resolve
+from edit_server.core.suggest_cache import SuggestCache
+from edit_server.core.worker import EngineWorker, Job
+from edit_server.lsp import convert
+from edit_server.selectivity.feedback import FeedbackStore
 
 log = logging.getLogger(__name__)
 

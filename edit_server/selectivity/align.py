@@ -167,7 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edit_server.feedback import default_db_path
+    from edit_server.selectivity.feedback import default_db_path
 
     dbs = args.feedback or ([str(default_db_path())] if default_db_path().is_file() else [])
     outcomes = [o for db in dbs for o in from_feedback(db)] + [o for d in args.eval for o in from_eval(d)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from edit_server.documents import EditEvent
+from edit_server.core.documents import EditEvent
 from engine.textdiff import unified_diff
 
 

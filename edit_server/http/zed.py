@@ -13,7 +13,7 @@ Zed's ``open_ai_compatible_api`` edit-prediction provider sends ``{"model", "pro
 The engine runs on one worker thread, off the event loop. A newer request for the same file aborts the
 older in-flight one (Zed keeps at most two pending). ``GET /health`` reports the model. With
 ``EDIT_SERVER_HTTP_TOKEN`` set, requests must carry ``Authorization: Bearer <token>``. Replies pass the
-LSP path's filters and show/hide gate (``edit_server.gate``; ``EDIT_SERVER_HTTP_GATE=off`` or a threshold).
+LSP path's filters and show/hide gate (``edit_server.selectivity.gate``; ``EDIT_SERVER_HTTP_GATE=off`` or a threshold).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from edit_server import gate
+from edit_server.selectivity import gate
 from engine.templates import EditPrompt, FimPrompt, Section
 from engine.types import AbortSignal, GenerateResult
 
@@ -342,7 +342,7 @@ def make_app(engine: Any, *, token: str | None = None, gate_config: GateConfig |
              ) -> web.Application:
     """The aiohttp application around a loaded ``engine.Engine`` (or anything with infill/rewrite).
 
-    Suggestions pass the same filters and show/hide gate as the LSP path (``edit_server.gate``);
+    Suggestions pass the same filters and show/hide gate as the LSP path (``edit_server.selectivity.gate``);
     a hidden FIM suggestion is an empty text, a hidden rewrite returns the region unchanged.
     """
     app = web.Application(middlewares=[_auth], client_max_size=8 * 1024 * 1024)
@@ -377,6 +377,6 @@ def serve(host: str, port: int, engine_spec: str, device: str) -> int:
     log.info("serving %s on http://%s:%d/v1/completions%s", getattr(eng, "info", {}).get("model", engine_spec),
              host, port, " (bearer token required)" if token else "")
     web.run_app(make_app(eng, token=token, gate_config=gate_config), host=host, port=port, print=None,
-                access_log=logging.getLogger("edit_server.http.access"))
+                access_log=logging.getLogger("edit_server.http.zed.access"))
     return 0
 
