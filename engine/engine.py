@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from engine.api import Call, InfillCall, RewriteCall
 from engine.attention import attention_path, causal_mask
 from engine.cache import KVCache, PrefixCache, Slot, common_prefix
 from engine.checkpoint import LoadedCheckpoint
@@ -129,23 +130,38 @@ class Engine:
     def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
                sampler: SamplerConfig | None = None, cache_key: str | None = None,
                abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
-        ids = render_fim(self.tokenizer, prompt).ids
-        b = self._block(sampler)
-        spec = CanvasSpec(-(-max_tokens // b) * b, single_line=single_line)
-        res = self.generate(ids, spec, sampler, cache_key, abort, on_step)
-        if len(res.tokens) > max_tokens:
-            res.tokens, res.confidences = res.tokens[:max_tokens], res.confidences[:max_tokens]
-            res.text = self._text(res.tokens, single_line)
-            res.finish_reason = "length"
-        return res
+        return self.complete([InfillCall(prompt, max_tokens, single_line, sampler, cache_key, abort, on_step)])[0]
 
     def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
                 cache_key: str | None = None, abort: AbortSignal | None = None,
                 on_step: StepCallback | None = None) -> GenerateResult:
-        ids = render_edit(self.tokenizer, prompt).ids
-        n_region = len(self.tokenizer.encode(prompt.region))
-        spec = CanvasSpec(edit_canvas_length(n_region, block_size=self._block(sampler)))
-        res = self.generate(ids, spec, sampler, cache_key, abort, on_step)
+        return self.complete([RewriteCall(prompt, sampler, cache_key, abort, on_step)])[0]
+
+    def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
+        """Infill / rewrite calls as one batch (engine.api); each result as its single call gives."""
+        if not calls:
+            return []
+        reqs = [self._call_request(c) for c in calls]
+        results = self._run(reqs, [c.on_step for c in calls])
+        return [self._call_result(c, r) for c, r in zip(calls, results, strict=True)]
+
+    def _call_request(self, c: Call) -> GenerateRequest:
+        b = self._block(c.sampler)
+        if isinstance(c, InfillCall):
+            ids = render_fim(self.tokenizer, c.prompt).ids
+            spec = CanvasSpec(-(-c.max_tokens // b) * b, single_line=c.single_line)
+        else:
+            ids = render_edit(self.tokenizer, c.prompt).ids
+            spec = CanvasSpec(edit_canvas_length(len(self.tokenizer.encode(c.prompt.region)), block_size=b))
+        return GenerateRequest(ids, spec, c.sampler, c.cache_key, c.abort)
+
+    def _call_result(self, c: Call, res: GenerateResult) -> GenerateResult:
+        if isinstance(c, InfillCall):
+            if len(res.tokens) > c.max_tokens:
+                res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
+                res.text = self._text(res.tokens, c.single_line)
+                res.finish_reason = "length"
+            return res
         cur = self.tokenizer.special.cursor
         keep = [i for i, t in enumerate(res.tokens) if t != cur]
         res.tokens = [res.tokens[i] for i in keep]

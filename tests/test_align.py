@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from edit_server.cli import main
-from edit_server.core import pipeline
 from edit_server.core.settings import Settings
-from edit_server.selectivity import align
+from edit_server.selectivity import align, thresholds
 from edit_server.selectivity.feedback import FeedbackStore
 
 
@@ -81,16 +80,16 @@ def test_cli_writes_a_calibration_the_pipeline_uses(tmp_path: Path, capsys: pyte
     out = tmp_path / "gate.json"
     assert main(["align", "gate", "--eval", str(run), "--target-precision", "0.75", "--out", str(out)]) == 0
     assert "edit" in capsys.readouterr().out
-    t = align.load_thresholds(out)["edit"]
+    t = thresholds.load_thresholds(out)["edit"]
     s = Settings()
     s.gate.calibration = str(out)
-    assert pipeline.gate_threshold(s, "edit") == t != s.gate.threshold
-    assert pipeline.gate_threshold(s, "fim") == s.gate.threshold  # no calibration for that kind
+    assert thresholds.gate_threshold(s, "edit") == t != s.gate.threshold
+    assert thresholds.gate_threshold(s, "fim") == s.gate.threshold  # no calibration for that kind
     s.gate.calibration = "off"
-    assert pipeline.gate_threshold(s, "edit") == s.gate.threshold
+    assert thresholds.gate_threshold(s, "edit") == s.gate.threshold
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(ValueError, match="bad.json"):
-        align.load_thresholds(bad)
+        thresholds.load_thresholds(bad)
     s.gate.calibration = str(bad)
-    assert pipeline.gate_threshold(s, "edit") == s.gate.threshold  # a broken file is ignored, logged
+    assert thresholds.gate_threshold(s, "edit") == s.gate.threshold  # a broken file is ignored, logged

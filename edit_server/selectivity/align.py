@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import sys
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from edit_server.selectivity.thresholds import default_calibration_path
 
 POSITIVE = {"accepted", "partial"}
 NEGATIVE = {"rejected", "expired"}
@@ -42,11 +43,6 @@ class KindCalibration:
     precision: float  # on the held-out part, at ``threshold``
     coverage: float  # share of held-out suggestions shown at ``threshold``
     points: list[tuple[float, float]]  # isotonic map: (raw score, P(accepted)), increasing
-
-
-def default_calibration_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "edit-server" / "gate.json"
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -135,18 +131,6 @@ def save(cal: dict[str, KindCalibration], path: Path, target_precision: float) -
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body, indent=1))
     tmp.replace(path)
-
-
-def load_thresholds(path: str | Path) -> dict[str, float]:
-    """kind -> threshold from a calibration file ({} when absent); a broken file names itself."""
-    p = Path(path)
-    if not p.is_file():
-        return {}
-    try:
-        kinds = json.loads(p.read_text())["kinds"]
-        return {k: float(v["threshold"]) for k, v in kinds.items()}
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{p}: not a gate calibration file ({e})") from e
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""Show thresholds at serving time: per-kind thresholds learned by ``edit-server align gate`` (a JSON
+calibration file), else the ``gate.threshold`` setting. Serving reads; ``align`` writes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from edit_server.core.settings import Settings
+
+log = logging.getLogger(__name__)
+_CACHE: dict[tuple[str, float], dict[str, float]] = {}
+
+
+def default_calibration_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "edit-server" / "gate.json"
+
+
+def load_thresholds(path: str | Path) -> dict[str, float]:
+    """kind -> threshold from a calibration file ({} when absent); a broken file names itself."""
+    p = Path(path)
+    if not p.is_file():
+        return {}
+    try:
+        kinds = json.loads(p.read_text())["kinds"]
+        return {k: float(v["threshold"]) for k, v in kinds.items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{p}: not a gate calibration file ({e})") from e
+
+
+def gate_threshold(settings: Settings, kind: str) -> float:
+    """The show threshold for ``kind``: the calibrated one when a calibration file is configured or in
+    its default place (re-read when it changes), else ``gate.threshold``."""
+    where = settings.gate.calibration
+    if where == "off":
+        return settings.gate.threshold
+    path = Path(where) if where else default_calibration_path()
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return settings.gate.threshold
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = load_thresholds(path)
+        except ValueError:
+            log.warning("ignoring gate calibration", exc_info=True)
+            _CACHE[key] = {}
+    return _CACHE[key].get(kind, settings.gate.threshold)

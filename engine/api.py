@@ -1,0 +1,68 @@
+"""The engine's public contract: what the server (and anything embedding the engine) may call.
+
+``Engine`` (engine/engine.py) implements it; tests and embedders may supply any object with the same
+shape (``EngineAPI`` is a ``typing.Protocol``). A call is a typed value — ``InfillCall`` (fill the middle
+of a FIM prompt) or ``RewriteCall`` (rewrite the editable region of an edit prompt) — and
+``complete(calls)`` runs several as one batch with exactly the per-call semantics of ``infill`` /
+``rewrite``: the block rule, the output cut and the cursor-token removal live in the engine only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from engine.templates import EditPrompt, FimPrompt
+from engine.types import AbortSignal, GenerateResult, SamplerConfig, StepCallback
+
+
+@dataclass(frozen=True)
+class InfillCall:
+    """Fill the masked middle of ``prompt``: at most ``max_tokens`` tokens, one line when ``single_line``."""
+
+    prompt: FimPrompt
+    max_tokens: int = 64
+    single_line: bool = False
+    sampler: SamplerConfig | None = None
+    cache_key: str | None = None
+    abort: AbortSignal | None = None
+    on_step: StepCallback | None = None
+
+
+@dataclass(frozen=True)
+class RewriteCall:
+    """Rewrite ``prompt.region`` given its surroundings and the edit history."""
+
+    prompt: EditPrompt
+    sampler: SamplerConfig | None = None
+    cache_key: str | None = None
+    abort: AbortSignal | None = None
+    on_step: StepCallback | None = None
+
+
+Call = InfillCall | RewriteCall
+
+
+@runtime_checkable
+class EngineAPI(Protocol):
+    """What front ends and the pipeline use. ``info``: model, label, device, dtype, attention, …;
+    ``tokenizer`` / ``args`` are read only for token counting and the context budget."""
+
+    info: dict[str, Any]
+    tokenizer: Any
+    args: Any
+
+    def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
+        """Run ``calls`` together (one batched forward per step where the model allows it)."""
+        ...
+
+    def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
+               sampler: SamplerConfig | None = None, cache_key: str | None = None,
+               abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
+        ...
+
+    def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
+                cache_key: str | None = None, abort: AbortSignal | None = None,
+                on_step: StepCallback | None = None) -> GenerateResult:
+        ...
