@@ -1,7 +1,8 @@
-"""Llama / Qwen2-family transformer for (block) diffusion decoding, in the style of gpt-fast.
+"""Llama / Qwen2 / Qwen3-family transformer (dense or mixture-of-experts MLP) for (block) diffusion
+decoding, in the style of gpt-fast.
 
-Parameter names are Hugging Face Llama names, so Llama / Qwen2 / Dream state dicts load with
-``strict=True``. Attention regime (``args.attention``) and logit convention
+Parameter names are Hugging Face Llama names, so Llama / Qwen2 / Qwen3 / Dream state dicts load
+with ``strict=True``. Attention regime (``args.attention``) and logit convention
 (``args.shifted_logits``) come from `ModelArgs`; the *mask* is the caller's business: forward
 takes an explicit boolean mask and explicit position ids (training's BD3-LM layout), or
 ``is_causal``, or nothing (full attention), and optionally a `KVCache` to read/write.
@@ -24,7 +25,7 @@ from engine.config import ModelArgs
 # ---- RoPE ----------------------------------------------------------------------------------
 def rope_inv_freq(args: ModelArgs, seq_len: int | None = None) -> tuple[Tensor, float]:
     """Inverse frequencies (hs/2,) and the cos/sin scale, honouring HF-style ``rope_scaling``."""
-    hs = args.head_dim
+    hs = args.rope_dim  # partial RoPE rotates only the first rope_dim dims of a head
     base = args.rope_theta
     sc = dict(args.rope_scaling or {})
     kind = sc.get("rope_type", sc.get("type", "default"))
@@ -50,7 +51,11 @@ def rope_inv_freq(args: ModelArgs, seq_len: int | None = None) -> tuple[Tensor, 
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: (B, nh, T, hs); cos/sin: (B, 1, T, hs). HF 'rotate_half' convention."""
+    """x: (B, nh, T, hs); cos/sin: (B, 1, T, r), r <= hs. HF 'rotate_half' convention on the first
+    r dims (partial RoPE leaves the rest as they are)."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat((apply_rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     rot = torch.cat((-x2, x1), dim=-1)
     return (x * cos + rot * sin).to(x.dtype)
@@ -92,13 +97,22 @@ class Attention(nn.Module):
         self.k_proj = Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
         self.v_proj = Linear(args.dim, args.n_kv_heads * hs, bias=args.qkv_bias)
         self.o_proj = Linear(args.n_heads * hs, args.dim, bias=args.o_bias)
+        self.q_norm = RMSNorm(hs, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(hs, args.norm_eps) if args.qk_norm else None
+        self.clip = args.clip_qkv
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool,
                 cache: KVCache | None, layer: int, offset: int | Sequence[int]) -> Tensor:
         B, T, _ = x.shape  # (B, T, dim)
-        q = self.q_proj(x).view(B, T, self.n_heads, self.hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.k_proj(x).view(B, T, self.n_kv, self.hs).transpose(1, 2)  # (B, nkv, T, hs)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.hs).transpose(1, 2)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.clip is not None:
+            q, k, v = (t.clamp(-self.clip, self.clip) for t in (q, k, v))
+        q = q.view(B, T, self.n_heads, self.hs)  # (B, T, nh, hs)
+        k = k.view(B, T, self.n_kv, self.hs)  # (B, T, nkv, hs)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, nh|nkv, T, hs)
+        v = v.view(B, T, self.n_kv, self.hs).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.write(layer, k, v, offset)  # (B, nkv, S, hs): cached prefix + these
@@ -107,21 +121,88 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
-        self.gate_proj = Linear(args.dim, args.intermediate_size, bias=False)
-        self.up_proj = Linear(args.dim, args.intermediate_size, bias=False)
-        self.down_proj = Linear(args.intermediate_size, args.dim, bias=False)
+        self.gate_proj = Linear(dim, hidden, bias=False)
+        self.up_proj = Linear(dim, hidden, bias=False)
+        self.down_proj = Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class DecoderLayer(nn.Module):
+class MoE(nn.Module):
+    """Routed experts (+ optional shared expert). Routers (computed in fp32):
+
+    * ``softmax`` (LLaDA-MoE): p = softmax(router logits) (+ expert_bias), top-k of p, weights = those
+      values (optionally renormalised);
+    * ``sigmoid`` (LLaDA2 / BailingMoeV2, DeepSeek-V3): s = sigmoid(logits); experts chosen by s + bias
+      within the ``moe_topk_group`` best groups (group score = sum of its top-2); weights = the chosen
+      s, renormalised when k > 1, times ``moe_routed_scale``."""
+
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
+        self.a = args
+        self.gate = Linear(args.dim, args.n_experts, bias=False)
+        self.experts = nn.ModuleList(MLP(args.dim, args.moe_intermediate_size) for _ in range(args.n_experts))
+        self.shared_expert = MLP(args.dim, args.shared_expert_size) if args.shared_expert_size else None
+        if args.moe_expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(args.n_experts))
+        else:
+            self.expert_bias: Tensor | None = None
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x: (N, dim) → expert ids (N, k), weights (N, k) float32."""
+        a = self.a
+        logits = F.linear(x.float(), self.gate.weight.float())  # (N, E)
+        if a.moe_router == "softmax":
+            p = logits.softmax(-1)
+            if self.expert_bias is not None:
+                p = p + self.expert_bias.float()
+            w, idx = p.topk(a.n_experts_per_tok, dim=-1)
+            if a.moe_norm_topk:
+                w = w / w.sum(-1, keepdim=True)
+            return idx, w * a.moe_routed_scale
+        s = logits.sigmoid()
+        sel = s + self.expert_bias.float() if self.expert_bias is not None else s
+        if a.moe_n_group > 1:
+            g = sel.view(len(x), a.moe_n_group, -1)  # (N, G, E/G)
+            top_groups = g.topk(2, dim=-1).values.sum(-1).topk(a.moe_topk_group, dim=-1).indices
+            keep = torch.zeros(g.shape[:2], dtype=torch.bool, device=x.device).scatter_(1, top_groups, True)
+            sel = sel.masked_fill(~keep.repeat_interleave(g.shape[-1], dim=1), float("-inf"))
+        idx = sel.topk(a.n_experts_per_tok, dim=-1).indices
+        w = s.gather(1, idx)
+        if a.n_experts_per_tok > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        return idx, w * a.moe_routed_scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])  # (N, dim)
+        idx, w = self.route(h)
+        out = torch.zeros_like(h, dtype=torch.float32)
+        flat = idx.flatten()
+        order = flat.argsort()
+        counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
+        token = order // idx.shape[1]
+        start = 0
+        for e, n in enumerate(counts):  # tokens grouped by expert: one matmul per used expert
+            if n:
+                sel, rows = order[start:start + n], token[start:start + n]
+                y = self.experts[e](h[rows]).float() * w.flatten()[sel, None]
+                out.index_add_(0, rows, y)
+                start += n
+        out = out.to(x.dtype)
+        if self.shared_expert is not None:
+            out = out + self.shared_expert(h)
+        return out.view(shape)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs, i: int) -> None:
+        super().__init__()
         self.self_attn = Attention(args)
-        self.mlp = MLP(args)
+        self.mlp: nn.Module = MoE(args) if args.is_moe_layer(i) else MLP(args.dim, args.intermediate_size)
         self.input_layernorm = RMSNorm(args.dim, args.norm_eps)
         self.post_attention_layernorm = RMSNorm(args.dim, args.norm_eps)
 
@@ -137,7 +218,7 @@ class Backbone(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.embed_tokens = Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
 
 
@@ -158,15 +239,20 @@ class Transformer(nn.Module):
 
     # ---- helpers ---------------------------------------------------------------------------
     def init_random(self, seed: int = 0, std: float = 0.02) -> Transformer:
-        g = torch.Generator().manual_seed(seed)
+        """Seeded N(0, std) weights, unit norms. On the CPU the stream is the same for every dtype;
+        elsewhere the weights are drawn on the parameters' device (fast at 7B scale)."""
+        dev = next(self.parameters()).device
+        g = torch.Generator(device=dev).manual_seed(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
                     p.fill_(1.0)
                 elif name.endswith(".bias"):
                     p.normal_(0.0, std, generator=g)
-                else:
+                elif dev.type == "cpu":
                     p.copy_(torch.randn(p.shape, generator=g) * std)
+                else:
+                    p.normal_(0.0, std, generator=g)
         return self
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:

@@ -70,8 +70,12 @@ def extend_vocab(args: ModelArgs, state: dict[str, torch.Tensor], vocab: int) ->
     return n
 
 
+def _mlp(p: str, d: int, f: int) -> dict[str, tuple[int, ...]]:
+    return {p + "gate_proj.weight": (f, d), p + "up_proj.weight": (f, d), p + "down_proj.weight": (d, f)}
+
+
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
-    """Every parameter of the internal (HF Llama) layout with its shape."""
+    """Every parameter (and persistent buffer) of the internal (HF Llama) layout with its shape."""
     hd = args.head_dim
     q, kv, d, f = args.n_heads * hd, args.n_kv_heads * hd, args.dim, args.intermediate_size
     out: dict[str, tuple[int, ...]] = {EMBED: (args.vocab_size, d), "model.norm.weight": (d,)}
@@ -81,12 +85,24 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}."
         out |= {p + "self_attn.q_proj.weight": (q, d), p + "self_attn.k_proj.weight": (kv, d),
                 p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, q),
-                p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
-                p + "mlp.down_proj.weight": (d, f), p + "input_layernorm.weight": (d,),
-                p + "post_attention_layernorm.weight": (d,)}
+                p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,)}
         if args.qkv_bias:
             out |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                     p + "self_attn.v_proj.bias": (kv,)}
+        if args.o_bias:
+            out[p + "self_attn.o_proj.bias"] = (d,)
+        if args.qk_norm:
+            out |= {p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
+        if not args.is_moe_layer(i):
+            out |= _mlp(p + "mlp.", d, f)
+            continue
+        out[p + "mlp.gate.weight"] = (args.n_experts, d)
+        for e in range(args.n_experts):
+            out |= _mlp(f"{p}mlp.experts.{e}.", d, args.moe_intermediate_size)
+        if args.shared_expert_size:
+            out |= _mlp(p + "mlp.shared_expert.", d, args.shared_expert_size)
+        if args.moe_expert_bias:
+            out[p + "mlp.expert_bias"] = (args.n_experts,)
     return out
 
 
