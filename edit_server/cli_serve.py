@@ -14,6 +14,22 @@ def _common(p: argparse.ArgumentParser, model_default: str | None = None) -> Non
     p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--log-file", default=None, help="log to this file (default: stderr)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any setting (README 'Settings'), camelCase, dotted for nested keys, JSON values: "
+                        "--set gate.threshold=0.7 --set contextBudget=4096; wins over the client's options")
+
+
+def cli_settings(args: argparse.Namespace) -> dict:
+    """Command-line settings as camelCase options (``--model``, ``--device``, ``--set``), for
+    ``edit_server.core.settings.build_settings``."""
+    from edit_server.core.settings import parse_set
+
+    out = parse_set(getattr(args, "set", None))
+    if args.model:
+        out["model"] = args.model
+    if args.device:
+        out["device"] = args.device
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(h, "default")
     h.add_argument("--host", default="127.0.0.1")
     h.add_argument("--port", type=int, default=8377)
+    h.add_argument("--config", default=None, metavar="FILE.json",
+                   help="settings as JSON (the LSP initializationOptions keys); command-line flags win")
     h.set_defaults(func=run_http)
 
 
@@ -53,7 +71,12 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args)
     from edit_server.lsp.server import build
 
-    ls = build(args.model, args.device)
+    try:
+        cli = cli_settings(args)
+    except ValueError as e:
+        print(f"edit-server: {e}", file=sys.stderr)
+        return 2
+    ls = build(cli)
     tcp = getattr(args, "tcp", None)
     if tcp:
         host, _, port = tcp.rpartition(":")
@@ -68,9 +91,21 @@ def run(args: argparse.Namespace) -> int:
 
 def run_http(args: argparse.Namespace) -> int:
     setup_logging(args)
-    from edit_server.http import zed as http
+    import json
 
-    return int(http.serve(args.host, args.port, args.model, args.device or "auto") or 0)
+    from edit_server.core.settings import build_settings
+    from edit_server.http import app
+
+    try:
+        client = json.loads(open(args.config, encoding="utf-8").read()) if args.config else None
+        settings, bad = build_settings(client, cli_settings(args))
+    except (OSError, ValueError) as e:
+        print(f"edit-server http: {e}", file=sys.stderr)
+        return 2
+    if bad:
+        print("edit-server http: " + "; ".join(bad), file=sys.stderr)
+        return 2
+    return app.serve(args.host, args.port, settings)
 
 
 def run_demo(args: argparse.Namespace) -> int:

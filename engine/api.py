@@ -66,3 +66,20 @@ class EngineAPI(Protocol):
                 cache_key: str | None = None, abort: AbortSignal | None = None,
                 on_step: StepCallback | None = None) -> GenerateResult:
         ...
+
+
+class OneByOne:
+    """Mixin for engines without batching (test fakes, remote backends): ``complete`` runs each call
+    through the object's own ``infill`` / ``rewrite``."""
+
+    def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
+        out = []
+        for c in calls:
+            if isinstance(c, InfillCall):
+                out.append(self.infill(c.prompt, max_tokens=c.max_tokens,  # type: ignore[attr-defined]
+                                       single_line=c.single_line, sampler=c.sampler, cache_key=c.cache_key,
+                                       abort=c.abort, on_step=c.on_step))
+            else:
+                out.append(self.rewrite(c.prompt, sampler=c.sampler,  # type: ignore[attr-defined]
+                                        cache_key=c.cache_key, abort=c.abort, on_step=c.on_step))
+        return out

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edit_server.core.pipeline import Suggestion, TextEdit
+from edit_server.core.requests import Suggestion, TextEdit
 from edit_server.lsp import convert
 
 LINE = 'x = "😀中文🎉" + y\n'

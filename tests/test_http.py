@@ -10,18 +10,19 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from edit_server.core.settings import Gate, Settings
+from edit_server.http.app import make_app
 from edit_server.http.zed import (
-    GateConfig,
     PromptError,
     apply_stops,
     detect_format,
-    make_app,
     parse_qwen,
     parse_request,
     parse_zeta2,
     split_diffs,
     zeta2_reply,
 )
+from engine.api import OneByOne
 from engine.templates import EditPrompt, FimPrompt
 from engine.textdiff import unified_diff
 from engine.types import AbortSignal, GenerateResult
@@ -126,7 +127,7 @@ def _result(text: str, finish: str = "end", n_prompt: int = 10, conf: float = 0.
                           forwards=2, prompt_tokens=n_prompt, cached_tokens=0, finish_reason=finish)  # type: ignore[arg-type]
 
 
-class FakeEngine:
+class FakeEngine(OneByOne):
     """Records calls; ``gate`` (when set) blocks the engine thread until released."""
 
     info = {"model": "fake", "device": "cpu"}
@@ -159,10 +160,14 @@ class FakeEngine:
         return self._run("rewrite", prompt, kw, self.edit_text)
 
 
+def app(eng: Any, token: str | None = None, **kw: Any) -> Any:
+    return make_app(Settings(feedback_db=":memory:", **kw), engine=eng, token=token)
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[tuple[TestClient, FakeEngine]]:
     eng = FakeEngine()
-    async with TestClient(TestServer(make_app(eng))) as client:
+    async with TestClient(TestServer(app(eng))) as client:
         yield client, eng
 
 
@@ -226,14 +231,6 @@ async def test_newer_request_for_same_file_supersedes_older(fake: tuple[TestClie
     assert [c[2]["abort"].aborted for c in eng.calls] == [True, False]
 
 
-def test_gate_config_from_env() -> None:
-    assert GateConfig.from_env(None) == GateConfig(enabled=True, threshold=0.5)
-    assert GateConfig.from_env("off") == GateConfig(enabled=False)
-    assert GateConfig.from_env("0.8") == GateConfig(enabled=True, threshold=0.8)
-    assert GateConfig.from_env("7") == GateConfig(enabled=True, threshold=1.0)
-    assert GateConfig.from_env("bogus") == GateConfig()
-
-
 async def test_gate_hides_low_confidence_suggestions(fake: tuple[TestClient, FakeEngine]) -> None:
     client, eng = fake
     eng.confidence = 0.1  # below the default threshold 0.5
@@ -241,16 +238,22 @@ async def test_gate_hides_low_confidence_suggestions(fake: tuple[TestClient, Fak
     assert r["choices"][0]["text"] == ""
     r = await (await client.post("/v1/completions", json={"prompt": ZETA2})).json()
     assert r["choices"][0]["text"] == parse_zeta2(ZETA2).region + ">>>>>>> UPDATED\n"  # unchanged
-    async with TestClient(TestServer(make_app(eng, gate_config=GateConfig(enabled=False)))) as ungated:
+    async with TestClient(TestServer(app(eng, gate=Gate(enabled=False)))) as ungated:
         r = await (await ungated.post("/v1/completions", json={"prompt": QWEN, "stop": ["<|endoftext|>"]})).json()
         assert r["choices"][0]["text"] == "a + b"  # baseline: every non-empty suggestion is shown
 
 
 async def test_health_and_bearer_token() -> None:
     eng = FakeEngine()
-    async with TestClient(TestServer(make_app(eng, token="s3cret"))) as client:
-        health = await client.get("/health")
-        assert health.status == 200 and (await health.json())["model"]["model"] == "fake"
+    async with TestClient(TestServer(app(eng, token="s3cret"))) as client:
+        for _ in range(100):  # the model loads in the background: "loading" until the worker has it
+            health = await client.get("/health")
+            body = await health.json()
+            if body["status"] == "ok":
+                break
+            assert body["state"] == "loading"
+            await asyncio.sleep(0.05)
+        assert health.status == 200 and body["model"]["model"] == "fake" and body["state"] == "ready"
         assert (await client.post("/v1/completions", json={"prompt": QWEN})).status == 401
         wrong = {"Authorization": "Bearer nope"}
         assert (await client.post("/v1/completions", json={"prompt": QWEN}, headers=wrong)).status == 401
@@ -261,16 +264,13 @@ async def test_health_and_bearer_token() -> None:
 # ---- the app, with the real tiny-random engine ---------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_engine() -> Any:
-    try:
-        from engine import Engine
+    from engine import Engine
 
-        return Engine.load("tiny-random", device="cpu")
-    except (ImportError, AttributeError, NotImplementedError) as e:  # engine not landed yet
-        pytest.skip(f"engine not available: {e}")
+    return Engine.load("tiny-random", device="cpu")
 
 
 async def test_tiny_random_engine_serves_both_formats(tiny_engine: Any) -> None:
-    async with TestClient(TestServer(make_app(tiny_engine))) as client:
+    async with TestClient(TestServer(app(tiny_engine))) as client:
         r = await client.post("/v1/completions", json={"model": "m", "prompt": QWEN, "max_tokens": 8,
                                                        "stop": ["<|endoftext|>"]})
         assert r.status == 200
@@ -321,7 +321,10 @@ def test_edit_server_http_subprocess(tmp_path: Any) -> None:
             try:
                 with urllib.request.urlopen(base + "/health", timeout=2) as r:
                     health = json.load(r)
-                break
+                if health["status"] == "ok":  # up at once, model loading in the background
+                    break
+                assert health["state"] == "loading", health
+                time.sleep(0.3)
             except OSError:
                 assert proc.poll() is None, (tmp_path / "server.log").read_text()
                 assert time.monotonic() < deadline, "server did not come up"

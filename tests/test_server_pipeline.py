@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from edit_server.core import pipeline
-from edit_server.core.pipeline import EditRequest, FimRequest, TextEdit, diff_edits
+from edit_server.core import contexts
+from edit_server.core.contexts import CurrentDocumentContext, auto_budget
+from edit_server.core.requests import EditRequest, FimRequest, TextEdit
+from edit_server.core.results import diff_edits, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker, Job
+from edit_server.core.worker import Configure, EngineWorker, Job
 from edit_server.selectivity.feedback import FeedbackStore
 
 
@@ -45,17 +47,17 @@ def test_character_refinement() -> None:
 def test_skip_rules() -> None:
     s = Settings()
     req = FimRequest("u", "/a.py", "foo = bar_baz_qux(1)\n", 1, 2, invoked=False)
-    assert pipeline.skip_reason(req, s) == "auto-trigger rule"  # mid-word
+    assert skip_reason(req, s) == "auto-trigger rule"  # mid-word
     req.invoked = True
-    assert pipeline.skip_reason(req, s) is None
+    assert skip_reason(req, s) is None
     s.inline_completion.enabled = False
-    assert pipeline.skip_reason(req, s) == "disabled"
+    assert skip_reason(req, s) == "disabled"
 
 
-def test_simple_context_windows() -> None:
+def test_current_document_context_windows() -> None:
     s = Settings(context_budget=64)
     text = "".join(f"l{i}\n" for i in range(100))
-    ctx = pipeline.SimpleContext(s, s.context_budget)
+    ctx = CurrentDocumentContext(s, s.context_budget, "test")
     off = text.index("l50")
     p = ctx.fim(FimRequest("u", "/w/a.py", text, 1, off))
     assert p.prefix.endswith("l49\n") and p.suffix.startswith("l50")
@@ -122,7 +124,7 @@ def worker() -> Any:
 
 def _fim(uri: str) -> Job:
     text = "def add(a, b):\n    return \n"
-    return Job("fim", uri, FimRequest(uri, "/w/a.py", text, 1, len(text) - 1), Settings(max_tokens=16))
+    return Job(uri, FimRequest(uri, "/w/a.py", text, 1, len(text) - 1), Settings(max_tokens=16))
 
 
 def test_worker_runs_fim_and_edit(worker: Any) -> None:
@@ -130,7 +132,7 @@ def test_worker_runs_fim_and_edit(worker: Any) -> None:
     res = worker.submit(out).result(30)
     assert res is not None and res.result.prompt_tokens > 0 and len(res.confidences) == len(res.result.tokens)
     text = "def f(w):\n    return w\n"
-    ej = Job("edit", "u1", EditRequest("u1", "/w/a.py", text, 1, 5), Settings())
+    ej = Job("u1", EditRequest("u1", "/w/a.py", text, 1, 5), Settings())
     er = worker.submit(ej).result(30)
     assert er is not None and er.built.region_start == 0
     assert ("loading", "loading model 'tiny-random' on cpu") in worker.rec.states
@@ -140,10 +142,10 @@ def test_worker_runs_fim_and_edit(worker: Any) -> None:
 def test_worker_supersede_and_batching(worker: Any) -> None:
     # block the worker with a job so the next ones queue up together
     gate = threading.Event()
-    worker._q.put(("settings", Settings()))
+    worker._q.put(Configure(Settings()))
     orig = worker._command
 
-    def blocking(item: tuple) -> None:
+    def blocking(item: Any) -> None:
         gate.wait(10)
         orig(item)
 
@@ -160,11 +162,11 @@ def test_worker_supersede_and_batching(worker: Any) -> None:
     assert f_old.result(30) is None
     r_new, r_other = f_new.result(30), f_other.result(30)
     assert r_new is not None and r_other is not None
-    assert r_new.batch == r_other.batch == 2  # queued together -> one generate_batch call
+    assert r_new.batch == r_other.batch == 2  # queued together -> one batched engine call
 
 
-def test_simple_context_honours_exclude_globs() -> None:
-    ctx = pipeline.SimpleContext(Settings())
+def test_current_document_context_honours_exclude_globs() -> None:
+    ctx = CurrentDocumentContext(Settings(), 2048, "test")
     assert ctx.fim(FimRequest("u", "/w/.env", "KEY=1\n", 1, 0)) is None
     assert ctx.edit(EditRequest("u", "/w/certs/a.pem", "x\n", 1, 0)) is None
     assert ctx.fim(FimRequest("u", "/w/a.py", "x\n", 1, 0)) is not None
@@ -174,7 +176,7 @@ class Broken:
     tokenizer = None
     info: dict = {}
 
-    def infill(self, *a: Any, **k: Any) -> Any:
+    def complete(self, *a: Any, **k: Any) -> Any:
         raise RuntimeError("boom")
 
 
@@ -186,7 +188,7 @@ def test_engine_failure_and_bad_model_are_reported_not_fatal(worker: Any) -> Non
         job = _fim("x")
         assert w.submit(job).result(60) is None  # not loaded: empty answer
         assert rec.states[-1][0] == "error" and "/nonexistent/model.gguf" in rec.states[-1][1]
-        w.engine, w._ctx = Broken(), pipeline.SimpleContext(Settings())
+        w.engine, w._ctx = Broken(), CurrentDocumentContext(Settings(), 2048, "test")
         with pytest.raises(RuntimeError, match="boom"):
             w.submit(_fim("x")).result(30)
         with pytest.raises(RuntimeError):  # the worker thread is still alive and serving
@@ -205,9 +207,9 @@ def test_auto_budget_follows_model_and_device() -> None:
     auto = Settings()
     assert auto.context_budget == 0
     # GPU: the model's context (capped at 32,768) minus room for the canvas
-    assert pipeline.auto_budget(auto, eng("cuda:0", 8192)) == 8192 - pipeline.CANVAS_RESERVE
-    assert pipeline.auto_budget(auto, eng("cuda:0", 131072)) == 32768 - pipeline.CANVAS_RESERVE
+    assert auto_budget(auto, eng("cuda:0", 8192)) == 8192 - contexts.CANVAS_RESERVE
+    assert auto_budget(auto, eng("cuda:0", 131072)) == 32768 - contexts.CANVAS_RESERVE
     # CPU: capped so a cold prefill stays interactive
-    assert pipeline.auto_budget(auto, eng("cpu", 8192)) == pipeline.CPU_AUTO_BUDGET
+    assert auto_budget(auto, eng("cpu", 8192)) == contexts.CPU_AUTO_BUDGET
     # an explicit setting wins
-    assert pipeline.auto_budget(Settings(context_budget=300), eng("cuda:0", 8192)) == 300
+    assert auto_budget(Settings(context_budget=300), eng("cuda:0", 8192)) == 300

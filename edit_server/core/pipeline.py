@@ -1,281 +1,244 @@
-"""Request -> context -> engine -> gate, on plain offsets (no LSP types).
+"""The one road every front end takes: documents → history → context → engine worker → gate → feedback.
 
-The server builds a :class:`FimRequest` / :class:`EditRequest` on the event loop; the worker thread
-calls :meth:`Pipeline.fim_prompt` / :meth:`Pipeline.edit_prompt` (context building) and the engine;
-:meth:`Pipeline.fim_result` / :meth:`Pipeline.edit_result` post-process with the gate.
+The LSP server (edit_server/lsp) and the HTTP front end (edit_server/http) parse their wire formats into
+plain calls on one :class:`Pipeline`; everything below works on character offsets and typed values.
+Calls that wait for the model are coroutines (they await the worker thread without blocking the loop).
 """
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
+import asyncio
 import logging
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path, PurePath
-from typing import Any
+import time
+from pathlib import Path
 
-from edit_server.core.history import Hunk
+import msgspec
+
+from edit_server.core.documents import DocumentStore
+from edit_server.core.history import EditHistory, Hunk
+from edit_server.core.requests import (
+    Built,
+    EditAnswer,
+    EditBuilt,
+    EditRequest,
+    FimRequest,
+    InlineAnswer,
+    Suggestion,
+)
+from edit_server.core.results import edit_result, fim_result, skip_reason
 from edit_server.core.settings import Settings
-from edit_server.selectivity import gate
+from edit_server.core.suggest_cache import SuggestCache
+from edit_server.core.worker import EngineWorker, Job, Outcome, StatusFn
+from edit_server.selectivity.feedback import FeedbackStore
+from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class FimRequest:
-    uri: str
-    path: str
-    text: str
-    version: int
-    offset: int
-    invoked: bool = True
-    history: list[Hunk] = field(default_factory=list)
-
-
-@dataclass
-class EditRequest:
-    uri: str
-    path: str
-    text: str
-    version: int
-    offset: int
-    history: list[Hunk] = field(default_factory=list)
-
-
-@dataclass
-class Suggestion:
-    id: str
-    kind: str  # "fim" | "edit"
-    text: str
-    start: int
-    end: int
-    score: float
-    show: bool
-    reason: str = "ok"
-
-
-@dataclass(frozen=True)
-class TextEdit:
-    start: int  # offsets into the request's document text
-    end: int
-    text: str
-
-
-@dataclass
-class EditBuilt:
-    prompt: EditPrompt
-    region_start: int
-    region_end: int
-
-
-_CALIBRATION: dict[tuple[str, float], dict[str, float]] = {}
-
-
-def gate_threshold(settings: Settings, kind: str) -> float:
-    """The show threshold for ``kind``: the calibrated one (`edit-server align gate`) when a
-    calibration file is configured or in its default place, else ``gate.threshold``."""
-    from edit_server.selectivity.align import default_calibration_path, load_thresholds
-
-    where = settings.gate.calibration
-    if where == "off":
-        return settings.gate.threshold
-    path = Path(where) if where else default_calibration_path()
+def open_feedback(settings: Settings) -> FeedbackStore:
     try:
-        key = (str(path), path.stat().st_mtime)
-    except OSError:
-        return settings.gate.threshold
-    if key not in _CALIBRATION:
+        return FeedbackStore(settings.feedback_db, settings.suggestion_ttl_s)
+    except Exception as e:  # e.g. a read-only data dir: keep serving, don't persist feedback
+        log.warning("feedback store unavailable (%s); keeping signals in memory", e)
+        return FeedbackStore(":memory:", settings.suggestion_ttl_s)
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, on_status: StatusFn, roots: list[Path] | None = None,
+                 feedback: FeedbackStore | None = None, engine: EngineAPI | None = None) -> None:
+        """``engine``: an engine already loaded (embedding, tests); else ``settings.model`` is loaded on
+        the worker thread (status: loading → ready / degraded / error)."""
+        self.settings = settings
+        self.docs = DocumentStore()
+        self.history = EditHistory()
+        self.cache = SuggestCache(ttl_s=settings.suggestion_ttl_s)
+        self.feedback = feedback if feedback is not None else open_feedback(settings)
+        self.worker = EngineWorker(on_status, roots)
+        self.loaded: tuple[str, str] | None = None
+        self._generation: dict[tuple[str, str], int] = {}
+        if engine is not None:
+            self.loaded = (settings.model, settings.device)
+            self.worker.load(settings.model, settings.device, settings, engine)
+        self.configure(settings)
+
+    # -- settings and lifecycle ------------------------------------------------------------------
+    def configure(self, settings: Settings) -> None:
+        """New settings: context/gate follow at once; a different model or device is (re)loaded."""
+        self.settings = settings
+        self.cache.ttl_s = settings.suggestion_ttl_s
+        self.worker.set_settings(settings)
+        want = (settings.model, settings.device)
+        if want != self.loaded:
+            self.loaded = want
+            self.worker.load(settings.model, settings.device, settings)
+
+    @property
+    def ready(self) -> bool:
+        return self.worker.ready.is_set()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.feedback.expire(now=float("inf"))
+
+    # -- documents -------------------------------------------------------------------------------
+    def open_document(self, uri: str, path: str, text: str, version: int, language_id: str = "") -> None:
+        self.docs.open(uri, path, text, version, language_id)
+
+    def change_document(self, uri: str, start: int, end: int, new: str) -> None:
+        """One content change, in character offsets of the current text (apply changes in order)."""
+        self.history.record(self.docs.apply(uri, start, end, new, time.monotonic()))
+
+    def replace_document(self, uri: str, text: str) -> None:
+        self.history.record(self.docs.replace_all(uri, text, time.monotonic()))
+
+    def changed(self, uri: str, version: int) -> None:
+        """After a batch of changes: new version, in-flight work for the document stops, feedback."""
+        doc = self.docs.get(uri)
+        if doc is None:
+            return
+        self.docs.set_version(uri, version)
+        self.worker.abort_document(uri)  # typing supersedes in-flight predictions for this document
+        valid = self.cache.still_valid(uri, doc.text)
+        entry = self.cache.peek(uri)
+        self.feedback.typed_over(uri, {entry.id} if valid and entry else set())
+        self.feedback.expire()
+        if not valid:
+            self.cache.drop(uri)
+
+    def close_document(self, uri: str) -> None:
+        doc = self.docs.get(uri)
+        self.docs.close(uri)
+        self.cache.drop(uri)
+        if doc is not None and doc.path:
+            self.worker.close_document(doc.path)
+
+    def clear_history(self) -> None:
+        """Forget the edit history and cached suggestions (evals isolate cases with this)."""
+        self.history.clear()
+        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+
+    def _history(self, path: str, text: str, offset: int) -> list[Hunk]:
+        return self.history.recent(self.settings.history_size, now=time.monotonic(),
+                                   cursor=(path, text.count("\n", 0, offset)))
+
+    # -- feedback ------------------------------------------------------------------------------
+    def accepted(self, sid: str, kind: str, uri: str, score: float) -> None:
+        self.feedback.accepted(sid, kind, uri, score)
+        if kind == "fim":
+            self.cache.drop(uri)
+
+    def shown(self, sid: str) -> None:
+        self.feedback.shown(sid)
+
+    def partially_accepted(self, sid: str, length: int) -> None:
+        self.feedback.shown(sid)
+        self.feedback.partial(sid, length)
+
+    # -- suggestions ---------------------------------------------------------------------------
+    async def _debounced(self, key: tuple[str, str]) -> bool:
+        """Wait debounceMs; False if a newer request for the same document/kind arrived meanwhile."""
+        gen = self._generation[key] = self._generation.get(key, 0) + 1
+        if self.settings.debounce_ms:
+            await asyncio.sleep(self.settings.debounce_ms / 1000)
+        return self._generation.get(key) == gen
+
+    async def _run(self, job: Job) -> Outcome | None:
+        fut = self.worker.submit(job)
         try:
-            _CALIBRATION[key] = load_thresholds(path)
-        except ValueError:
-            log.warning("ignoring gate calibration", exc_info=True)
-            _CALIBRATION[key] = {}
-    return _CALIBRATION[key].get(kind, settings.gate.threshold)
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:  # the client cancelled: stop the engine between denoising steps
+            job.abort.abort()
+            raise
 
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def skip_reason(req: FimRequest, settings: Settings) -> str | None:
-    """Why an inline completion request should not reach the model (None = go ahead)."""
-    if not settings.inline_completion.enabled:
-        return "disabled"
-    line_start = req.text.rfind("\n", 0, req.offset) + 1
-    line_end = req.text.find("\n", req.offset)
-    line_end = len(req.text) if line_end < 0 else line_end
-    if not req.invoked and not gate.should_auto_trigger(
-            req.text[line_start:req.offset], req.text[req.offset:line_end], settings.auto_trigger_max_right):
-        return "auto-trigger rule"
-    return None
-
-
-def is_single_line(req: FimRequest) -> bool:
-    line_end = req.text.find("\n", req.offset)
-    return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
-
-
-CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (REFERENCE §8)
-CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
-
-
-def auto_budget(settings: Settings, eng: Any) -> int:
-    """Prompt-token budget: the setting, or (0 = auto) the model's context capped at 32,768 on a GPU
-    and at 2,048 on a CPU, minus room for the canvas."""
-    args = getattr(eng, "args", None)
-    ctx = min(getattr(args, "max_seq_len", 8192) or 8192, 32768)
-    if not settings.context_budget:
-        device = str((getattr(eng, "info", None) or {}).get("device", "cpu"))
-        if not device.startswith("cuda"):
-            ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
-        return max(256, ctx - CANVAS_RESERVE)
-    return settings.context_budget
-
-
-class SimpleContext:
-    """Prefix/suffix window used until (or when) the context builder is unavailable."""
-
-    def __init__(self, settings: Settings, budget: int = CPU_AUTO_BUDGET) -> None:
-        self.settings = settings
-        self.budget = budget
-
-    def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
-        pass
-
-    def close_document(self, path: str) -> None:
-        pass
-
-    def blocked(self, path: str) -> bool:
-        p = PurePath(path)
-        return any(p.match(g) or fnmatch.fnmatch(path, g) for g in self.settings.exclude)
-
-    def fim(self, req: FimRequest) -> FimPrompt | None:
-        if self.blocked(req.path):
+    async def inline_completion(self, uri: str, offset: int, invoked: bool = True) -> InlineAnswer | None:
+        """A FIM suggestion at ``offset`` of an open document (None: nothing worth showing)."""
+        doc = self.docs.get(uri)
+        if doc is None:
             return None
-        chars = self.budget * 3  # ~3 characters per token
-        pre = req.text[max(0, req.offset - int(chars * 0.75)) : req.offset]
-        suf = req.text[req.offset : req.offset + int(chars * 0.25)]
-        diffs = tuple(h.diff for h in req.history)
-        return FimPrompt(pre, suf, path=_rel(req.path), history=diffs)
-
-    def edit(self, req: EditRequest) -> EditBuilt | None:
-        if self.blocked(req.path):
+        text, version = doc.text, doc.version
+        hit = self.cache.lookup(uri, text, offset)
+        if hit is not None:  # the user typed what we predicted: serve the rest, no model call
+            entry, rest = hit
+            return InlineAnswer(Suggestion(entry.id, "fim", rest, offset, offset, entry.score, True), text, version)
+        if not self.ready:
+            return None  # model still loading (or failed): answer empty, quickly
+        req = FimRequest(uri, doc.path, text, version, offset, invoked, self._history(doc.path, text, offset))
+        if skip_reason(req, self.settings) is not None or not await self._debounced((uri, "fim")):
             return None
-        text, off = req.text, req.offset
-        line = text.count("\n", 0, off)
-        lines = text.split("\n")
-        lo = max(0, line - self.settings.edit_lines_before)
-        hi = min(len(lines), line + self.settings.edit_lines_after + 1)
-        start = sum(len(ln) + 1 for ln in lines[:lo])
-        end = min(len(text), sum(len(ln) + 1 for ln in lines[:hi]))
-        chars = self.budget * 3
-        prompt = EditPrompt(text[max(0, start - int(chars * 0.6)) : start], text[start:end],
-                            text[end : end + int(chars * 0.3)], off - start, path=_rel(req.path),
-                            history=tuple(h.diff for h in req.history))
-        return EditBuilt(prompt, start, end)
-
-
-class BuilderContext:
-    """Adapter over ``edit_server.context.ContextBuilder`` (syntax-aware windows, sources, exclusions).
-
-    Returns None when the builder blocks the file (excluded / secret): no model call then.
-    """
-
-    def __init__(self, builder: Any, settings: Settings, budget: int) -> None:
-        self.builder = builder
-        self.settings = settings
-        self.budget = budget
-
-    def update_document(self, path: str, text: str, version: int, edits: Any = None) -> None:
-        self.builder.update_document(path, text, version)
-
-    def close_document(self, path: str) -> None:
-        self.builder.close_document(path)
-
-    def fim(self, req: FimRequest) -> FimPrompt | None:
-        self.update_document(req.path, req.text, req.version)
-        b = self.builder.build_fim(req.path, req.text, req.offset, req.history,
-                                   budget=self.budget)
-        return None if b.report.blocked else b.prompt
-
-    def edit(self, req: EditRequest) -> EditBuilt | None:
-        self.update_document(req.path, req.text, req.version)
-        b = self.builder.build_edit(req.path, req.text, req.offset, req.history,
-                                    budget=self.budget)
-        if b.report.blocked:
+        sug = await self._fim(req, None, uri)
+        if sug is None or not sug.show:
             return None
-        return EditBuilt(b.prompt, b.region_start, b.region_end)
+        self.cache.put(uri, sug.id, sug.text, text, offset, sug.score)
+        now = self.docs.get(uri)
+        if now is None:
+            return None
+        if now.version != version:  # stale: re-base onto what the user typed since, or drop
+            cur = len(now.text) - (len(text) - offset)
+            hit = self.cache.lookup(uri, now.text, cur)
+            if hit is None:
+                return None
+            return InlineAnswer(Suggestion(sug.id, "fim", hit[1], cur, cur, sug.score, True), now.text, now.version)
+        return InlineAnswer(sug, text, version)
 
+    async def next_edit(self, uri: str, offset: int) -> EditAnswer | None:
+        """Rewrite the editable region around ``offset`` given the recent edits (None: no edit)."""
+        doc = self.docs.get(uri)
+        if doc is None or not self.ready or not self.settings.next_edit.enabled:
+            return None
+        text, version = doc.text, doc.version
+        req = EditRequest(uri, doc.path, text, version, offset, self._history(doc.path, text, offset))
+        if not await self._debounced((uri, "edit")):
+            return None
+        answer = await self._edit(req, None, uri)
+        now = self.docs.get(uri)
+        if answer is None or not answer.suggestion.show or now is None or now.version != version:
+            return None  # nothing to change, hidden by the gate, or the document moved on
+        return answer
 
-def make_context(settings: Settings, roots: list[Path], eng: Any) -> SimpleContext | BuilderContext:
-    """The context builder (syntax-aware, exact token budget), else the simple window."""
-    budget = auto_budget(settings, eng)
-    tokenizer = getattr(eng, "tokenizer", None)
-    try:
-        from edit_server.context import ContextBuilder, ContextOptions
-    except ImportError:
-        return SimpleContext(settings, budget)
-    try:
-        opts = ContextOptions(exclude=tuple(settings.exclude), model_context=budget)
-        return BuilderContext(ContextBuilder(roots, tokenizer, opts), settings, budget)
-    except Exception:  # a broken builder must not take the server down
-        log.exception("context builder unavailable; using the simple window")
-        return SimpleContext(settings, budget)
+    async def infill_prompt(self, key: str, prompt: FimPrompt, max_tokens: int) -> Suggestion | None:
+        """A FIM prompt the client built itself (HTTP front end): same worker, gate and feedback. The
+        suggestion comes back even when the gate hides it (``show`` False: the front end sends nothing)."""
+        text = prompt.prefix + prompt.suffix
+        req = FimRequest(key, prompt.path, text, 0, len(prompt.prefix), True)
+        settings = msgspec.structs.replace(self.settings, max_tokens=max_tokens)  # the client's, capped by it
+        return await self._fim(req, prompt, key, settings)
 
+    async def rewrite_prompt(self, key: str, prompt: EditPrompt) -> EditAnswer | None:
+        """An edit prompt the client built itself (HTTP front end)."""
+        start = len(prompt.before)
+        text = prompt.before + prompt.region + prompt.after
+        req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
+        return await self._edit(req, EditBuilt(prompt, start, start + len(prompt.region)), key)
 
-def _rel(path: str) -> str:
-    return Path(path).name if path else "untitled"
+    async def _fim(self, req: FimRequest, built: Built | None, uri: str,
+                   settings: Settings | None = None) -> Suggestion | None:
+        """The suggestion, shown or hidden by the gate (``show``); None when there is nothing at all."""
+        settings = settings or self.settings
+        out = await self._run(Job(uri, req, settings, built))
+        if out is None:
+            return None
+        sug = fim_result(req, out.text, out.confidences, settings)
+        if sug is None:
+            return None
+        r = out.result
+        sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
+        if sug.show:
+            self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
+            self.feedback.offered(sug.id, "fim", uri, sug.score)
+        return sug
 
-
-def fim_result(req: FimRequest, prompt: FimPrompt, text: str, confidences: list[float],
-               settings: Settings) -> Suggestion | None:
-    single = is_single_line(req)
-    line_end = req.text.find("\n", req.offset)
-    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :]
-                             if line_end >= 0 else req.text[req.offset :], single)
-    d = gate.decide(cleaned, confidences, settings.gate.enabled, gate_threshold(settings, "fim"))
-    if not cleaned:
-        return None
-    return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
-
-
-def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
-    """Minimal edits turning ``old`` into ``new`` (line hunks, refined to characters), at ``base``."""
-    if old == new:
-        return []
-    a = old.splitlines(keepends=True)
-    b = new.splitlines(keepends=True)
-    starts = [0]
-    for ln in a:
-        starts.append(starts[-1] + len(ln))
-    edits: list[TextEdit] = []
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
-        if tag == "equal":
-            continue
-        s, e = starts[i1], starts[i2]
-        o, n = old[s:e], "".join(b[j1:j2])
-        # refine to the changed characters inside the hunk
-        p = 0
-        while p < min(len(o), len(n)) and o[p] == n[p]:
-            p += 1
-        q = 0
-        while q < min(len(o), len(n)) - p and o[len(o) - 1 - q] == n[len(n) - 1 - q]:
-            q += 1
-        edits.append(TextEdit(base + s + p, base + e - q, n[p : len(n) - q]))
-    return edits
-
-
-def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
-                settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
-    old_region = req.text[built.region_start : built.region_end]
-    new_region = gate.clean_edit(old_region, new_region)
-    edits = diff_edits(old_region, new_region, built.region_start)
-    if not edits:
-        return None, []
-    d = gate.decide(new_region, confidences, settings.gate.enabled, gate_threshold(settings, "edit"))
-    sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
-                     d.reason)
-    return sug, edits
+    async def _edit(self, req: EditRequest, built: EditBuilt | None, uri: str) -> EditAnswer | None:
+        """The edit, shown or hidden by the gate (``suggestion.show``); None when nothing changes."""
+        out = await self._run(Job(uri, req, self.settings, built))
+        if out is None:
+            return None
+        assert isinstance(out.built, EditBuilt)
+        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings)
+        if sug is None:
+            return None
+        r = out.result
+        sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
+        if sug.show:
+            self.feedback.offered(sug.id, "edit", uri, sug.score)
+        return EditAnswer(sug, edits, req.text, req.version)

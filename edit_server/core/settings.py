@@ -27,6 +27,27 @@ class Feature(msgspec.Struct, rename="camel", kw_only=True):
     enabled: bool = True
 
 
+class Limits(msgspec.Struct, rename="camel", kw_only=True):
+    """Input caps: what a careless or hostile client can make the server hold or parse."""
+
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=1 << 16, le=1 << 30)] = 32 << 20  # one JSON-RPC frame
+    # larger documents are kept in sync but get no suggestions, no history diffs and no syntax tree
+    max_document_chars: Annotated[int, msgspec.Meta(ge=1000, le=1 << 28)] = 2_000_000
+    max_line_chars: Annotated[int, msgspec.Meta(ge=80, le=1 << 20)] = 2000  # longer lines are cut in prompts
+
+
+class Http(msgspec.Struct, rename="camel", kw_only=True):
+    """`edit-server http` only."""
+
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 << 20
+    max_prompt_tokens: Annotated[int, msgspec.Meta(ge=64, le=1 << 20)] = 32768
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # cap whatever max_tokens asks
+    max_queue: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 16  # requests waiting or running; more → 503
+    # Host / Origin values accepted besides loopback (DNS-rebinding and CSRF protection)
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
+
+
 class Settings(msgspec.Struct, rename="camel", kw_only=True):
     model: str = "default"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
@@ -45,6 +66,12 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     threads: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0  # torch CPU threads; 0 = torch's default
     feedback_db: str = ""  # "" = user data dir; ":memory:" for tests
     suggestion_ttl_s: Annotated[float, msgspec.Meta(ge=0.0)] = 30.0
+    limits: Limits = msgspec.field(default_factory=Limits)
+    http: Http = msgspec.field(default_factory=Http)
+
+
+MIN_CONTEXT_BUDGET = 256  # below this no prompt fits the template's markers and a useful window
+MAX_MODEL_SPEC = 1024
 
 
 def _wire_names(cls: type[msgspec.Struct]) -> dict[str, str]:
@@ -52,10 +79,20 @@ def _wire_names(cls: type[msgspec.Struct]) -> dict[str, str]:
     return {enc: attr for attr, enc in zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True)}
 
 
+def _check(key: str, value: Any) -> str | None:
+    """Cross-field / value rules msgspec's per-type constraints cannot express (None = fine)."""
+    if key == "contextBudget" and value and value < MIN_CONTEXT_BUDGET:
+        return f"must be 0 (auto) or at least {MIN_CONTEXT_BUDGET} tokens (got {value})"
+    if key == "model" and (not value or "\x00" in value or len(value) > MAX_MODEL_SPEC):
+        return ('must be "default", "tiny-random", an HF directory, a .gguf file or ORG/NAME[@REVISION] '
+                f"(got {value!r:.60})")
+    return None
+
+
 def _resolve_struct(cls: type[msgspec.Struct], raw: Any, base: msgspec.Struct, prefix: str,
                     bad: list[str]) -> msgspec.Struct:
     if not isinstance(raw, dict):
-        bad.append(prefix.rstrip(".") or "settings")
+        bad.append(f"{prefix.rstrip('.') or 'settings'}: expected an object, got {type(raw).__name__}")
         return base
     names = _wire_names(cls)
     hints = {f.name: f.type for f in msgspec.structs.fields(cls)}
@@ -64,20 +101,27 @@ def _resolve_struct(cls: type[msgspec.Struct], raw: Any, base: msgspec.Struct, p
         attr = names.get(key)
         if attr is None:
             continue  # unknown keys are ignored (forward compatible), not an error
-        typ = hints[attr]
         sub = getattr(base, attr)
         if isinstance(sub, msgspec.Struct):
             updates[attr] = _resolve_struct(type(sub), value, sub, f"{prefix}{key}.", bad)
             continue
         try:
-            updates[attr] = msgspec.convert(value, typ, strict=False)
-        except msgspec.ValidationError:
-            bad.append(prefix + key)
+            v = msgspec.convert(value, hints[attr], strict=False)
+        except msgspec.ValidationError as e:
+            bad.append(f"{prefix}{key}: {e}")
+            continue
+        problem = _check(prefix + key, v)
+        if problem:
+            bad.append(f"{prefix}{key}: {problem}")
+        else:
+            updates[attr] = v
     return msgspec.structs.replace(base, **updates) if updates else base
 
 
 def resolve(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """Apply raw camelCase options over ``base`` (defaults). Returns (settings, bad keys)."""
+    """Apply raw camelCase options over ``base`` (defaults). Returns (settings, problems): each problem
+    names its key and why (``"contextBudget: must be 0 (auto) or at least 256 tokens (got 1)"``); a bad
+    key keeps its previous value, every other key still applies."""
     base = base if base is not None else Settings()
     if raw is None:
         return base, []
@@ -87,6 +131,48 @@ def resolve(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]
     out = _resolve_struct(Settings, raw, base, "", bad)
     assert isinstance(out, Settings)
     return out, bad
+
+
+def build_settings(client: Any = None, cli: dict[str, Any] | None = None,
+                   base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """The one place settings are made, for every front end: ``base`` (defaults) ← ``client`` options
+    (initializationOptions, didChangeConfiguration, an HTTP config file) ← ``cli`` (command-line flags,
+    camelCase keys). What the user put on the command line wins: a client option for the same key is
+    reported and ignored, so an editor's default ``model`` never replaces ``--model`` (nor starts a
+    download nobody asked for). Returns (settings, problems)."""
+    settings, bad = resolve(client, base)
+    if cli:
+        settings, cli_bad = resolve(cli, settings)
+        bad += [f"command line {b}" for b in cli_bad]
+        inner = client.get("editServer", client) if isinstance(client, dict) else None
+        if isinstance(inner, dict):
+            for key in cli:
+                if key in inner and inner[key] != cli[key] and not isinstance(cli[key], dict):
+                    bad.append(f"{key}: set on the command line ({cli[key]!r}); the client's "
+                               f"{inner[key]!r:.60} is ignored")
+    return settings, bad
+
+
+def parse_set(pairs: list[str] | None) -> dict[str, Any]:
+    """``--set gate.threshold=0.7 --set exclude='["**/*.log"]'`` → nested camelCase dict (values are
+    JSON when they parse as JSON, else strings)."""
+    import json
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {pair!r}")
+        try:
+            parsed: Any = json.loads(value)
+        except ValueError:
+            parsed = value
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = parsed
+    return out
 
 
 def to_wire(settings: Settings) -> dict[str, Any]:

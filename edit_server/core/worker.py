@@ -2,7 +2,9 @@
 
 One thread owns the engine. Jobs for the same (document, kind) supersede each other: submitting a new
 one aborts the older (queued jobs are dropped, the running one stops between denoising steps through its
-AbortSignal). Several jobs queued together run as one batched engine call (``generate_batch``).
+AbortSignal). Jobs queued together run as one batched engine call (``EngineAPI.complete``). Messages
+to the thread are typed: :class:`Job`, :class:`Load`, :class:`Configure`, :class:`CloseDocument`,
+:class:`Stop`.
 """
 
 from __future__ import annotations
@@ -17,40 +19,82 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from edit_server.core.pipeline import EditRequest, FimRequest, auto_budget, is_single_line, make_context
+from edit_server.core.contexts import Context, auto_budget, make_context
+from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
+from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
-from engine.types import AbortSignal
+from engine.api import Call, EngineAPI, InfillCall, RewriteCall
+from engine.templates import FimPrompt
+from engine.types import AbortSignal, GenerateResult
 
 log = logging.getLogger(__name__)
-StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|error, message)
+StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
 FACTORY_ENV = "EDIT_SERVER_ENGINE_FACTORY"  # "module:callable(spec, device)", for tests and embedding
 
 
 @dataclass
 class Job:
-    kind: str  # "fim" | "edit"
-    key: str  # document URI
+    """One suggestion request. ``built`` = a prompt the client already built (HTTP front end): the
+    context builder is skipped."""
+
+    key: str  # document URI (supersede / prefix-cache key)
     req: FimRequest | EditRequest
     settings: Settings
+    built: Built | None = None
     abort: AbortSignal = field(default_factory=AbortSignal)
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def kind(self) -> str:
+        return "fim" if isinstance(self.req, FimRequest) else "edit"
+
+
+@dataclass(frozen=True)
+class Load:
+    spec: str
+    device: str
+    settings: Settings
+    engine: EngineAPI | None = None  # already loaded (embedding, tests): used instead of loading spec
+
+
+@dataclass(frozen=True)
+class Configure:
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class CloseDocument:
+    path: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Message = Job | Load | Configure | CloseDocument | Stop
 
 
 @dataclass
 class Outcome:
     """What the worker hands back: the prompt/region used and the engine result."""
 
-    built: Any  # FimPrompt or pipeline.EditBuilt
-    text: str
-    confidences: list[float]
-    result: Any  # engine GenerateResult
+    built: Built
+    result: GenerateResult
     batch: int = 1
 
+    @property
+    def text(self) -> str:
+        return self.result.text
 
-def load_engine(spec: str, device: str) -> Any:
+    @property
+    def confidences(self) -> list[float]:
+        return list(self.result.confidences)
+
+
+def load_engine(spec: str, device: str) -> EngineAPI:
     factory = os.environ.get(FACTORY_ENV)
     if factory:
         mod, _, fn = factory.partition(":")
@@ -60,30 +104,41 @@ def load_engine(spec: str, device: str) -> Any:
     return Engine.load(spec, device=device)
 
 
+def engine_call(job: Job, built: Built) -> Call:
+    """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
+    if isinstance(job.req, FimRequest):
+        assert isinstance(built, FimPrompt)
+        return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=is_single_line(job.req),
+                          cache_key=job.key, abort=job.abort)
+    assert isinstance(built, EditBuilt)
+    return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort)
+
+
 class EngineWorker:
     def __init__(self, on_status: StatusFn, roots: list[Path] | None = None) -> None:
         self.on_status = on_status
         self.roots = roots or []
-        self.engine: Any = None
+        self.engine: EngineAPI | None = None
         self.ready = threading.Event()
         self.error: str | None = None
-        self._ctx: Any = None
-        self._q: queue.Queue[Any] = queue.Queue()
+        self.degraded: str | None = None
+        self._ctx: Context | None = None
+        self._q: queue.Queue[Message] = queue.Queue()
         self._lock = threading.Lock()
         self._live: list[Job] = []  # queued or running
         self._thread = threading.Thread(target=self._run, name="engine-worker", daemon=True)
         self._thread.start()
 
     # -- called from the event loop ------------------------------------------------------------
-    def load(self, spec: str, device: str, settings: Settings) -> None:
+    def load(self, spec: str, device: str, settings: Settings, engine: EngineAPI | None = None) -> None:
         self.ready.clear()
-        self._q.put(("load", spec, device, settings))
+        self._q.put(Load(spec, device, settings, engine))
 
     def set_settings(self, settings: Settings) -> None:
-        self._q.put(("settings", settings))
+        self._q.put(Configure(settings))
 
     def close_document(self, path: str) -> None:
-        self._q.put(("close", path))
+        self._q.put(CloseDocument(path))
 
     def submit(self, job: Job) -> Future:
         with self._lock:
@@ -104,7 +159,7 @@ class EngineWorker:
         with self._lock:
             for j in self._live:
                 j.abort.abort()
-        self._q.put(None)
+        self._q.put(Stop())
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -113,10 +168,10 @@ class EngineWorker:
     def _run(self) -> None:
         while True:
             item = self._q.get()
-            if item is None:
-                self._fail_pending("server stopping")
+            if isinstance(item, Stop):
+                self._fail_pending()
                 return
-            if isinstance(item, tuple):
+            if not isinstance(item, Job):
                 self._command(item)
                 continue
             jobs = [item]
@@ -132,146 +187,124 @@ class EngineWorker:
                     break
             self._run_jobs(jobs)
 
-    def _command(self, item: tuple) -> None:
-        if item[0] == "close":
+    def _command(self, item: Load | Configure | CloseDocument) -> None:
+        if isinstance(item, CloseDocument):
             if self._ctx is not None:
-                self._ctx.close_document(item[1])
-            return
-        if item[0] == "settings":
-            if self._ctx is not None and hasattr(self._ctx, "settings"):
-                self._ctx.settings = item[1]
-                self._ctx.budget = auto_budget(item[1], self.engine)
-            return
-        _, spec, device, settings = item
-        self.on_status("loading", f"loading model {spec!r} on {device}")
+                self._ctx.close_document(item.path)
+        elif isinstance(item, Configure):
+            if self._ctx is not None:
+                self._ctx.configure(item.settings, auto_budget(item.settings, self.engine))
+        else:
+            self._load(item)
+
+    def _load(self, item: Load) -> None:
+        self.on_status("loading", f"loading model {item.spec!r} on {item.device}")
         t0 = time.perf_counter()
         try:
             self.engine = None
-            if settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
+            if item.settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
                 import torch
 
-                torch.set_num_threads(settings.threads)
-            eng = load_engine(spec, device)
-            self._ctx = make_context(settings, self.roots, eng)
+                torch.set_num_threads(item.settings.threads)
+            eng = item.engine if item.engine is not None else load_engine(item.spec, item.device)
+            self._ctx = make_context(item.settings, self.roots, eng)
             self.engine = eng
             self.error = None
+            self.degraded = self._ctx.degraded
             self.ready.set()
-            info = getattr(eng, "info", {}) or {}
-            self.on_status("ready", f"{info.get('model', spec)} ({info.get('label', '')}) on "
-                                    f"{info.get('device', device)}, loaded in {time.perf_counter() - t0:.1f}s")
+            info = getattr(eng, "info", None) or {}
+            msg = (f"{info.get('model', item.spec)} ({info.get('label', '')}) on "
+                   f"{info.get('device', item.device)}, loaded in {time.perf_counter() - t0:.1f}s")
+            if self.degraded:
+                self.on_status("degraded", f"{msg}; {self.degraded}")
+            else:
+                self.on_status("ready", msg)
         except Exception as e:  # a broken model: clear message, keep serving (empty answers)
             log.exception("model load failed")
             self.error = f"model load failed: {e}"
             self.on_status("error", self.error)
 
-    def _fail_pending(self, why: str) -> None:
+    def _fail_pending(self) -> None:
         with self._lock:
             jobs, self._live = self._live, []
         for j in jobs:
             if not j.future.done():
                 j.future.set_result(None)
 
-    def _finish(self, job: Job, outcome: Outcome | None) -> None:
-        if outcome is not None:
-            r = outcome.result  # per-request numbers for support: `--log-level INFO`
-            t = getattr(r, "timings", None) or {}
-            log.info("%s %s: %s prompt tokens (%s cached), %s steps, %s forwards, %s; prefill %.0f ms, "
-                     "decode %.0f ms, batch %d", job.kind, job.key, *(getattr(r, a, "?") for a in (
-                         "prompt_tokens", "cached_tokens", "steps", "forwards", "finish_reason")),
-                     t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0), outcome.batch)
+    def _settle(self, job: Job, outcome: Outcome | None = None, error: Exception | None = None) -> None:
         with self._lock:
             if job in self._live:
                 self._live.remove(job)
-        if not job.future.done():
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
             job.future.set_result(outcome)
 
     def _run_jobs(self, jobs: list[Job]) -> None:
         live = []
         for j in jobs:
             if j.abort.aborted or self.engine is None:
-                self._finish(j, None)
+                self._settle(j)
             else:
                 live.append(j)
         if not live:
             return
         self.on_status("busy", f"generating ({len(live)} request{'s' if len(live) > 1 else ''})")
-        built: list[tuple[Job, Any]] = []
-        for j in live:
-            try:
-                self._ctx.settings = j.settings
-                b = self._ctx.fim(j.req) if j.kind == "fim" else self._ctx.edit(j.req)
-                if b is None:  # the context builder blocked this file (excluded / secret)
-                    self._finish(j, None)
+        try:
+            built: list[tuple[Job, Built]] = []
+            for j in live:
+                try:
+                    b = j.built if j.built is not None else self._build(j)
+                except Exception as e:
+                    log.exception("context building failed")
+                    self._settle(j, error=e)
+                    continue
+                if b is None:  # the context blocked this file (excluded / secret)
+                    self._settle(j)
                 else:
                     built.append((j, b))
-            except Exception as e:
-                log.exception("context building failed")
-                self._error(j, e)
-        try:
-            if len(built) > 1 and hasattr(self.engine, "generate_batch"):
-                try:
-                    self._batched(built)
-                except Exception:
-                    log.exception("batched generation failed; running one by one")
-                    for j, b in built:
-                        if not j.future.done():
-                            self._single(j, b)
-            else:
-                for j, b in built:
-                    self._single(j, b)
+            self._generate(built)
         finally:
-            self.on_status("ready", "idle")
+            self.on_status("degraded" if self.degraded else "ready", self.degraded or "idle")
 
-    def _error(self, job: Job, e: Exception) -> None:
-        with self._lock:
-            if job in self._live:
-                self._live.remove(job)
-        if not job.future.done():
-            job.future.set_exception(e)
+    def _build(self, job: Job) -> Built | None:
+        assert self._ctx is not None
+        return self._ctx.fim(job.req) if isinstance(job.req, FimRequest) else self._ctx.edit(job.req)
 
-    def _single(self, job: Job, built: Any) -> None:
-        eng = self.engine
-        try:
-            if job.kind == "fim":
-                assert isinstance(job.req, FimRequest)
-                r = eng.infill(built, max_tokens=job.settings.max_tokens, single_line=is_single_line(job.req),
-                               cache_key=job.key, abort=job.abort)
-            else:
-                r = eng.rewrite(built.prompt, cache_key=job.key, abort=job.abort)
-        except Exception as e:
-            log.exception("engine failed")
-            self._error(job, e)
+    def _generate(self, built: list[tuple[Job, Built]]) -> None:
+        if not built:
             return
-        self._finish(job, None if r.aborted else Outcome(built, r.text, list(r.confidences), r))
-
-    def _batched(self, built: list[tuple[Job, Any]]) -> None:
-        from engine.templates import edit_canvas_length, render_edit, render_fim
-        from engine.types import CanvasSpec, GenerateRequest
-
-        eng = self.engine
-        tok = eng.tokenizer
-        reqs = []
+        assert self.engine is not None
+        try:
+            self._deliver(built, self.engine.complete([engine_call(j, b) for j, b in built]))
+            return
+        except Exception as e:
+            if len(built) == 1:
+                self._engine_failed(built[0][0], e)
+                return
+            log.exception("batched generation failed; running one by one")
         for j, b in built:
-            if j.kind == "fim":
-                assert isinstance(j.req, FimRequest)
-                ids = render_fim(tok, b).ids
-                blk = eng.args.block_size
-                canvas = CanvasSpec(-(-j.settings.max_tokens // blk) * blk, single_line=is_single_line(j.req))
-            else:
-                ids = render_edit(tok, b.prompt).ids
-                canvas = CanvasSpec(edit_canvas_length(len(tok.encode(b.prompt.region)),
-                                                       block_size=eng.args.block_size))
-            reqs.append(GenerateRequest(ids, canvas, cache_key=j.key, abort=j.abort))
-        results = eng.generate_batch(reqs)
-        cur = tok.special.cursor
+            if j.future.done():
+                continue
+            try:
+                self._deliver([(j, b)], self.engine.complete([engine_call(j, b)]))
+            except Exception as e:
+                self._engine_failed(j, e)
+
+    def _engine_failed(self, job: Job, e: Exception) -> None:
+        log.error("engine failed on %s %s", job.kind, job.key, exc_info=e)  # the traceback stays in the log
+        self._settle(job, error=RuntimeError(f"engine failed ({type(e).__name__}: {e})"))  # no traceback
+
+    def _deliver(self, built: list[tuple[Job, Built]], results: list[GenerateResult]) -> None:
         for (j, b), r in zip(built, results, strict=True):
             if r.aborted:
-                self._finish(j, None)
+                self._settle(j)
                 continue
-            keep = [i for i, t in enumerate(r.tokens) if t != cur][: j.settings.max_tokens if j.kind == "fim"
-                                                                    else None]
-            toks = [r.tokens[i] for i in keep]
-            text = tok.decode_content(toks)
-            if j.kind == "fim" and is_single_line(j.req):  # type: ignore[arg-type]
-                text = text.split("\n", 1)[0]
-            self._finish(j, Outcome(b, text, [r.confidences[i] for i in keep], r, len(built)))
+            t = r.timings or {}  # per-request numbers for support at INFO: sizes and timings, no text
+            log.info("%s %s: %d prompt tokens (%d cached), %d steps, %d forwards, %s; prefill %.0f ms, "
+                     "decode %.0f ms, batch %d", j.kind, j.key, r.prompt_tokens, r.cached_tokens, r.steps,
+                     r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
+                     len(built))
+            self._settle(j, Outcome(b, r, len(built)))

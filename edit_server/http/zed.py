@@ -1,7 +1,7 @@
-"""Zed front end: an OpenAI-compatible ``POST /v1/completions`` endpoint (aiohttp).
+"""Zed's request formats, parsed by pure functions into engine prompts (the app is edit_server/http/app.py).
 
 Zed's ``open_ai_compatible_api`` edit-prediction provider sends ``{"model", "prompt", "max_tokens",
-"stop"}`` in one of two prompt formats; both are parsed here by pure functions into engine prompts:
+"stop"}`` in one of two prompt formats:
 
 ``qwen``   ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` → ``Engine.infill``; the reply is
            the middle, inserted at the cursor.
@@ -10,34 +10,15 @@ Zed's ``open_ai_compatible_api`` edit-prediction provider sends ``{"model", "pro
            with <|user_cursor|>}=======\\n<[fim-middle]>`` → ``Engine.rewrite``; the reply is the whole new
            region followed by exactly ``>>>>>>> UPDATED\\n`` (Zed diffs old vs new region).
 
-The engine runs on one worker thread, off the event loop. A newer request for the same file aborts the
-older in-flight one (Zed keeps at most two pending). ``GET /health`` reports the model. With
-``EDIT_SERVER_HTTP_TOKEN`` set, requests must carry ``Authorization: Bearer <token>``. Replies pass the
-LSP path's filters and show/hide gate (``edit_server.selectivity.gate``; ``EDIT_SERVER_HTTP_GATE=off`` or a threshold).
+No aiohttp and no engine here: the app hands the parsed prompts to the same pipeline the LSP server uses.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import json
-import logging
-import os
-import threading
-import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aiohttp import web
-
-from edit_server.selectivity import gate
 from engine.templates import EditPrompt, FimPrompt, Section
-from engine.types import AbortSignal, GenerateResult
-
-log = logging.getLogger(__name__)
 
 PromptFormat = Literal["qwen", "zeta2"]
 
@@ -52,9 +33,6 @@ Z_CURRENT, Z_SEPARATOR, Z_UPDATED = "<<<<<<< CURRENT\n", "=======\n", ">>>>>>> U
 Z_CURSOR = "<|user_cursor|>"
 Z_ACCEPTED = "// User accepted prediction:"
 
-MAX_CANVAS = 256  # cap on FIM output tokens whatever max_tokens asks
-TOKEN_ENV = "EDIT_SERVER_HTTP_TOKEN"
-GATE_ENV = "EDIT_SERVER_HTTP_GATE"  # "off" = show everything non-empty; a number in [0,1] = threshold
 
 
 class PromptError(ValueError):
@@ -183,200 +161,3 @@ def parse_request(body: Any) -> CompletionRequest:
     if not isinstance(model, str):
         raise PromptError("field 'model' must be a string")
     return CompletionRequest(model=model, prompt=prompt, max_tokens=max_tokens, stop=tuple(stop))
-
-
-# ---- engine worker -------------------------------------------------------------------------------
-class EngineWorker:
-    """One engine thread; a newer job with the same key aborts the older one."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-server-engine")
-        self._inflight: dict[str, AbortSignal] = {}
-        self._lock = threading.Lock()
-
-    async def submit(self, key: str, job: Callable[[AbortSignal], GenerateResult | None]
-                     ) -> GenerateResult | None:
-        """Run ``job(abort)`` on the engine thread; None when superseded before it started."""
-        abort = AbortSignal()
-        with self._lock:
-            old = self._inflight.get(key)
-            if old is not None:
-                old.abort()
-            self._inflight[key] = abort
-
-        def run() -> GenerateResult | None:
-            return None if abort.aborted else job(abort)
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, run)
-        except asyncio.CancelledError:  # client went away
-            abort.abort()
-            raise
-        finally:
-            with self._lock:
-                if self._inflight.get(key) is abort:
-                    del self._inflight[key]
-
-    def close(self) -> None:
-        with self._lock:
-            for a in self._inflight.values():
-                a.abort()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-# ---- handlers ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GateConfig:
-    enabled: bool = True
-    threshold: float = 0.5
-
-    @classmethod
-    def from_env(cls, value: str | None) -> GateConfig:
-        """``EDIT_SERVER_HTTP_GATE``: unset = on with the default threshold, "off" = disabled, "0.7" = on."""
-        if not value:
-            return cls()
-        if value.strip().lower() in ("off", "0", "false", "no"):
-            return cls(enabled=False)
-        try:
-            t = float(value)
-        except ValueError:
-            log.warning("%s=%r is neither 'off' nor a threshold; using the default gate", GATE_ENV, value)
-            return cls()
-        return cls(threshold=min(1.0, max(0.0, t)))
-
-
-WORKER: web.AppKey[EngineWorker] = web.AppKey("worker", EngineWorker)
-TOKEN: web.AppKey[str] = web.AppKey("token", str)
-GATE: web.AppKey[GateConfig] = web.AppKey("gate", GateConfig)
-
-
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
-
-
-def _finish(result: GenerateResult | None, stopped: bool) -> str:
-    if stopped or result is None or result.finish_reason != "length":
-        return "stop"
-    return "length"
-
-
-@web.middleware
-async def _auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    token = request.app[TOKEN]
-    if token and request.path != "/health":
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return _error(401, "missing or wrong bearer token", "authentication_error")
-    return await handler(request)
-
-
-async def _health(request: web.Request) -> web.Response:
-    info = getattr(request.app[WORKER].engine, "info", {}) or {}
-    return web.json_response({"status": "ok", "model": info}, dumps=lambda o: json.dumps(o, default=str))
-
-
-async def _completions(request: web.Request) -> web.Response:
-    try:
-        req = parse_request(await request.json())
-        fmt = detect_format(req.prompt)
-        parsed: FimPrompt | EditPrompt = parse_qwen(req.prompt) if fmt == "qwen" else parse_zeta2(req.prompt)
-    except json.JSONDecodeError as e:
-        return _error(400, f"body is not valid JSON: {e}", "invalid_request_error")
-    except (PromptError, UnicodeDecodeError) as e:
-        return _error(400, str(e), "invalid_request_error")
-    worker = request.app[WORKER]
-    eng = worker.engine
-    key = f"{fmt}:{parsed.path}"
-    if isinstance(parsed, FimPrompt):
-        fim, n = parsed, min(req.max_tokens, MAX_CANVAS)
-
-        def job(abort: AbortSignal) -> GenerateResult:
-            return eng.infill(fim, max_tokens=n, cache_key=key, abort=abort)
-    else:
-        edit = parsed
-
-        def job(abort: AbortSignal) -> GenerateResult:
-            return eng.rewrite(edit, cache_key=key, abort=abort)
-
-    started = time.perf_counter()
-    try:
-        result = await worker.submit(key, job)
-    except Exception as e:  # engine failure: report it, keep serving
-        log.exception("engine failed on a %s request", fmt)
-        return _error(500, f"engine failed: {type(e).__name__}: {e}", "server_error")
-    aborted = result is None or result.finish_reason == "aborted"
-    g = request.app[GATE]
-    reason = "superseded" if aborted else "ok"
-    if isinstance(parsed, FimPrompt):
-        text, stopped = apply_stops("" if aborted or result is None else result.text, list(req.stop))
-        text = gate.clean_fim(text, parsed.prefix, parsed.suffix, single_line=False)
-        if text and result is not None:
-            decision = gate.decide(text, result.confidences, g.enabled, g.threshold)
-            text, reason = (text, reason) if decision.show else ("", decision.reason)
-    else:
-        new = parsed.region
-        if not aborted and result is not None:
-            new = gate.clean_edit(parsed.region, result.text)
-            changed = new != parsed.region
-            decision = gate.decide(new if changed else "", result.confidences, g.enabled, g.threshold)
-            new, reason = (new, reason) if decision.show else (parsed.region, decision.reason)
-        text = zeta2_reply(new, parsed.region)
-        stopped = False
-    log.info("%s %s: %d chars in %.0f ms (%s)", fmt, parsed.path or "-", len(text),
-             (time.perf_counter() - started) * 1000, reason)
-    completion = len(result.tokens) if result is not None and not aborted else 0
-    prompt_tokens = result.prompt_tokens if result is not None else 0
-    return web.json_response({
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": req.model or str((getattr(eng, "info", {}) or {}).get("model", "edit-server")),
-        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": _finish(result, stopped)}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                  "total_tokens": prompt_tokens + completion},
-    })
-
-
-def make_app(engine: Any, *, token: str | None = None, gate_config: GateConfig | None = None
-             ) -> web.Application:
-    """The aiohttp application around a loaded ``engine.Engine`` (or anything with infill/rewrite).
-
-    Suggestions pass the same filters and show/hide gate as the LSP path (``edit_server.selectivity.gate``);
-    a hidden FIM suggestion is an empty text, a hidden rewrite returns the region unchanged.
-    """
-    app = web.Application(middlewares=[_auth], client_max_size=8 * 1024 * 1024)
-    app[WORKER] = EngineWorker(engine)
-    app[TOKEN] = token or ""
-    app[GATE] = gate_config or GateConfig()
-    app.router.add_post("/v1/completions", _completions)
-    app.router.add_post("/completions", _completions)
-    app.router.add_get("/health", _health)
-
-    async def _close(app: web.Application) -> None:
-        app[WORKER].close()
-
-    app.on_cleanup.append(_close)
-    return app
-
-
-def serve(host: str, port: int, engine_spec: str, device: str) -> int:
-    """Load the engine, then serve HTTP until interrupted (blocking). Returns an exit code."""
-    from engine import Engine  # torch import happens here, not at module import
-
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("binding to %s: the completion endpoint is reachable from other machines", host)
-    token = os.environ.get(TOKEN_ENV) or None
-    gate_config = GateConfig.from_env(os.environ.get(GATE_ENV))
-    log.info("loading model %r on %s", engine_spec, device)
-    try:
-        eng = Engine.load(engine_spec, device=device)
-    except Exception as e:
-        log.error("could not load model %r: %s", engine_spec, e)
-        return 1
-    log.info("serving %s on http://%s:%d/v1/completions%s", getattr(eng, "info", {}).get("model", engine_spec),
-             host, port, " (bearer token required)" if token else "")
-    web.run_app(make_app(eng, token=token, gate_config=gate_config), host=host, port=port, print=None,
-                access_log=logging.getLogger("edit_server.http.zed.access"))
-    return 0
-

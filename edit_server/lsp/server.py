@@ -1,14 +1,13 @@
-"""The LSP server (pygls): handlers, supersede/cancel, status. The only pygls user besides convert.py.
+"""The LSP front end (pygls): wire messages → :class:`edit_server.core.pipeline.Pipeline` calls → LSP results.
 
-Rule: handlers run on the event loop and only parse, update documents/history and schedule; context
-building and generation run on the engine worker thread (worker.py), awaited without blocking the loop.
+Only this package imports pygls / lsprotocol. Handlers run on the event loop and only parse and call the
+pipeline; context building and generation run on its engine worker thread, awaited without blocking.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,9 @@ from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageS
 from pygls.uris import to_fs_path
 
 from edit_server import __version__
-from edit_server.core import pipeline
-from edit_server.core.documents import DocumentStore
-from edit_server.core.history import EditHistory
-from edit_server.core.settings import Settings, resolve
-from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker, Job
+from edit_server.core.pipeline import Pipeline
+from edit_server.core.settings import Settings, build_settings
 from edit_server.lsp import convert
-from edit_server.selectivity.feedback import FeedbackStore
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +68,12 @@ class EditProtocol(LanguageServerProtocol):
 
 
 class EditServer(LanguageServer):
-    def __init__(self, model: str | None = None, device: str | None = None) -> None:
+    def __init__(self, cli: dict[str, Any] | None = None) -> None:
         super().__init__("edit-server", __version__, protocol_cls=EditProtocol)
-        self.cli_model, self.cli_device = model, device
+        self.cli = dict(cli or {})
         self.settings = Settings()
-        self.docs = DocumentStore()
-        self.history = EditHistory()
-        self.cache = SuggestCache()
-        self.feedback: FeedbackStore | None = None
-        self.worker: EngineWorker | None = None
+        self.pipeline: Pipeline | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.loaded: tuple[str, str] | None = None
-        self.generation: dict[tuple[str, str], int] = {}
         self.state = "loading"
 
     # -- status -----------------------------------------------------------------------------
@@ -98,43 +86,29 @@ class EditServer(LanguageServer):
     def _status(self, state: str, message: str) -> None:
         self.state = state
         self.protocol.notify(STATUS, {"state": state, "message": message})
-        kind = {"error": "Error", "loading": "Normal", "busy": "Normal", "ready": "Normal"}[state]
+        kind = {"error": "Error", "degraded": "Warning"}.get(state, "Normal")
         self.protocol.notify(COPILOT_STATUS, {"busy": state in ("loading", "busy"), "message": message,
                                               "kind": kind})
 
-    def apply_settings(self, raw: Any, base: Settings) -> None:
-        settings, bad = resolve(raw, base)
-        inner = raw.get("editServer", raw) if isinstance(raw, dict) else {}
-        inner = inner if isinstance(inner, dict) else {}
-        if base == Settings():  # first resolution: command-line flags fill what the client did not set
-            if self.cli_model and "model" not in inner:
-                settings.model = self.cli_model
-            if self.cli_device and "device" not in inner:
-                settings.device = self.cli_device
+    def apply_settings(self, raw: Any) -> None:
+        settings, bad = build_settings(raw, self.cli, self.settings)
         self.settings = settings
-        self.cache.ttl_s = settings.suggestion_ttl_s
         if bad:
+            log.warning("settings: %s", "; ".join(bad))
             self.window_show_message(lsp.ShowMessageParams(
                 type=lsp.MessageType.Warning,
-                message=f"edit-server: invalid setting(s) {', '.join(bad)}; using defaults for them"))
-        if self.worker is not None:
-            self.worker.set_settings(settings)
-            want = (settings.model, settings.device)
-            if want != self.loaded:
-                self.loaded = want
-                self.worker.load(settings.model, settings.device, settings)
-
-    def snapshot_history(self, path: str, text: str, offset: int) -> list:
-        return self.history.recent(self.settings.history_size, now=time.monotonic(),
-                                   cursor=(path, text.count("\n", 0, offset)))
+                message="edit-server: " + "; ".join(bad)))
+        if self.pipeline is not None:
+            self.pipeline.configure(settings)
 
 
 def _path(uri: str) -> str:
     return to_fs_path(uri) or ""
 
 
-def build(model: str | None = None, device: str | None = None) -> EditServer:
-    ls = EditServer(model, device)
+def build(cli: dict[str, Any] | None = None) -> EditServer:
+    """The LSP server; ``cli`` = settings given on the command line (camelCase keys; they win)."""
+    ls = EditServer(cli)
 
     @ls.feature(lsp.INITIALIZE)
     def initialize(ls: EditServer, params: lsp.InitializeParams) -> None:
@@ -142,63 +116,47 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
         roots = [Path(p) for f in (params.workspace_folders or []) if (p := _path(f.uri))]
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
-        ls.worker = EngineWorker(ls.status, roots)
-        raw = params.initialization_options
-        ls.apply_settings(raw, Settings())
-        try:
-            ls.feedback = FeedbackStore(ls.settings.feedback_db, ls.settings.suggestion_ttl_s)
-        except Exception as e:  # e.g. a read-only data dir: keep serving, don't persist feedback
-            log.warning("feedback store unavailable (%s); keeping signals in memory", e)
-            ls.feedback = FeedbackStore(":memory:", ls.settings.suggestion_ttl_s)
+        ls.settings, bad = build_settings(params.initialization_options, ls.cli)
+        if bad:
+            log.warning("settings: %s", "; ".join(bad))
+            ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning,
+                                                         message="edit-server: " + "; ".join(bad)))
+        ls.pipeline = Pipeline(ls.settings, ls.status, roots)
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: EditServer, *_: Any) -> None:
-        if ls.worker is not None:
-            ls.worker.stop()
-        if ls.feedback is not None:
-            ls.feedback.expire(now=float("inf"))
+        if ls.pipeline is not None:
+            ls.pipeline.stop()
 
     @ls.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: EditServer, params: lsp.DidChangeConfigurationParams) -> None:
-        ls.apply_settings(params.settings, ls.settings)
+        ls.apply_settings(params.settings)
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: EditServer, params: lsp.DidOpenTextDocumentParams) -> None:
         d = params.text_document
-        ls.docs.open(d.uri, _path(d.uri), d.text, d.version, d.language_id)
+        if ls.pipeline is not None:
+            ls.pipeline.open_document(d.uri, _path(d.uri), d.text, d.version, d.language_id)
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: EditServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        p = ls.pipeline
         uri = params.text_document.uri
-        doc = ls.docs.get(uri)
-        if doc is None:
+        doc = p.docs.get(uri) if p is not None else None
+        if p is None or doc is None:
             return
-        now = time.monotonic()
         for ch in params.content_changes:
             if isinstance(ch, lsp.TextDocumentContentChangePartial):
                 a, b = convert.range_to_offsets(doc.text, ch.range)
-                ev = ls.docs.apply(uri, a, b, ch.text, now)
+                p.change_document(uri, a, b, ch.text)
             else:
-                ev = ls.docs.replace_all(uri, ch.text, now)
-            ls.history.record(ev)
-        ls.docs.set_version(uri, params.text_document.version)
-        if ls.worker is not None:  # typing supersedes in-flight edit predictions for this document
-            ls.worker.abort_document(uri)
-        if ls.feedback is not None:
-            valid = ls.cache.still_valid(uri, doc.text)
-            entry = ls.cache.peek(uri)
-            ls.feedback.typed_over(uri, {entry.id} if valid and entry else set())
-            ls.feedback.expire()
-            if not valid:
-                ls.cache.drop(uri)
+                p.replace_document(uri, ch.text)
+        p.changed(uri, params.text_document.version)
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: EditServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        doc = ls.docs.get(params.text_document.uri)
-        ls.docs.close(params.text_document.uri)
-        ls.cache.drop(params.text_document.uri)
-        if doc is not None and doc.path and ls.worker is not None:
-            ls.worker.close_document(doc.path)
+        if ls.pipeline is not None:
+            ls.pipeline.close_document(params.text_document.uri)
 
     @ls.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
@@ -211,33 +169,32 @@ def build(model: str | None = None, device: str | None = None) -> EditServer:
 
     @ls.command(ACCEPT)
     def accept(ls: EditServer, item: Any = None) -> None:
-        if isinstance(item, dict) and isinstance(item.get("id"), str) and ls.feedback is not None:
-            ls.feedback.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
-                                 float(item.get("score", 0.0) or 0.0))
-            if item.get("kind") == "fim":
-                ls.cache.drop(str(item.get("uri", "")))
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and ls.pipeline is not None:
+            score = item.get("score", 0.0)
+            ls.pipeline.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
+                                 float(score) if isinstance(score, int | float) else 0.0)
 
     @ls.command(CLEAR_HISTORY)
     def clear_history(ls: EditServer, *_: Any) -> None:
         """Forget the edit history and cached suggestions (evals isolate cases with this)."""
-        ls.history.clear()
-        ls.cache = SuggestCache(ttl_s=ls.settings.suggestion_ttl_s)
+        if ls.pipeline is not None:
+            ls.pipeline.clear_history()
 
     @ls.feature(DID_SHOW_COMPLETION)
     def did_show_completion(ls: EditServer, params: Any) -> None:
-        if (sid := _item_id(params)) and ls.feedback is not None:
-            ls.feedback.shown(sid)
+        if (sid := _item_id(params)) and ls.pipeline is not None:
+            ls.pipeline.shown(sid)
 
     @ls.feature(DID_SHOW_INLINE_EDIT)
     def did_show_inline_edit(ls: EditServer, params: Any) -> None:
-        if (sid := _item_id(params)) and ls.feedback is not None:
-            ls.feedback.shown(sid)
+        if (sid := _item_id(params)) and ls.pipeline is not None:
+            ls.pipeline.shown(sid)
 
     @ls.feature(DID_PARTIAL_ACCEPT)
     def did_partial_accept(ls: EditServer, params: Any) -> None:
-        if (sid := _item_id(params)) and ls.feedback is not None:
-            ls.feedback.shown(sid)
-            ls.feedback.partial(sid, int(params.get("acceptedLength", 0) or 0))
+        if (sid := _item_id(params)) and ls.pipeline is not None:
+            n = params.get("acceptedLength", 0) if isinstance(params, dict) else 0
+            ls.pipeline.partially_accepted(sid, n if isinstance(n, int) and not isinstance(n, bool) else 0)
 
     return ls
 
@@ -268,7 +225,7 @@ def _validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
         version = td.get("version")
         ok = (isinstance(uri, str) and isinstance(line, int) and isinstance(ch, int) and line >= 0
               and ch >= 0 and (version is None or isinstance(version, int)))
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         ok = False
     if not ok:
         raise JsonRpcInvalidParams.of(ValueError(
@@ -276,90 +233,44 @@ def _validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
     return uri, version, line, ch
 
 
-async def _debounced(ls: EditServer, key: tuple[str, str]) -> bool:
-    """Wait debounceMs; False if a newer request for the same document/kind arrived meanwhile."""
-    gen = ls.generation[key] = ls.generation.get(key, 0) + 1
-    if ls.settings.debounce_ms:
-        await asyncio.sleep(ls.settings.debounce_ms / 1000)
-    return ls.generation.get(key) == gen
-
-
-async def _await_job(ls: EditServer, job: Job) -> Any:
-    assert ls.worker is not None
-    fut = ls.worker.submit(job)
-    try:
-        return await asyncio.wrap_future(fut)
-    except asyncio.CancelledError:  # $/cancelRequest: stop the engine between denoising steps
-        job.abort.abort()
-        raise
-    except Exception as e:  # engine failure: no suggestion + a status notification, never a crash
-        log.exception("generation failed")
-        ls._status("error", f"generation failed: {e}")
-        return None
+def _engine_failed(ls: EditServer, e: Exception) -> None:
+    """Engine failure: no suggestion + a status notification, never a crash (details in the log)."""
+    log.error("generation failed: %s", e)
+    ls._status("error", f"generation failed: {e}")
 
 
 async def _inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
                              ) -> lsp.InlineCompletionList | None:
-    uri = params.text_document.uri
-    doc = ls.docs.get(uri)
-    if doc is None or ls.worker is None:
+    p = ls.pipeline
+    doc = p.docs.get(params.text_document.uri) if p is not None else None
+    if p is None or doc is None:
         return None
-    text, version = doc.text, doc.version
-    offset = convert.position_to_offset(text, params.position.line, params.position.character)
-    hit = ls.cache.lookup(uri, text, offset)
-    if hit is not None:  # the user typed what we predicted: serve the rest, no model call
-        entry, rest = hit
-        sug = pipeline.Suggestion(entry.id, "fim", rest, offset, offset, entry.score, True)
-        return lsp.InlineCompletionList(items=[convert.inline_item(text, uri, version, offset, sug)])
-    if not ls.worker.ready.is_set():
-        return None  # model still loading (or failed): answer empty, quickly
+    offset = convert.position_to_offset(doc.text, params.position.line, params.position.character)
     invoked = params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Invoked
-    req = pipeline.FimRequest(uri, doc.path, text, version, offset, invoked,
-                              ls.snapshot_history(doc.path, text, offset))
-    if pipeline.skip_reason(req, ls.settings) is not None:
+    try:
+        ans = await p.inline_completion(doc.uri, offset, invoked)
+    except Exception as e:
+        _engine_failed(ls, e)
         return None
-    if not await _debounced(ls, (uri, "fim")):
+    if ans is None:
         return None
-    out = await _await_job(ls, Job("fim", uri, req, ls.settings))
-    if out is None:
-        return None
-    sug = pipeline.fim_result(req, out.built, out.text, out.confidences, ls.settings)
-    if sug is None or not sug.show:
-        return None
-    ls.cache.put(uri, sug.id, sug.text, text, offset, sug.score)
-    if ls.feedback is not None:  # a shown suggestion replaced by a new one was dismissed
-        ls.feedback.typed_over(uri, reason="replaced")
-        ls.feedback.offered(sug.id, "fim", uri, sug.score)
-    now = ls.docs.get(uri)
-    if now is None:
-        return None
-    if now.version != version:  # stale: re-base onto what the user typed since, or drop
-        cur = len(now.text) - (len(text) - offset)
-        hit = ls.cache.lookup(uri, now.text, cur)
-        if hit is None:
-            return None
-        sug = pipeline.Suggestion(sug.id, "fim", hit[1], cur, cur, sug.score, True)
-        return lsp.InlineCompletionList(items=[convert.inline_item(now.text, uri, now.version, cur, sug)])
-    return lsp.InlineCompletionList(items=[convert.inline_item(text, uri, version, offset, sug)])
+    item = convert.inline_item(ans.text, doc.uri, ans.version, ans.suggestion.start, ans.suggestion)
+    return lsp.InlineCompletionList(items=[item])
 
 
 async def _inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) -> dict[str, Any]:
     uri, _version, line, ch = args
-    doc = ls.docs.get(uri)
-    if doc is None or ls.worker is None or not ls.worker.ready.is_set() or not ls.settings.next_edit.enabled:
+    p = ls.pipeline
+    doc = p.docs.get(uri) if p is not None else None
+    if p is None or doc is None:
         return {"edits": []}
-    text, version = doc.text, doc.version
-    offset = convert.position_to_offset(text, line, ch)
-    req = pipeline.EditRequest(uri, doc.path, text, version, offset, ls.snapshot_history(doc.path, text, offset))
-    if not await _debounced(ls, (uri, "edit")):
+    offset = convert.position_to_offset(doc.text, line, ch)
+    try:
+        ans = await p.next_edit(uri, offset)
+    except Exception as e:
+        _engine_failed(ls, e)
         return {"edits": []}
-    out = await _await_job(ls, Job("edit", uri, req, ls.settings))
-    if out is None:
+    if ans is None:
         return {"edits": []}
-    sug, edits = pipeline.edit_result(req, out.built, out.text, out.confidences, ls.settings)
-    now = ls.docs.get(uri)
-    if sug is None or not sug.show or now is None or now.version != version:
-        return {"edits": []}  # nothing to change, hidden by the gate, or the document moved on
-    if ls.feedback is not None:
-        ls.feedback.offered(sug.id, "edit", uri, sug.score)
-    return {"edits": [convert.inline_edit(text, uri, version, e, sug.id, sug.score) for e in edits]}
+    s = ans.suggestion
+    return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score) for e in ans.edits]}

@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.api import OneByOne
+
 STEP_S = 0.05
 
 
-class _Wrapped:
+class _Wrapped(OneByOne):
     label = "test engine"
 
     def __init__(self, eng: Any) -> None:
@@ -25,10 +27,10 @@ class _Wrapped:
         pass
 
     def infill(self, prompt: Any, **kw: Any) -> Any:
-        return self._eng.infill(prompt, on_step=self._on_step, **kw)
+        return self._eng.infill(prompt, **{**kw, "on_step": self._on_step})
 
     def rewrite(self, prompt: Any, **kw: Any) -> Any:
-        return self._eng.rewrite(prompt, on_step=self._on_step, **kw)
+        return self._eng.rewrite(prompt, **{**kw, "on_step": self._on_step})
 
 
 class Slow(_Wrapped):

@@ -1,0 +1,85 @@
+"""Plain request / suggestion types shared by the pipeline and every front end (no LSP, no HTTP)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from edit_server.core.history import Hunk
+from engine.templates import EditPrompt, FimPrompt
+
+
+@dataclass
+class FimRequest:
+    uri: str
+    path: str
+    text: str
+    version: int
+    offset: int
+    invoked: bool = True
+    history: list[Hunk] = field(default_factory=list)
+
+
+@dataclass
+class EditRequest:
+    uri: str
+    path: str
+    text: str
+    version: int
+    offset: int
+    history: list[Hunk] = field(default_factory=list)
+
+
+@dataclass
+class Suggestion:
+    id: str
+    kind: str  # "fim" | "edit"
+    text: str
+    start: int
+    end: int
+    score: float
+    show: bool
+    reason: str = "ok"
+    prompt_tokens: int = 0  # usage, for front ends that report it (HTTP)
+    completion_tokens: int = 0
+    finish_reason: str = "stop"  # the engine's: end | length | newline (…) — "length" = cut at max tokens
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    start: int  # offsets into the request's document text
+    end: int
+    text: str
+
+
+@dataclass
+class EditBuilt:
+    """An edit prompt and where its region sits in the request's document text."""
+
+    prompt: EditPrompt
+    region_start: int
+    region_end: int
+
+
+Built = FimPrompt | EditBuilt
+
+
+@dataclass
+class InlineAnswer:
+    """An inline completion and the document state its offsets refer to (re-based when the user typed on)."""
+
+    suggestion: Suggestion
+    text: str
+    version: int
+
+
+@dataclass
+class EditAnswer:
+    suggestion: Suggestion
+    edits: list[TextEdit]
+    text: str
+    version: int
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]

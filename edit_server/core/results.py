@@ -1,0 +1,75 @@
+"""Engine output -> suggestion: the filters, the show/hide gate and the edit diff (pure functions)."""
+
+from __future__ import annotations
+
+import difflib
+
+from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
+from edit_server.core.settings import Settings
+from edit_server.selectivity import gate
+from edit_server.selectivity.thresholds import gate_threshold
+
+
+def skip_reason(req: FimRequest, settings: Settings) -> str | None:
+    """Why an inline completion request should not reach the model (None = go ahead)."""
+    if not settings.inline_completion.enabled:
+        return "disabled"
+    line_start = req.text.rfind("\n", 0, req.offset) + 1
+    line_end = req.text.find("\n", req.offset)
+    line_end = len(req.text) if line_end < 0 else line_end
+    if not req.invoked and not gate.should_auto_trigger(
+            req.text[line_start:req.offset], req.text[req.offset:line_end], settings.auto_trigger_max_right):
+        return "auto-trigger rule"
+    return None
+
+
+def is_single_line(req: FimRequest) -> bool:
+    line_end = req.text.find("\n", req.offset)
+    return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
+
+
+def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings) -> Suggestion | None:
+    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], is_single_line(req))
+    if not cleaned:
+        return None
+    d = gate.decide(cleaned, confidences, settings.gate.enabled, gate_threshold(settings, "fim"))
+    return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
+
+
+def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
+    """Minimal edits turning ``old`` into ``new`` (line hunks, refined to characters), at ``base``."""
+    if old == new:
+        return []
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    starts = [0]
+    for ln in a:
+        starts.append(starts[-1] + len(ln))
+    edits: list[TextEdit] = []
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        s, e = starts[i1], starts[i2]
+        o, n = old[s:e], "".join(b[j1:j2])
+        p = 0  # refine to the changed characters inside the hunk
+        while p < min(len(o), len(n)) and o[p] == n[p]:
+            p += 1
+        q = 0
+        while q < min(len(o), len(n)) - p and o[len(o) - 1 - q] == n[len(n) - 1 - q]:
+            q += 1
+        edits.append(TextEdit(base + s + p, base + e - q, n[p : len(n) - q]))
+    return edits
+
+
+def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
+                settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
+    old_region = req.text[built.region_start : built.region_end]
+    new_region = gate.clean_edit(old_region, new_region)
+    edits = diff_edits(old_region, new_region, built.region_start)
+    if not edits:
+        return None, []
+    d = gate.decide(new_region, confidences, settings.gate.enabled, gate_threshold(settings, "edit"))
+    sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
+                     d.reason)
+    return sug, edits
