@@ -7,7 +7,9 @@ reports run with the gate off (`edit-server eval replay|cases --no-gate`) — an
 threshold whose held-out precision reaches the target. The result is a small JSON file that the server
 reads (setting ``gate.calibration``; default location below) in place of ``gate.threshold``.
 
-This calibrates the gate; KTO fine-tuning of the model itself (REFERENCE §5) is not part of it.
+KTO alignment of the model itself (REFERENCE §5) and the gate on its implicit reward: ``align data``
+(`align_data`), ``align kto`` / ``align rollback`` (`align_kto`), ``align measure`` (`align_measure`),
+serving side `kto_gate`; they reuse `isotonic` / `fit` from here.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def save(cal: dict[str, KindCalibration], path: Path, target_precision: float) -
 
 # ---- CLI ----------------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("align", help="learn the selectivity gate from logged outcomes")
+    p = sub.add_parser("align", help="learn the selectivity gate and align the model (KTO) from outcomes")
     a = p.add_subparsers(dest="align", metavar="WHAT", required=True)
     g = a.add_parser("gate", help="calibrate the show/hide threshold per suggestion kind")
     g.add_argument("--feedback", action="append", default=[], metavar="DB",
@@ -148,6 +150,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--dry-run", action="store_true", help="print, do not write")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=run)
+    from edit_server.selectivity import align_data, align_kto, align_measure
+
+    align_data.register_cli(a)
+    align_kto.register_cli(a)
+    align_measure.register_cli(a)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,6 +2,12 @@
 
 Used later to calibrate the gate. Rejection is inferred: a shown suggestion that the user types over,
 that a newer suggestion replaces, or that outlives its time-to-live counts as rejected / expired.
+
+Schema v2 adds ``suggestion_text``: for suggestions that were actually shown, the prompt the model saw
+(the `FimPrompt` / `EditPrompt` the context builder built — exclusions and secrets already removed, so
+nothing that was not already sent to the in-process model) and the model's output, so that
+`edit-server align kto --feedback` can re-align the model on the user's own accepts and rejects. It
+never leaves the machine; ``keep_text=False`` stores none, `purge_text` deletes it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,15 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_suggestion ON events(suggestion);
 """
+SCHEMA_VERSION = 2
+_MIGRATIONS = {  # version -> SQL that brings version - 1 to it
+    2: """
+CREATE TABLE IF NOT EXISTS suggestion_text (
+    suggestion TEXT PRIMARY KEY, kind TEXT NOT NULL, prompt TEXT NOT NULL, completion TEXT NOT NULL,
+    shown_text TEXT, ts REAL NOT NULL
+);
+""",
+}
 TERMINAL = {"accepted", "rejected", "expired"}
 
 
@@ -40,17 +55,45 @@ class Outstanding:
     score: float
     created: float
     shown: bool = False
+    text: tuple[str, str, str | None] | None = None  # (prompt JSON, completion, shown text)
+    text_saved: bool = False
+
+
+def prompt_json(prompt: Any) -> str:
+    """A `FimPrompt` / `EditPrompt` (or an already plain dict) as JSON: its fields + ``type``
+    (``engine.train.kto.records.prompt_from_dict`` reads it back)."""
+    import dataclasses
+
+    if isinstance(prompt, dict):
+        d = dict(prompt)
+    else:
+        d = dataclasses.asdict(prompt)
+        d["type"] = "edit" if "region" in d else "fim"
+    return json.dumps(d, sort_keys=True)
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Bring a store to `SCHEMA_VERSION` (v1 = the events table only); returns the version found."""
+    db.executescript(_SCHEMA)
+    found = max(1, int(db.execute("PRAGMA user_version").fetchone()[0]))
+    for v in range(found + 1, SCHEMA_VERSION + 1):
+        db.executescript(_MIGRATIONS[v])
+    if found < SCHEMA_VERSION:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.commit()
+    return found
 
 
 class FeedbackStore:
-    def __init__(self, path: str | Path = "", ttl_s: float = 30.0) -> None:
+    def __init__(self, path: str | Path = "", ttl_s: float = 30.0, keep_text: bool = True) -> None:
         target = str(path) if path else str(default_db_path())
         if target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         self.path = target
         self.ttl_s = ttl_s
+        self.keep_text = keep_text
         self._db = sqlite3.connect(target, check_same_thread=False)
-        self._db.executescript(_SCHEMA)
+        migrate(self._db)
         self._pending: dict[str, Outstanding] = {}
 
     def close(self) -> None:
@@ -64,18 +107,35 @@ class FeedbackStore:
         if event in TERMINAL:
             self._pending.pop(o.id, None)
 
-    def offered(self, sid: str, kind: str, uri: str, score: float) -> None:
-        """A suggestion was returned to the client (not yet known to be shown)."""
-        self._pending[sid] = Outstanding(sid, kind, uri, score, time.monotonic())
+    def _save_text(self, o: Outstanding) -> None:
+        if o.text is None or o.text_saved or not self.keep_text:
+            return
+        prompt, completion, shown_text = o.text
+        self._db.execute("INSERT OR REPLACE INTO suggestion_text VALUES (?,?,?,?,?,?)",
+                         (o.id, o.kind, prompt, completion, shown_text, time.time()))
+        self._db.commit()
+        o.text_saved = True
+
+    def offered(self, sid: str, kind: str, uri: str, score: float, *, prompt: Any = None,
+                completion: str | None = None, shown_text: str | None = None) -> None:
+        """A suggestion was returned to the client (not yet known to be shown). ``prompt`` (the
+        `FimPrompt` / `EditPrompt` the model saw) and ``completion`` (the model's raw output) are
+        kept in memory and stored only once the suggestion is shown or accepted (KTO data)."""
+        text = None
+        if self.keep_text and prompt is not None and completion is not None:
+            text = (prompt_json(prompt), completion, shown_text)
+        self._pending[sid] = Outstanding(sid, kind, uri, score, time.monotonic(), text=text)
 
     def shown(self, sid: str) -> None:
         o = self._pending.get(sid)
         if o is not None and not o.shown:
             o.shown = True
+            self._save_text(o)
             self._log(o, "shown")
 
     def accepted(self, sid: str, kind: str = "", uri: str = "", score: float = 0.0) -> None:
         o = self._pending.get(sid) or Outstanding(sid, kind or "fim", uri, score, time.monotonic())
+        self._save_text(o)
         self._log(o, "accepted")
 
     def partial(self, sid: str, accepted_length: int) -> None:
@@ -106,6 +166,18 @@ class FeedbackStore:
     def counts(self) -> dict[str, int]:
         rows = self._db.execute("SELECT event, COUNT(*) FROM events GROUP BY event").fetchall()
         return {e: n for e, n in rows}
+
+    def text_of(self, sid: str) -> tuple[str, str, str | None] | None:
+        """(prompt JSON, completion, shown text) stored for a suggestion, or None."""
+        row = self._db.execute("SELECT prompt, completion, shown_text FROM suggestion_text WHERE suggestion=?",
+                               (sid,)).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def purge_text(self) -> int:
+        """Delete every stored prompt / completion; returns how many there were."""
+        n = self._db.execute("DELETE FROM suggestion_text").rowcount
+        self._db.commit()
+        return int(n)
 
     def events(self, sid: str) -> list[str]:
         rows = self._db.execute("SELECT event FROM events WHERE suggestion=? ORDER BY rowid", (sid,))

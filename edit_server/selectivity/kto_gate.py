@@ -1,0 +1,143 @@
+"""Show/hide on the KTO-aligned model's implicit reward; the confidence gate when there is none.
+
+An aligned adapter (``edit-server align kto``) comes with ``NAME.gate.json``: per suggestion kind the
+isotonic map (length-normalised reward (r − z0)/n → P(accepted)) fitted on held-out outcomes and the
+lowest reward whose held-out precision reaches the target (`align.fit`, the same fitting as the
+confidence calibration). `decide` shows a suggestion iff its reward reaches that threshold and reports
+the calibrated probability as its score. No reward (no aligned adapter loaded, or the scorer failed)
+or no calibration for the kind → `gate.decide` on the token confidences, exactly as before.
+
+Versioned local adapters: ``$XDG_DATA_HOME/edit-server/adapters/kto-vN.*`` and ``CURRENT`` (the name
+in use, or absent); `aligned_engine` stacks the current one on a loaded engine.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edit_server.selectivity import gate
+
+log = logging.getLogger(__name__)
+
+CURRENT = "CURRENT"
+_VERSION = re.compile(r"^kto-v(\d+)\.safetensors$")
+
+
+# ---- versioned adapters ----------------------------------------------------------------------
+def adapters_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edit-server" / "adapters"
+
+
+def versions(d: Path | None = None) -> list[int]:
+    d = d or adapters_dir()
+    if not d.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in d.iterdir() if (m := _VERSION.match(p.name)))
+
+
+def current_adapter(d: Path | None = None) -> Path | None:
+    """The adapter in use (path without suffix), or None."""
+    d = d or adapters_dir()
+    try:
+        name = (d / CURRENT).read_text().strip()
+    except OSError:
+        return None
+    path = d / name
+    return path if name and Path(f"{path}.safetensors").is_file() else None
+
+
+def set_current(d: Path, name: str | None) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    if name is None:
+        (d / CURRENT).unlink(missing_ok=True)
+        return
+    tmp = d / (CURRENT + ".tmp")
+    tmp.write_text(name + "\n")
+    tmp.replace(d / CURRENT)
+
+
+def calibration_path(adapter: Path | str) -> Path:
+    return Path(f"{adapter}.gate.json")
+
+
+# ---- calibration -----------------------------------------------------------------------------
+@dataclass
+class RewardCalibration:
+    thresholds: dict[str, float]  # kind -> lowest reward score shown
+    points: dict[str, list[tuple[float, float]]]  # kind -> isotonic (score, P(accepted)), increasing
+
+    @classmethod
+    def load(cls, path: Path) -> RewardCalibration:
+        try:
+            kinds = json.loads(path.read_text())["kinds"]
+            return cls({k: float(v["threshold"]) for k, v in kinds.items()},
+                       {k: [(float(x), float(y)) for x, y in v["points"]] for k, v in kinds.items()})
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a reward calibration file ({e})") from e
+
+    def probability(self, kind: str, score: float) -> float:
+        pts = self.points.get(kind) or []
+        i = bisect.bisect_right([x for x, _ in pts], score) - 1
+        return pts[max(0, i)][1] if pts else 0.0
+
+
+_CAL: dict[tuple[str, float], RewardCalibration | None] = {}
+
+
+def calibration_for(adapter: str | Path) -> RewardCalibration | None:
+    """The calibration next to ``adapter`` (cached by mtime), None when absent or broken."""
+    path = calibration_path(adapter)
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return None
+    if key not in _CAL:
+        try:
+            _CAL[key] = RewardCalibration.load(path)
+        except ValueError:
+            log.warning("ignoring reward calibration", exc_info=True)
+            _CAL[key] = None
+    return _CAL[key]
+
+
+# ---- serving hooks ---------------------------------------------------------------------------
+def aligned_engine(eng: Any, adapter: str | Path | None = "") -> tuple[Any, Any]:
+    """(engine, reward scorer): ``eng`` with the aligned adapter stacked on it, and its
+    `engine.reward.RewardScorer`; ``(eng, None)`` when there is no adapter (``adapter`` "" = the
+    current local version, None / "off" = none) or it does not fit the model (logged)."""
+    path = current_adapter() if adapter == "" else (None if adapter in (None, "off") else Path(adapter))
+    if path is None:
+        return eng, None
+    try:
+        from engine.loading.stacked import AlignedEngine
+        from engine.reward import RewardScorer
+
+        aligned = AlignedEngine.from_engine(eng, path)
+        return aligned, RewardScorer(aligned)
+    except Exception:  # a broken or mismatched adapter must not take serving down
+        log.warning("aligned adapter %s not used; confidence gate", path, exc_info=True)
+        return eng, None
+
+
+def decide(kind: str, text: str, confidences: list[float], reward: Any, *, enabled: bool,
+           threshold: float) -> gate.Decision:
+    """The show/hide decision: on the reward (``engine.reward.Reward``) when an aligned adapter with a
+    calibration for ``kind`` produced it, else the confidence gate with ``threshold``."""
+    cal = calibration_for(reward.adapter) if reward is not None and reward.adapter else None
+    if cal is None or kind not in cal.thresholds:
+        return gate.decide(text, confidences, enabled, threshold)
+    p = cal.probability(kind, reward.score)
+    if not text.strip():
+        return gate.Decision(False, p, "empty")
+    if not enabled:
+        return gate.Decision(True, p, "ok")
+    show = reward.score >= cal.thresholds[kind]
+    return gate.Decision(show, p, "ok" if show else "low reward")

@@ -1,0 +1,180 @@
+"""The KTO-aligned model's implicit reward of a suggestion, for the show/hide gate (serving side).
+
+r = log π_θ(y|x) − log π_ref(y|x), each log-likelihood estimated by the masked-diffusion ELBO
+(−Σ over masked canvas tokens of CE / t) with the **same** noisy canvas for both, so the mask noise
+cancels. The policy is the reference plus a stacked LoRA active from the prompt's last token on
+(`engine.loading.stacked`), so the prompt rows are shared: after a generation the scorer reuses the
+engine's cached prompt KV and runs one coupled forward pair over ``[last prompt token, clean canvas
+blocks, noisy canvas]`` (LoRA off, then on) — no second prefill. The gate's score is ``(r − z0) / n``
+with z0 the KL reference point the trainer estimated and n the completion tokens + eom.
+
+`draw_noise` is the one noise definition: the KTO trainer (`engine.train.kto.elbo`) imports it, so
+training's r and the gate's r are the same estimator (tests check they agree).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.attention import bd3lm_layout, bd3lm_logit_index, causal_mask
+from engine.cache import KVCache
+from engine.loading.stacked import AlignedEngine
+from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim
+from engine.types import GenerateResult
+
+T_MIN = 0.1  # mask rates are drawn from U(t_min, 1): bounded 1/t weights (lower-variance rewards)
+
+
+@dataclass
+class Reward:
+    r: float  # log π_θ(y|x) − log π_ref(y|x), ELBO estimates with shared masks
+    z0: float  # the trainer's KL reference point (adapter JSON)
+    n_tokens: int  # completion tokens + eom
+    logp_policy: float
+    logp_ref: float
+    ms: float  # wall time of the forward pair (+ prefill when no cached prompt was found)
+    cached: bool  # the generation's prompt KV was reused
+    adapter: str = ""
+
+    @property
+    def score(self) -> float:
+        """Length-normalised implicit reward (r − z0) / n: the gate's raw score."""
+        return (self.r - self.z0) / max(1, self.n_tokens)
+
+
+def canvas_for(completion: list[int], eom: int, pad: int, block_size: int) -> list[int]:
+    """The scored canvas: completion ids, one eom, pads up to a whole number of blocks."""
+    n = len(completion) + 1
+    c = -(-n // block_size) * block_size
+    return [*completion, eom] + [pad] * (c - n)
+
+
+def draw_noise(c: int, block_size: int, gen: torch.Generator, t_min: float = T_MIN) -> tuple[Tensor, Tensor]:
+    """(masked (c,) bool, weight (c,) = 1/t where masked): per block t ~ U(t_min, 1), each token masked
+    with probability t, at least one per block."""
+    nb = -(-c // block_size)
+    t = t_min + (1 - t_min) * torch.rand(nb, generator=gen)
+    t_pos = t.repeat_interleave(block_size)[:c]
+    masked = torch.rand(c, generator=gen) < t_pos
+    for b in range(nb):
+        lo, hi = b * block_size, min(c, (b + 1) * block_size)
+        if not masked[lo:hi].any():
+            masked[lo + int(torch.randint(hi - lo, (1,), generator=gen))] = True
+    return masked, masked.float() / t_pos
+
+
+def tail_layout(canvas: int, block_size: int, shifted: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The BD3-LM layout of ``[last prompt token, x0 blocks but the last, xt]`` (the prompt's other
+    rows come from a KV cache). Returns (keep (T,) indices into the full 1 + 2c layout, mask (T, T)
+    among the tail rows, positions (T,) relative to the last prompt token, logit index (c,) into the
+    tail rows)."""
+    c, bs = canvas, block_size
+    mask, pos = bd3lm_layout(1, c, bs)
+    c0 = c - bs  # the last clean block is seen by no noisy block
+    keep = torch.cat([torch.arange(1 + c0), torch.arange(1 + c, 1 + 2 * c)])
+    where = torch.full((1 + 2 * c,), -1, dtype=torch.long)
+    where[keep] = torch.arange(keep.numel())
+    idx = where[bd3lm_logit_index(1, c, bs, shifted=shifted)]
+    assert bool((idx >= 0).all())
+    return keep, mask[keep][:, keep], pos[keep], idx
+
+
+def masked_logp(model: Any, hidden: Tensor, index: Tensor, targets: Tensor, weights: Tensor) -> Tensor:
+    """−Σ_j w_j · CE_j over the canvas (per row): hidden (B, L, dim), index/targets/weights (B, C)."""
+    h = torch.gather(hidden, 1, index[..., None].expand(-1, -1, hidden.shape[-1]))
+    logits = model.logits(h).float()
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(weights)
+    return -(ce * weights).sum(-1)
+
+
+class RewardScorer:
+    """Implicit reward of the aligned model (`AlignedEngine`) for a (prompt, completion)."""
+
+    def __init__(self, eng: AlignedEngine, *, seed: int = 0) -> None:
+        self.eng = eng
+        meta = eng.kto_meta
+        self.z0 = float(meta.get("z0", 0.0))
+        self.t_min = float((meta.get("elbo") or {}).get("t_min", T_MIN))
+        self.seed = seed
+
+    # ---- convenience -------------------------------------------------------------------------
+    def score_fim(self, prompt: FimPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
+        return self.score_ids(render_fim(self.eng.tokenizer, prompt).ids, result.tokens, cache_key)
+
+    def score_edit(self, prompt: EditPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
+        return self.score_ids(render_edit(self.eng.tokenizer, prompt).ids, result.tokens, cache_key)
+
+    def score_text(self, prompt: FimPrompt | EditPrompt, completion: str) -> Reward:
+        tok = self.eng.tokenizer
+        ids = render_fim(tok, prompt).ids if isinstance(prompt, FimPrompt) else render_edit(tok, prompt).ids
+        return self.score_ids(ids, tok.encode(completion))
+
+    # ---- the forward pair --------------------------------------------------------------------
+    @torch.no_grad()
+    def score_ids(self, prompt: list[int], completion: list[int], cache_key: str | None = None) -> Reward:
+        eng = self.eng
+        sp = eng.tokenizer.special
+        bs = eng.block_size
+        cur = eng.tokenizer.special.cursor
+        target = canvas_for([t for t in completion if t != cur], sp.eom, sp.pad, bs)
+        gen = torch.Generator().manual_seed(self.seed)
+        masked, weight = draw_noise(len(target), bs, gen, self.t_min)
+        with eng._lock:
+            t0 = time.perf_counter()
+            slot = eng.cache.take(cache_key) if cache_key else None
+            cached = slot is not None and slot.tokens == list(prompt)
+            try:
+                kv = slot.kv if cached and slot is not None else self._prefill(prompt)
+                lp_ref, lp_pol = self._pair(kv, prompt, target, masked, weight)
+            finally:
+                if slot is not None and cache_key:
+                    eng.cache.put(cache_key, slot)
+            ms = (time.perf_counter() - t0) * 1e3
+        return Reward(lp_pol - lp_ref, self.z0, len(completion) + 1, lp_pol, lp_ref, ms, cached, eng.adapter)
+
+    def _prefill(self, prompt: list[int]) -> KVCache:
+        """Reference KV of every prompt token but the last (no cached generation to reuse)."""
+        eng = self.eng
+        n = len(prompt)
+        kv = KVCache.for_model(eng.args, 1, n + 1, eng.dtype, eng.device)
+        ids = torch.tensor([prompt], device=eng.device)
+        with eng.lora.use(False):
+            for s in range(0, n - 1, 512):
+                e = min(n - 1, s + 512)
+                kv.length = s
+                mask = None if s == 0 or e - s == 1 else causal_mask(e - s, s, eng.device)
+                eng.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=s == 0,
+                          logits_slice=slice(0, 0))
+        kv.length = n
+        return kv
+
+    def _pair(self, kv: KVCache, prompt: list[int], target: list[int], masked: Tensor,
+              weight: Tensor) -> tuple[float, float]:
+        eng = self.eng
+        dev = eng.device
+        n, c, bs = len(prompt), len(target), eng.block_size
+        keep, tmask, tpos, index = tail_layout(c, bs, eng.args.shifted_logits)
+        tgt = torch.tensor(target)
+        xt = torch.where(masked, torch.full_like(tgt, eng.tokenizer.special.mask), tgt)
+        full = torch.cat([torch.tensor([prompt[-1]]), tgt, xt])
+        ids = full[keep][None].to(dev)
+        T = ids.shape[1]
+        mask = torch.cat([torch.ones(T, n - 1, dtype=torch.bool), tmask], 1)[None, None].to(dev)
+        pos = (tpos + n - 1)[None].to(dev)
+        kv.ensure(n - 1 + T)
+        length = kv.length
+        out = []
+        for active in (False, True):  # policy last: the cache keeps the policy's last prompt row
+            with eng.lora.use(active):
+                kv.length = n - 1
+                h = eng.model(ids, positions=pos, mask=mask, cache=kv, offset=n - 1, logits_slice=slice(0, 0))
+            out.append(float(masked_logp(eng.model, h, index[None].to(dev), tgt[None].to(dev),
+                                         weight[None].to(dev))[0]))
+        kv.length = length
+        return out[0], out[1]

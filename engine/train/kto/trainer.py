@@ -1,0 +1,273 @@
+"""KTO training of a LoRA stacked on the (merged, frozen) default model: `edit-server align kto`.
+
+Reference = the model as loaded (default adapter merged); policy = reference + a new LoRA active from
+the prompt's last token on (`engine.loading.stacked`). Per step: one BD3-LM ELBO batch (shared masks)
+through the reference (LoRA off, no grad) and the policy (LoRA on) → r; the same for mismatched pairs
+(prompt i, completion i+1) → z0 (detached, clamped at 0); KTO loss with λ_D, λ_U from the class
+balance. Resumable (``OUT.ckpt/``: LoRA + optimizer + step; each step's noise is seeded by the step),
+tqdm progress, the same code on CPU and GPU. Output: ``OUT.safetensors`` + ``OUT.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from engine.loading.stacked import LoRAState, attach, base_adapter_sha, save_stacked, stacked_tensors
+from engine.reward import T_MIN
+from engine.train.kto.elbo import logp, make_elbo_batch
+from engine.train.kto.loss import class_weights, kl_reference, kto_loss
+from engine.train.kto.records import read_set, to_example
+from engine.train.lora import DEFAULT_TARGETS
+
+log = logging.getLogger(__name__)
+
+Pair = tuple[list[int], list[int]]
+
+
+@dataclass
+class KtoConfig:
+    model: str = "default"  # engine spec of the reference: "default", "tiny-random", an HF dir, ...
+    data: str = ""  # `edit-server align data` directory
+    out: str = ""  # adapter path without suffix
+    steps: int = 60
+    batch_size: int = 4
+    lr: float = 5e-4
+    warmup: int = 5
+    beta: float = 0.1
+    ratio: float = 1.0  # λ_D n_D / (λ_U n_U), in [1, 4/3]
+    rank: int = 8
+    alpha: float = 16.0
+    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    samples: int = 1  # Monte-Carlo mask samples per ELBO estimate
+    t_min: float = T_MIN
+    max_prompt: int = 256  # prompt tokens (trimmed far from the cursor)
+    max_canvas: int = 64
+    eval_examples: int = 32  # fixed-noise monitor of loss and reward margin
+    eval_every: int = 20
+    save_every: int = 20
+    seed: int = 0
+    threads: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    label: str = ""
+    max_minutes: float = 0.0  # > 0: checkpoint and stop when spent (resume later with the same config)
+    stop_at: int = 0  # > 0: checkpoint and stop after this step (an interruption, for tests)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KtoConfig:
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown KTO config fields: {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+def load_reference(cfg: KtoConfig) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """The frozen reference model (its adapter merged), its tokenizer and provenance."""
+    from engine.model import Transformer
+    from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
+
+    ck = load_checkpoint_spec(cfg.model)
+    dev = resolve_device(cfg.device)
+    args = ck.args
+    if not args.special_tokens:
+        args.special_tokens = ck.tokenizer.special.as_dict()
+    model = Transformer(args, init=False)
+    model.load_state_dict(ck.state_dict, strict=True, assign=True)
+    model = model.to(device=dev, dtype=resolve_dtype(cfg.dtype, dev))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    info = {"label": ck.meta.get("label", ck.name), "name": ck.name, "sha256": base_adapter_sha(ck.meta),
+            "spec": cfg.model}
+    return model, ck.tokenizer, info
+
+
+class Kto:
+    """Reference + stacked LoRA and the KTO step / monitor on token pairs."""
+
+    def __init__(self, model: nn.Module, tok: Any, cfg: KtoConfig, state: LoRAState) -> None:
+        self.model, self.tok, self.cfg, self.state = model, tok, cfg, state
+        self.dev = next(model.parameters()).device
+        self.bs = model.args.block_size  # type: ignore[union-attr]
+        self.shifted = model.args.shifted_logits  # type: ignore[union-attr]
+
+    def rewards(self, pairs: list[Pair], gen: torch.Generator, grad: bool) -> torch.Tensor:
+        """r (B,) of the pairs: reference and policy over the same ELBO batch (same masks)."""
+        sp = self.tok.special
+        eb = make_elbo_batch(pairs, self.bs, sp.mask, sp.pad, gen, samples=self.cfg.samples,
+                             t_min=self.cfg.t_min, shifted=self.shifted).to(self.dev)
+        with torch.no_grad(), self.state.use(False):
+            ref = logp(self.model, eb).float()
+        with torch.set_grad_enabled(grad), self.state.use(True, eb.rows):
+            pol = logp(self.model, eb).float()
+        return pol - ref
+
+    def step_loss(self, pairs: list[Pair], labels: list[bool], gen: torch.Generator, lam: tuple[float, float],
+                  grad: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+        if len(pairs) < 2:
+            raise ValueError("KTO needs batches of at least 2 examples (z0 comes from mismatched pairs)")
+        r = self.rewards(pairs, gen, grad)
+        mismatched = [(pairs[i][0], pairs[(i + 1) % len(pairs)][1]) for i in range(len(pairs))]
+        with torch.no_grad():
+            z0 = kl_reference(self.rewards(mismatched, gen, False))
+        d = torch.tensor(labels, device=r.device)
+        return kto_loss(r, z0, d, self.cfg.beta, *lam)
+
+    @torch.no_grad()
+    def monitor(self, pairs: list[Pair], labels: list[bool], lam: tuple[float, float]) -> dict[str, float]:
+        """Loss, z0 and mean r per class with fixed noise (comparable across steps)."""
+        gen = torch.Generator().manual_seed(4321)
+        B = max(2, self.cfg.batch_size)
+        tot: dict[str, float] = {}
+        n = 0
+        rd: list[float] = []
+        ru: list[float] = []
+        for i in range(0, len(pairs), B):
+            chunk, lab = pairs[i:i + B], labels[i:i + B]
+            if len(chunk) < 2:
+                continue
+            loss, m = self.step_loss(chunk, lab, gen, lam, grad=False)
+            r = self.rewards(chunk, torch.Generator().manual_seed(99 + i), False).tolist()
+            rd += [x for x, y in zip(r, lab, strict=True) if y]
+            ru += [x for x, y in zip(r, lab, strict=True) if not y]
+            for k in ("loss", "z0"):
+                tot[k] = tot.get(k, 0.0) + m[k] * len(chunk)
+            n += len(chunk)
+        out = {k: v / max(1, n) for k, v in tot.items()}
+        out["r_desirable"] = sum(rd) / len(rd) if rd else float("nan")
+        out["r_undesirable"] = sum(ru) / len(ru) if ru else float("nan")
+        out["margin"] = out["r_desirable"] - out["r_undesirable"]
+        return out
+
+
+def _lr(step: int, cfg: KtoConfig) -> float:
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
+
+
+def load_pairs(cfg: KtoConfig, tok: Any, block_size: int, split: str = "train") -> tuple[list[Pair], list[bool]]:
+    pairs, labels = [], []
+    for rec in read_set(Path(cfg.data), split):
+        ex = to_example(tok, rec, block_size, cfg.max_prompt, cfg.max_canvas)
+        if ex is not None:
+            pairs.append(ex)
+            labels.append(rec.label)
+    return pairs, labels
+
+
+def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
+              reference: tuple[nn.Module, Any, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Train; returns a summary (history, monitor first/last, z0, adapter path)."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    model, tok, base = reference or load_reference(cfg)
+    bs = model.args.block_size  # type: ignore[union-attr]
+    pairs, labels = load_pairs(cfg, tok, bs)
+    n_d, n_u = sum(labels), len(labels) - sum(labels)
+    if len(pairs) < 2:
+        raise ValueError(f"{cfg.data}: {len(pairs)} usable training records (need >= 2)")
+    lam = class_weights(n_d, n_u, cfg.ratio)
+    log.info("KTO data: %d desirable, %d undesirable; lambda_D %.3f lambda_U %.3f", n_d, n_u, *lam)
+    state = attach(model, cfg.rank, cfg.alpha, tuple(cfg.targets))
+    model.to(next(model.parameters()).device)
+    params = [p for n, p in model.named_parameters() if ".lora_" in n]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    kto = Kto(model, tok, cfg, state)
+    out = Path(cfg.out)
+    ckpt = out.with_name(out.name + ".ckpt")
+    start, z0_ema, history = (_resume(ckpt, model, opt) if resume else (0, None, []))
+    mon_idx = random.Random(cfg.seed + 7).sample(range(len(pairs)), min(cfg.eval_examples, len(pairs)))
+    mon = ([pairs[i] for i in mon_idx], [labels[i] for i in mon_idx])
+    first = kto.monitor(*mon, lam)
+    vals = [{"step": start, **first}]
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.steps, initial=start, file=sys.stderr, disable=not progress, desc="kto", unit="step")
+    t0 = time.perf_counter()
+    B, N = cfg.batch_size, len(pairs)
+    for step in range(start, cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * _lr(step, cfg)
+        epoch, pos = divmod(step * B, N)
+        order = list(range(N))
+        random.Random(cfg.seed * 1_000_003 + epoch).shuffle(order)
+        idx = [order[(pos + k) % N] for k in range(min(B, N))]
+        gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+        loss, m = kto.step_loss([pairs[i] for i in idx], [labels[i] for i in idx], gen, lam)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        z0_ema = m["z0"] if z0_ema is None else 0.9 * z0_ema + 0.1 * m["z0"]
+        history.append({"step": step + 1, **m})
+        bar.update(1)
+        bar.set_postfix(loss=f"{m['loss']:.4f}", z0=f"{m['z0']:.3f}")
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            vals.append({"step": step + 1, **kto.monitor(*mon, lam)})
+            bar.write(f"step {step + 1} monitor {json.dumps(vals[-1])}", file=sys.stderr)
+        stop = cfg.stop_at == step + 1 or (cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or stop:
+            _save_ckpt(ckpt, model, opt, step + 1, z0_ema, history)
+        if stop:
+            log.warning("KTO stopped at step %d of %d (resume with --resume)", step + 1, cfg.steps)
+            break
+    bar.close()
+    if len(vals) == 1:
+        vals.append({"step": cfg.steps, **kto.monitor(*mon, lam)})
+    z0 = max(0.0, float(z0_ema if z0_ema is not None else vals[-1]["z0"]))
+    meta = {"lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
+            "special_tokens": tok.special.as_dict(), "stacks_on": base, "z0": z0, "beta": cfg.beta,
+            "elbo": {"t_min": cfg.t_min, "samples": cfg.samples}, "rows": "from the prompt's last token",
+            "label": cfg.label or f"KTO adapter ({cfg.steps} steps, {n_d}+/{n_u}- examples)",
+            "trained_on": str(next(model.parameters()).device), "training": asdict(cfg),
+            "data": {"desirable": n_d, "undesirable": n_u, "lambda_d": lam[0], "lambda_u": lam[1]},
+            "monitor": {"first": vals[0], "last": vals[-1]}}
+    path = save_stacked(out, model, meta)
+    done = history[-1]["step"] if history else start
+    summary = {"steps": done, "seconds": time.perf_counter() - t0, "monitor": vals, "z0": z0,
+               "lambda": lam, "desirable": n_d, "undesirable": n_u, "adapter": str(path), "history": history}
+    return summary
+
+
+def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, z0: float | None,
+               history: list[dict[str, Any]]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    save_file(stacked_tensors(model), str(d / "lora.safetensors"))
+    sd = opt.state_dict()
+    flat = {f"{i}.{k}": v.detach().cpu().contiguous() for i, st in sd["state"].items()
+            for k, v in st.items() if torch.is_tensor(v)}
+    save_file(flat, str(d / "optim.safetensors"))
+    (d / "state.json").write_text(json.dumps({"step": step, "z0_ema": z0, "history": history,
+                                              "param_groups": sd["param_groups"]}))
+
+
+def _resume(d: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int, float | None, list]:
+    if not (d / "state.json").is_file():
+        log.warning("%s: no checkpoint, starting from step 0", d)
+        return 0, None, []
+    state = json.loads((d / "state.json").read_text())
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for key, t in load_file(str(d / "lora.safetensors")).items():
+            params[key.replace(".weight.lora_", ".lora_")].copy_(t)
+    st: dict[int, dict[str, Any]] = {}
+    for key, v in load_file(str(d / "optim.safetensors")).items():
+        i, k = key.split(".", 1)
+        st.setdefault(int(i), {})[k] = v
+    opt.load_state_dict({"state": st, "param_groups": state["param_groups"]})
+    log.info("resumed KTO from %s at step %d", d, state["step"])
+    return int(state["step"]), state.get("z0_ema"), list(state.get("history") or [])

@@ -1,0 +1,230 @@
+"""KTO: loss vs a hand computation, λ from the class balance, shared-mask ELBO rewards, the stacked
+LoRA at run time (AlignedEngine + RewardScorer agree with the trainer), and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.engine import Engine
+from engine.loading.adapter import AdapterError
+from engine.loading.stacked import AlignedEngine, attach, save_stacked
+from engine.reward import RewardScorer, canvas_for
+from engine.specs import random_checkpoint
+from engine.templates import FimPrompt, render_fim
+from engine.train.kto.elbo import logp, make_elbo_batch
+from engine.train.kto.loss import class_weights, kl_reference, kto_loss
+from engine.train.kto.records import Record, prompt_to_dict, write_set
+from engine.train.kto.trainer import Kto, KtoConfig, load_reference, train_kto
+
+
+def sig(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+# ---- the objective ------------------------------------------------------------------------------
+def test_kto_loss_matches_a_hand_computed_example() -> None:
+    r = torch.tensor([1.0, -0.5, 0.2], requires_grad=True)
+    desirable = torch.tensor([True, False, False])
+    r_mis = torch.tensor([0.4, -0.2, 0.1], requires_grad=True)  # mismatched pairs: mean 0.1
+    z0 = kl_reference(r_mis)
+    assert not z0.requires_grad and float(z0) == pytest.approx(0.1)
+    beta, lam_d, lam_u = 0.5, 1.0, 0.8
+    loss, m = kto_loss(r, z0, desirable, beta, lam_d, lam_u)
+    want = ((1 - sig(0.5 * (1.0 - 0.1))) + 0.8 * (1 - sig(0.5 * (0.1 + 0.5))) + 0.8 * (1 - sig(0.5 * (0.1 - 0.2)))) / 3
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    assert m["r_desirable"] == pytest.approx(1.0) and m["r_undesirable"] == pytest.approx(-0.15)
+    loss.backward()
+    assert r_mis.grad is None  # z0 is not back-propagated
+    s = sig(0.45)  # d/dr of the desirable term: -β λ_D σ'(β (r - z0)) / 3
+    assert float(r.grad[0]) == pytest.approx(-0.5 * s * (1 - s) / 3, abs=1e-6)
+    s = sig(0.3)  # undesirable: +β λ_U σ'(β (z0 - r)) / 3
+    assert float(r.grad[1]) == pytest.approx(0.5 * 0.8 * s * (1 - s) / 3, abs=1e-6)
+    # a negative KL estimate is clamped at 0
+    z0 = kl_reference(torch.tensor([-0.3, -0.1]))
+    assert float(z0) == 0.0
+    loss0, _ = kto_loss(torch.tensor([0.2]), z0, torch.tensor([True]), 1.0, 1.0, 1.0)
+    assert float(loss0) == pytest.approx(1 - sig(0.2), abs=1e-6)
+
+
+def test_lambdas_follow_the_class_balance() -> None:
+    lam_d, lam_u = class_weights(30, 90)  # 1 desirable per 3 undesirable
+    assert max(lam_d, lam_u) == 1.0 and lam_d * 30 / (lam_u * 90) == pytest.approx(1.0)
+    lam_d, lam_u = class_weights(90, 30, ratio=4 / 3)
+    assert lam_d * 90 / (lam_u * 30) == pytest.approx(4 / 3) and lam_u == 1.0 and lam_d < 1
+    assert class_weights(50, 50) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="4/3"):
+        class_weights(10, 10, ratio=2.0)
+
+
+# ---- shared-mask ELBO rewards --------------------------------------------------------------------
+def tiny_model() -> tuple[torch.nn.Module, object]:
+    ck = random_checkpoint("tiny")
+    from engine.model import Transformer
+
+    m = Transformer(ck.args, init=False)
+    m.load_state_dict(ck.state_dict, assign=True)
+    return m.eval(), ck.tokenizer
+
+
+def randomize(model: torch.nn.Module, seed: int = 1, std: float = 0.3) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            elif ".lora_A" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def example(tok: object, prefix: str = "def f(x):\n    return ", middle: str = "x + 1") -> tuple[list[int], list[int]]:
+    ids = render_fim(tok, FimPrompt(prefix, "\n", path="a.py")).ids  # type: ignore[arg-type]
+    sp = tok.special  # type: ignore[attr-defined]
+    return ids, canvas_for(tok.encode(middle), sp.eom, sp.pad, 8)  # type: ignore[attr-defined]
+
+
+def test_shared_masks_give_r_zero_when_policy_equals_reference() -> None:
+    model, tok = tiny_model()
+    state = attach(model, 4, 8.0, ("q_proj", "v_proj", "down_proj"))  # B = 0: policy == reference
+    pairs = [example(tok), example(tok, "y = ", "[1, 2, 3]")]
+    eb = make_elbo_batch(pairs, 8, tok.special.mask, tok.special.pad, torch.Generator().manual_seed(0), samples=2)
+    with torch.no_grad():
+        with state.use(False):
+            ref = logp(model, eb)
+        with state.use(True, eb.rows):
+            pol = logp(model, eb)
+    assert torch.equal(pol - ref, torch.zeros(2)) and bool((ref < 0).all())
+    # the same model under *different* masks: the ELBO noise does not cancel
+    eb2 = make_elbo_batch(pairs, 8, tok.special.mask, tok.special.pad, torch.Generator().manual_seed(1), samples=2)
+    with torch.no_grad():
+        assert not torch.equal(logp(model, eb2), ref)
+    # a non-zero LoRA gives r != 0, and only from the prompt's last token on
+    randomize(model)
+    kto = Kto(model, tok, KtoConfig(samples=1), state)
+    r = kto.rewards(pairs, torch.Generator().manual_seed(0), grad=False)
+    assert bool((r.abs() > 1e-4).all())
+
+
+# ---- run time: AlignedEngine + RewardScorer -----------------------------------------------------
+def write_stacked(tmp: Path, seed: int = 1, std: float = 0.3, z0: float = 0.05) -> Path:
+    model, tok = tiny_model()
+    attach(model, 4, 8.0, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    randomize(model, seed, std)
+    path = tmp / "kto-test"
+    save_stacked(path, model, {"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "k_proj", "v_proj",
+                                                                                "o_proj", "gate_proj", "up_proj",
+                                                                                "down_proj"]},
+                                "special_tokens": tok.special.as_dict(), "z0": z0, "elbo": {"t_min": 0.1}})
+    return path
+
+
+def aligned(tmp: Path, **kw: float) -> AlignedEngine:
+    return AlignedEngine.from_engine(Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu"),
+                                     write_stacked(tmp, **kw))
+
+
+def test_reward_scorer_is_the_trainers_estimator(tmp_path: Path) -> None:
+    eng = aligned(tmp_path)
+    scorer = RewardScorer(eng)
+    prompt = FimPrompt("def f(x):\n    return ", "\n", path="a.py")
+    ids = render_fim(eng.tokenizer, prompt).ids
+    comp = eng.tokenizer.encode("x * 2 + 1")
+    rw = scorer.score_ids(ids, comp)  # no cached prompt: its own reference prefill
+    assert not rw.cached and rw.n_tokens == len(comp) + 1 and rw.adapter.endswith("kto-test")
+    # the trainer's full BD3 layout with the same noise (same seed) gives the same r
+    kto = Kto(eng.model, eng.tokenizer, KtoConfig(samples=1, t_min=0.1), eng.lora)
+    sp = eng.tokenizer.special
+    r = kto.rewards([(ids, canvas_for(comp, sp.eom, sp.pad, 8))], torch.Generator().manual_seed(0), grad=False)
+    assert rw.r == pytest.approx(float(r[0]), abs=1e-4) and abs(rw.r) > 1e-3
+    assert rw.score == pytest.approx((rw.r - 0.05) / rw.n_tokens)
+    # after a generation the scorer reuses the cached prompt: same reward, and the cache stays valid
+    res = eng.infill(prompt, max_tokens=16, cache_key="doc")
+    a = scorer.score_fim(prompt, res, cache_key="doc")
+    b = scorer.score_ids(ids, res.tokens)
+    assert a.cached and a.r == pytest.approx(b.r, abs=1e-4)
+    again = eng.infill(prompt, max_tokens=16, cache_key="doc")
+    assert again.tokens == res.tokens and again.cached_tokens == len(ids)
+
+
+def test_aligned_engine_prefix_cache_is_exact(tmp_path: Path) -> None:
+    eng = aligned(tmp_path)
+    fresh = aligned(tmp_path / "b")  # same adapter weights (same seed)
+    from engine.types import CanvasSpec
+
+    a, b = [5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10, 11, 12, 13]  # a is a strict prefix of b
+    eng.generate(a, CanvasSpec(16), cache_key="k")
+    warm = eng.generate(b, CanvasSpec(16), cache_key="k")  # must not reuse a's policy last row
+    cold = fresh.generate(b, CanvasSpec(16))
+    assert warm.cached_tokens == len(a) - 1
+    assert warm.tokens == cold.tokens and warm.confidences == pytest.approx(cold.confidences, abs=1e-5)
+    hit = eng.generate(b, CanvasSpec(16), cache_key="k")
+    assert hit.tokens == cold.tokens and hit.confidences == pytest.approx(cold.confidences, abs=1e-5)
+
+
+def test_zero_lora_generates_like_the_reference_and_bad_adapters_fail_cleanly(tmp_path: Path) -> None:
+    plain = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
+    prompt = FimPrompt("for i in range(", "):\n    pass\n", path="a.py")
+    want = plain.infill(prompt, max_tokens=16)
+    zero = aligned(tmp_path, std=0.0)
+    got = zero.infill(prompt, max_tokens=16)
+    assert got.tokens == want.tokens and got.confidences == pytest.approx(want.confidences, abs=1e-6)
+    rw = RewardScorer(zero).score_fim(prompt, got)
+    assert rw.r == 0.0  # policy == reference on the same masks
+    path = write_stacked(tmp_path / "c")
+    st = Path(f"{path}.json")
+    st.write_text(st.read_text().replace('"rank": 4', '"rank": 8'))
+    eng = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
+    with pytest.raises(AdapterError, match="wrong shape"):
+        AlignedEngine.from_engine(eng, path)
+    assert not any("lora" in n for n, _ in eng.model.named_parameters())  # the model was not touched
+
+
+# ---- a tiny end-to-end run ----------------------------------------------------------------------
+def synthetic_set(out: Path, n: int = 48, seed: int = 0) -> Path:
+    """Desirable: ``x = <digit>`` completions; undesirable: ``x = "<word>"`` (one file per example)."""
+    rng = random.Random(seed)
+    recs = []
+    for i in range(n):
+        prompt = prompt_to_dict(FimPrompt(f"def f{i}():\n    x = ", "\n    return x\n", path=f"m{i}.py"))
+        good = rng.random() < 0.4
+        comp = str(rng.randint(0, 9)) if good else f'"{rng.choice(["abc", "hello", "zz"])}"'
+        recs.append(Record(f"s{i}", "selfplay", "fim", good, f"m{i}.py", prompt, comp,
+                           split="heldout" if i % 6 == 0 else "train"))
+    write_set(out, recs)
+    return out
+
+
+def test_tiny_kto_run_lowers_the_loss_raises_the_margin_and_resumes(tmp_path: Path) -> None:
+    data = synthetic_set(tmp_path / "data")
+    cfg = KtoConfig(model="tiny-random", data=str(data), out=str(tmp_path / "a" / "kto"), steps=30, batch_size=4,
+                    lr=2e-2, beta=1.0, rank=4, alpha=8.0, max_prompt=64, max_canvas=16, eval_every=30,
+                    save_every=10, threads=1, device="cpu", eval_examples=24)
+    s = train_kto(cfg, progress=False)
+    first, last = s["monitor"][0], s["monitor"][-1]
+    assert last["loss"] < first["loss"] - 0.02, (first, last)
+    assert last["margin"] > first["margin"] + 0.5, (first, last)
+    assert s["desirable"] + s["undesirable"] == 40 and 0 < s["lambda"][0] <= 1
+    assert Path(s["adapter"]).is_file() and Path(f"{cfg.out}.json").is_file()
+    # resumable: 10 steps + resume to 30 == 30 steps
+    cfg2 = KtoConfig(**{**cfg.__dict__, "out": str(tmp_path / "b" / "kto"), "stop_at": 10})
+    train_kto(cfg2, progress=False)  # interrupted after step 10
+    cfg2.stop_at = 0
+    s2 = train_kto(cfg2, resume=True, progress=False)
+    from safetensors.torch import load_file
+
+    w1, w2 = load_file(s["adapter"]), load_file(s2["adapter"])
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-6) for k in w1)
+    # the trained adapter loads at run time; its reward orders the classes like the trainer's
+    eng = AlignedEngine.from_engine(Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu"), cfg.out)
+    scorer = RewardScorer(eng)
+    p = FimPrompt("def g():\n    x = ", "\n    return x\n", path="t.py")
+    assert scorer.score_text(p, "7").score > scorer.score_text(p, '"hello"').score
+
+
+def test_reference_loader_freezes_the_model() -> None:
+    model, tok, info = load_reference(KtoConfig(model="tiny-random", device="cpu"))
+    assert not any(p.requires_grad for p in model.parameters()) and info["spec"] == "tiny-random"
