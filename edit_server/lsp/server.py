@@ -90,14 +90,15 @@ class EditServer(LanguageServer):
         self.protocol.notify(COPILOT_STATUS, {"busy": state in ("loading", "busy"), "message": message,
                                               "kind": kind})
 
-    def apply_settings(self, raw: Any) -> None:
-        settings, bad = build_settings(raw, self.cli, self.settings)
+    def apply_settings(self, raw: Any, initial: bool = False) -> None:
+        """initializationOptions (``initial``: the command line wins over them) or a later
+        didChangeConfiguration (a deliberate change: it applies over the current settings)."""
+        settings, bad = build_settings(raw, self.cli if initial else None, None if initial else self.settings)
         self.settings = settings
         if bad:
             log.warning("settings: %s", "; ".join(bad))
             self.window_show_message(lsp.ShowMessageParams(
-                type=lsp.MessageType.Warning,
-                message="edit-server: " + "; ".join(bad)))
+                type=lsp.MessageType.Warning, message="edit-server settings: " + "; ".join(bad)))
         if self.pipeline is not None:
             self.pipeline.configure(settings)
 
@@ -116,11 +117,7 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         roots = [Path(p) for f in (params.workspace_folders or []) if (p := _path(f.uri))]
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
-        ls.settings, bad = build_settings(params.initialization_options, ls.cli)
-        if bad:
-            log.warning("settings: %s", "; ".join(bad))
-            ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning,
-                                                         message="edit-server: " + "; ".join(bad)))
+        ls.apply_settings(params.initialization_options, initial=True)
         ls.pipeline = Pipeline(ls.settings, ls.status, roots)
 
     @ls.feature(lsp.SHUTDOWN)

@@ -52,7 +52,7 @@ async def test_before_ready_answers_empty_fast_and_bad_settings_warn(client: Lan
         assert out is None and dt < 2.0
     await wait_state(client, "ready")
     assert any(s.state == "loading" for s in client.statuses)  # type: ignore[attr-defined]
-    [msg] = [m for m in client.messages if "invalid setting" in m.message]
+    [msg] = [m for m in client.messages if "edit-server settings" in m.message]
     assert "contextBudget" in msg.message and "gate.threshold" in msg.message
     assert msg.type == lsp.MessageType.Warning
 
