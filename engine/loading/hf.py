@@ -22,7 +22,7 @@ from safetensors import safe_open
 from engine.checkpoint import LoadedCheckpoint
 from engine.loading.archs import ARCHITECTURES, Config, architecture, llada_name  # noqa: F401 (re-exports)
 from engine.loading.common import CheckpointError, finish, make_tokenizer
-from engine.loading.hf_tokenizer import load_tokenizer, token_text, tokenizer_config
+from engine.loading.hf_tokenizer import chat_template, load_tokenizer, token_text, tokenizer_config
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ def load_hf(root: str | Path, dtype: torch.dtype | None = None, *, hub_id: str |
     tokenizer = make_tokenizer(hf, eos_token=_eos_token(root, cfg, hf), source="tokenizer.json",
                                mask_id=mask_id, config_ids=cfg.get("special_tokens"))
     finish(args, state, tokenizer, root.name, names)
-    meta: dict[str, Any] = {"source": str(root), "format": "hf", "architecture": arch}
+    meta: dict[str, Any] = {"source": str(root), "format": "hf", "architecture": arch,
+                            "bos_token": token_text(tc.get("bos_token")), "chat_template": chat_template(root, tc)}
     if entry is not None:
         meta["registry"] = entry.name
     return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer,

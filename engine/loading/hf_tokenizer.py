@@ -40,6 +40,20 @@ def token_text(v: Any) -> str | None:
     return str(v) if v else None
 
 
+def chat_template(root: Path, tc: dict[str, Any]) -> str | None:
+    """The checkpoint's chat template: ``chat_template.jinja``, ``chat_template.json`` or the
+    ``chat_template`` of tokenizer_config.json (a string, or a list of named templates)."""
+    if (root / "chat_template.jinja").is_file():
+        return (root / "chat_template.jinja").read_text()
+    t: Any = tc.get("chat_template")
+    if (root / "chat_template.json").is_file():
+        t = json.loads((root / "chat_template.json").read_text()).get("chat_template", t)
+    if isinstance(t, list):
+        named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
+        t = named.get("default") or next(iter(named.values()), None)
+    return str(t) if t else None
+
+
 def _added_tokens(root: Path, tc: dict[str, Any]) -> list[tuple[int, str, bool]]:
     out: dict[int, tuple[str, bool]] = {}
     for i, t in (tc.get("added_tokens_decoder") or {}).items():

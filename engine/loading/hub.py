@@ -36,7 +36,7 @@ Progress = Callable[[int, int, str], None]  # (done_bytes, total_bytes, message)
 
 ALLOW_PATTERNS = ("*.safetensors", "model.safetensors.index.json", "config.json", "generation_config.json",
                   "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                  "vocab.json", "merges.txt")
+                  "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # one of them is needed (vocab.json + merges.txt)
 

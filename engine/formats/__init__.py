@@ -1,0 +1,97 @@
+"""Per-model prompt formats: how a FIM or next-edit request becomes the token layout a given model
+was trained (or, where marked, is zero-shot asked) to complete.
+
+A format turns a `FimPrompt` / `EditPrompt` into a `Layout`: the tokens before the canvas, the
+canvas length, the tokens *after* the canvas (in-place infilling of bidirectional models: the
+suffix follows the masked span, as in the models' published infilling code), and the extra tokens
+that end the output (``<|im_end|>`` of chat models). Token ids come from the loaded tokenizer by
+token text; nothing here holds a literal id.
+
+    fmt = for_model(engine.tokenizer, engine.meta)   # once, after loading
+    lay = fmt.fim(prompt, max_tokens)                # Layout
+    lay = fmt.edit(prompt)                           # Layout, or FormatNotSupported (with the reason)
+
+Formats: ``native`` (our adapter's layout, `engine.templates`), ``infill`` (in-place
+``[bos] prefix <mask>*n suffix [eos]``: Dream / Dream-Coder / DiffuCoder / Open-dCoder / LLaDA),
+``dreamon`` (infill + the ``<|expand|>`` token), ``chat`` (the model's own chat template around a
+fill / rewrite instruction: block-causal chat models and instruct edits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.templates import EditPrompt, FimPrompt
+
+
+class FormatNotSupported(ValueError):
+    """This model has no prompt format for the request kind; the message says why."""
+
+
+@dataclass
+class Layout:
+    before: list[int]  # prompt tokens before the canvas
+    canvas: int  # mask positions to decode (an upper bound of the output length)
+    after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
+    stop_ids: frozenset[int] = frozenset()  # tokens that end the output, besides the tokenizer's ends
+    expand_id: int | None = None  # DreamOn: the token by which a mask asks to become two
+    parts: list[tuple[str, int, int]] = field(default_factory=list)  # (label, start, end) in `before`
+
+    @property
+    def in_place(self) -> bool:
+        """The canvas sits between prompt tokens (bidirectional models only)."""
+        return bool(self.after)
+
+
+class PromptFormat(Protocol):
+    name: str
+
+    def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout: ...
+
+    def edit(self, p: EditPrompt) -> Layout: ...
+
+
+def token_id(tok: Any, text: str | None) -> int | None:
+    """Id of a token given by its text, or None when the tokenizer lacks it."""
+    if not text:
+        return None
+    hf = getattr(tok, "hf", None)
+    if hf is not None:
+        i = hf.token_to_id(text)
+        return None if i is None else int(i)
+    ids = tok.encode(text)
+    return ids[0] if len(ids) == 1 else None
+
+
+def stop_ids(tok: Any, texts: tuple[str, ...] | list[str]) -> frozenset[int]:
+    return frozenset(i for i in (token_id(tok, t) for t in texts) if i is not None)
+
+
+def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = None) -> PromptFormat:
+    """The format of a loaded model: its registry entry's (``meta["registry"]``, set by the HF
+    loader for known models), else our native layout. ``name`` forces one (``native``, ``infill``,
+    ``dreamon``, ``chat``)."""
+    from engine.registry import lookup
+
+    meta = dict(meta or {})
+    entry = lookup(str(meta.get("registry") or meta.get("hub_repo") or ""))
+    kind = name or (entry.fim if entry is not None else "native")
+    if kind == "native":
+        from engine.formats.native import NativeFormat
+
+        return NativeFormat(tok)
+    if entry is None:
+        raise FormatNotSupported(f"format {kind!r} needs a registry model (engine.registry); got {meta!r}")
+    if kind in ("infill", "dreamon"):
+        from engine.formats.infill import InfillFormat
+
+        return InfillFormat(tok, entry, meta)
+    if kind == "chat":
+        from engine.formats.chat import ChatFormat
+
+        return ChatFormat(tok, entry, meta)
+    raise FormatNotSupported(f"unknown prompt format {kind!r}")
+
+
+__all__ = ["FormatNotSupported", "Layout", "PromptFormat", "for_model", "stop_ids", "token_id"]

@@ -1,0 +1,24 @@
+"""Our own layout (the shipped adapter and models trained with `engine.train`): `engine.templates`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.formats import Layout
+from engine.templates import EditPrompt, FimPrompt, edit_canvas_length, render_edit, render_fim
+
+
+class NativeFormat:
+    name = "native"
+
+    def __init__(self, tok: Any, block_size: int = 32) -> None:
+        self.tok, self.block = tok, block_size
+
+    def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
+        r = render_fim(self.tok, p)
+        return Layout(r.ids, max_tokens, parts=r.parts)
+
+    def edit(self, p: EditPrompt) -> Layout:
+        r = render_edit(self.tok, p)
+        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=self.block)
+        return Layout(r.ids, n, parts=r.parts)
