@@ -43,7 +43,10 @@ CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("engine", help="diffusion vs AR decoding, prefix-cache reuse, memory")
     p.add_argument("--model", default="random:smollm2-135m",
-                   help="tiny-random, random:<preset>, default, HF dir or .gguf (default: %(default)s)")
+                   help="tiny-random, random:<preset>, random:<config.json|model dir|registry name> "
+                        "(random weights at a real model's shape, e.g. "
+                        "random:Dream-org/Dream-Coder-v0-Instruct-7B), default, ORG/NAME[@REV], HF dir or "
+                        ".gguf (default: %(default)s)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--prompt", type=int, default=256, help="prompt tokens for the decoding test")

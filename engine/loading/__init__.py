@@ -1,4 +1,5 @@
-"""Checkpoint loading: local HF-style directories (safetensors) and GGUF files -> `LoadedCheckpoint`.
+"""Checkpoint loading: local HF-style directories (safetensors), GGUF files and hub models
+(``ORG/NAME[@REVISION]``, fetched into the HF cache by `engine.loading.hub`) -> `LoadedCheckpoint`.
 
 Never unpickles: ``.bin``/``.pt`` checkpoints are refused with a message. Everything ends in the
 internal HF-Llama parameter layout (see `engine.config`) with our special tokens appended.
@@ -49,5 +50,10 @@ def load_checkpoint(spec: str | Path, dtype: torch.dtype | None = None, *,
     if path.is_file():
         raise CheckpointError(f"{path}: not a loadable checkpoint (expected an HF checkpoint directory "
                               "with config.json + *.safetensors, or a .gguf file)")
+    from engine.loading.hub import load_hub, parse_hub_spec
+
+    hub = parse_hub_spec(str(spec))
+    if hub is not None:
+        return load_hub(hub, dtype=dtype)
     raise CheckpointError(f"{spec}: no such file or directory (expected an HF checkpoint directory, "
-                          "a .gguf file or 'base')")
+                          "a .gguf file, a hub id ORG/NAME[@REVISION] or 'base')")
