@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lsprotocol.types import METHOD_TO_TYPES
 from pygls.lsp.client import LanguageClient
 
 from edit_server.lsp.convert import offset_to_position, position_to_offset
@@ -157,10 +158,17 @@ class LspClient:
             if self.returncode is not None:
                 raise LspError(f"server exited with code {self.returncode}")
 
+    def _typed(self, method: str, params: Any) -> Any:
+        """Plain params -> the lsprotocol type of a standard method (pygls's client hooks expect it)."""
+        types = METHOD_TO_TYPES.get(method)
+        if types is None or types[2] is None or params is None or not isinstance(params, dict):
+            return params
+        return self.client.protocol._converter.structure(params, types[2])
+
     async def request(self, method: str, params: Any, *, timeout: float = 120.0) -> Any:
-        """Send a request; its result as plain JSON. A timeout cancels it ($/cancelRequest)."""
+        """Send a request; its result as plain JSON."""
         proto = self.client.protocol
-        fut = proto.send_request(method, params)
+        fut = proto.send_request(method, self._typed(method, params))
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
         except asyncio.TimeoutError:
@@ -172,7 +180,7 @@ class LspClient:
         return plain(result, proto._converter)
 
     async def notify(self, method: str, params: Any) -> None:
-        self.client.protocol.notify(method, params)
+        self.client.protocol.notify(method, self._typed(method, params))
 
     async def stop(self, timeout: float = 10.0) -> None:
         """shutdown + exit, then wait for the process (killed if it does not go)."""
