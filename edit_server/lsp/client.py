@@ -100,6 +100,11 @@ class LspClient:
         return record
 
     @property
+    def proc(self) -> asyncio.subprocess.Process | None:
+        """The server process (None before ``start``)."""
+        return self.client._server
+
+    @property
     def returncode(self) -> int | None:
         server = self.client._server
         return None if server is None else server.returncode
