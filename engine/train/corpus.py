@@ -2,7 +2,7 @@
 
 Layout of ``--out DIR`` (deterministic for the same inputs)::
 
-    index.json                    stats, tokenizer, shard list
+    index.json                    stats, tokenizer, shard list, digest (sha256 of texts + paths + order)
     {split}-{k:05d}.txt.bin       UTF-8 bytes of the normalised texts, concatenated
     {split}-{k:05d}.docs.npy      int64 (n_docs, 4): text start, text end, token start, token end
     {split}-{k:05d}.tokens.npy    uint16 (vocab < 65,536) or uint32 token ids, concatenated
@@ -151,8 +151,9 @@ def build_corpus(srcs: Sequence[Path], out: Path, tok: TokenizerLike, *, tokeniz
         for k in range(0, len(items), opts.shard_docs):
             shards.append(_write_shard(out, f"{split}-{k // opts.shard_docs:05d}", split,
                                        items[k:k + opts.shard_docs], tok, dtype))
+    digest = hashlib.sha256("".join(sh.pop("sha256") for sh in shards).encode()).hexdigest()
     index = {
-        "version": 1, "tokenizer": tokenizer_name, "vocab_size": vocab, "dtype": np.dtype(dtype).name,
+        "version": 1, "digest": digest, "tokenizer": tokenizer_name, "vocab_size": vocab, "dtype": np.dtype(dtype).name,
         "options": asdict(opts), "stats": asdict(stats), "shards": shards,
         "docs": {s: len(v) for s, v in docs.items()},
         "tokens": {s: sum(sh["n_tokens"] for sh in shards if sh["split"] == s) for s in docs},
@@ -182,9 +183,13 @@ def _write_shard(out: Path, name: str, split: str, items: list[tuple[str, str, s
     np.save(out / f"{name}.docs.npy", table)
     flat = np.fromiter((x for t in ids for x in t), dtype=dtype, count=kpos)
     np.save(out / f"{name}.tokens.npy", flat)
-    meta = [{"path": p, "lang": lang} for p, lang, _ in items]
-    (out / f"{name}.meta.json").write_text(json.dumps(meta))
-    return {"name": name, "split": split, "n_docs": len(items), "n_tokens": int(kpos)}
+    meta = json.dumps([{"path": p, "lang": lang} for p, lang, _ in items])
+    (out / f"{name}.meta.json").write_text(meta)
+    h = hashlib.sha256(name.encode())
+    for b in blobs:  # the texts, their order and paths: what the training example stream reads
+        h.update(hashlib.sha256(b).digest())
+    h.update(meta.encode())
+    return {"name": name, "split": split, "n_docs": len(items), "n_tokens": int(kpos), "sha256": h.hexdigest()}
 
 
 @dataclass(frozen=True)

@@ -1,204 +1,158 @@
-"""GPU recipe: corpus → tokens → train → eval → export on a machine with torch + CUDA, tokenizers and
-safetensors, but no network, no ``gguf`` package and ≤ 64 MiB of upload per command.
+"""GPU training recipe CLI: ``python -m engine.train.gpu_recipe STAGE`` (see docs/TRAINING.md).
 
-Stages (``python -m engine.train.gpu_recipe STAGE``; see docs/TRAINING.md for the exact command sequence):
+    pack      (here)  code + tokenizer + wheels + data + recipe, and the base, in upload folders (runs/gpu-pack/upN)
+    receive   (GPU)   take upload folders' parts; install each file once all its parts are there
+    start     (GPU)   the detached job: corpus → wait for the base → train (resumes) → eval
+    status            one JSON line: phase, step, loss, tokens/s, ETA, newest checkpoint
+    poll      (GPU)   keep the machine busy for --wait seconds (status lines), then collect to --to
+    stop      (GPU)   checkpoint + export after the current step; the job then evaluates
+    collect   (GPU)   newest checkpoint in ≤ 15 MiB parts + sha256 manifest, status.json, log tail
+    keep      (here)  verify collected parts, store them under engine/weights/gpu-ckpt (committable)
+    resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start
+    export    (here)  a checkpoint's adapter → engine/weights/default.{safetensors,json}
 
-    pack     (here)  split the base GGUF into ≤ 60 MB parts + vendor the pure-Python gguf/yaml packages
-    unpack   (GPU)   join the parts into the base cache, checking the pinned sha256
-    start    (GPU)   launch corpus → train → export → eval as ONE background job (setsid): it survives the
-                     ≤ 10-minute commands, checkpoints often and resumes if started again
-    status   (GPU)   step, last log lines, running or not
-    collect  (GPU)   copy the adapter (+ summary, eval report) to a folder that comes back (≤ 50 MB)
-    dry-run  (CPU)   the whole path on the tiny preset in a temp folder (what the test runs)
+Every stage prints one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-VENDOR_PKGS = ("gguf", "yaml")
+from engine.train.recipe import COLLECT_PART, KEEP_DIR, PACK_DIR, ROOT, UPLOAD_LIMIT, MiB, default_work
 
-
-def pack(out: Path, gguf: Path | None = None, part_mb: int = 60) -> dict:
-    from engine.loading.base import fetch_base, split_file
-
-    gguf = gguf or fetch_base()
-    out.mkdir(parents=True, exist_ok=True)
-    parts = split_file(gguf, out / "base", max_bytes=part_mb << 20)
-    vendor = out / "vendor"
-    for name in VENDOR_PKGS:
-        try:
-            mod = __import__(name)
-        except ImportError:
-            continue
-        src = Path(mod.__file__).parent
-        shutil.copytree(src, vendor / name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    return {"parts": [str(p) for p in parts], "vendor": str(vendor)}
+CONFIG = ROOT / "engine" / "train" / "configs" / "gpu_smollm2.json"
 
 
-def unpack(pack_dir: Path, cache: Path | None = None) -> Path:
-    from engine.loading.base import default_cache_dir, join_parts
+def _sets(items: list[str]) -> dict[str, Any]:
+    from engine.train.cli import parse_overrides
 
-    manifest = json.loads(next((pack_dir / "base").glob("*.parts.json")).read_text())
-    target = (cache or default_cache_dir()) / manifest["name"]
-    return join_parts(pack_dir / "base", target)
+    return parse_overrides(items)
 
 
-def job_script(run: Path, config: Path, sets: list[str], srcs: list[str], tokenizer: str,
-               eval_limit: int, python: str = sys.executable) -> str:
-    """The background job: corpus (once) → train (resumes) → export → HumanEval sample (GPU)."""
-    cli = f"{python} -m edit_server.cli"
-    corpus = run / "corpus"
-    over = " ".join(f"'{s}'" for s in [*sets, f"corpus={corpus}", f"out={run}"])
-    lines = [
-        "set -e",
-        f"cd {ROOT}",
-        f"[ -f {corpus}/index.json ] || {cli} train corpus --src {' '.join(srcs)} --out {corpus} "
-        f"--tokenizer {tokenizer}",
-        f"{cli} train run --config {config} --no-progress --resume --set {over}",
-    ]
-    if eval_limit:
-        lines += [f"{cli} train export --run {run} --to {run}/weights/default",
-                  f"EDIT_SERVER_ADAPTER={run}/weights/default {cli} eval humaneval-infill --model default "
-                  f"--limit {eval_limit} --out {run}/eval --no-progress || true"]
-    lines.append(f"touch {run}/DONE")
-    return "\n".join(lines) + "\n"
+def run_pack(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe.collect import checkpoint_bytes
+    from engine.train.recipe.pack import SOURCES, fetch_wheels, pack
+
+    config = {**json.loads(a.config.read_text()), **_sets(a.set)}
+    base = None
+    if config.get("model", "base") == "base":
+        from engine.loading.base import fetch_base
+
+        base = a.gguf or fetch_base()
+    wheels = [] if a.no_wheels else fetch_wheels(a.wheels)
+    from evals.datasets import default_data_dir
+
+    opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
+    plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
+                eval_splits=a.eval_split, eval_limit=a.eval_limit, data=default_data_dir(),
+                upload_limit=a.upload_limit, tree=a.tree_bytes)
+    plan["checkpoint_bytes"] = checkpoint_bytes(config)
+    return plan
 
 
-def start(run: Path, config: Path, sets: list[str], srcs: list[str], tokenizer: str = "base",
-          eval_limit: int = 100, vendor: Path | None = None) -> int:
-    """Launch the job with setsid (detached: it outlives this command); returns its pid."""
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "DONE").unlink(missing_ok=True)
-    script = run / "job.sh"
-    script.write_text(job_script(run, config, sets, srcs, tokenizer, eval_limit))
-    env = dict(os.environ)
-    paths = [str(ROOT)] + ([str(vendor)] if vendor else [])
-    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.setdefault("TOKENIZERS_PARALLELISM", "true")
-    with open(run / "job.log", "ab") as log:
-        proc = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    (run / "job.pid").write_text(str(proc.pid))
-    return proc.pid
+def run_poll(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe.collect import collect
+    from engine.train.recipe.job import status
 
-
-def status(run: Path) -> dict:
-    pid = int((run / "job.pid").read_text()) if (run / "job.pid").is_file() else None
-    alive = False
-    if pid:
-        try:
-            os.kill(pid, 0)
-            alive = not _zombie(pid)
-        except OSError:
-            alive = False
-    state = run / "ckpt" / "state.json"
-    step = json.loads(state.read_text())["step"] if state.is_file() else 0
-    log = (run / "job.log").read_text(errors="replace")[-1500:] if (run / "job.log").is_file() else ""
-    return {"pid": pid, "running": alive, "done": (run / "DONE").is_file(), "step": step, "log_tail": log}
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return False
-
-
-def collect(run: Path, to: Path) -> list[Path]:
-    to.mkdir(parents=True, exist_ok=True)
-    got = []
-    for name in ("adapter.safetensors", "adapter.json", "summary.json", "job.log"):
-        if (run / name).is_file():
-            got.append(Path(shutil.copy2(run / name, to / name)))
-    report = run / "eval"
-    if report.is_dir():
-        for f in report.glob("*.json"):
-            if f.stat().st_size < 5 << 20:
-                got.append(Path(shutil.copy2(f, to / f"eval-{f.name}")))
-    return got
-
-
-def dry_run(work: Path, timeout_s: float = 240.0) -> dict:
-    """CPU path of the recipe on the tiny preset: pack/unpack a file, start, poll, collect."""
-    from engine.loading.base import join_parts, split_file
-
-    work.mkdir(parents=True, exist_ok=True)
-    blob = work / "fake.gguf"
-    blob.write_bytes(os.urandom(300_000))
-    split_file(blob, work / "pack" / "base", max_bytes=100_000)
-    joined = join_parts(work / "pack" / "base", work / "cache" / "fake.gguf")
-    assert joined.read_bytes() == blob.read_bytes()
-    src = work / "src"
-    src.mkdir(exist_ok=True)
-    for i in range(12):
-        body = "".join(f"def f{i}_{j}(a, b):\n    return a + b * {j}\n\n\n" for j in range(8))
-        (src / f"m{i}.py").write_text(f"import os\n\n\n{body}print(f{i}_0(1, 2))\n")
-    config = work / "config.json"
-    config.write_text(json.dumps({"model": "tiny", "seq_len": 160, "block_size": 8, "max_canvas": 32,
-                                  "chars_per_token": 1.0, "batch_size": 2, "steps": 6, "save_every": 2,
-                                  "val_every": 3, "val_examples": 2, "threads": 1}))
-    run = work / "run"
-    start(run, config, [], [str(src)], tokenizer="byte", eval_limit=0)
     t0 = time.time()
-    while time.time() - t0 < timeout_s:
-        st = status(run)
-        if st["done"] or not st["running"]:
+    last = 0.0
+    while True:
+        st = status(a.work)
+        if time.time() - last >= a.every:
+            print(json.dumps(st), flush=True)
+            last = time.time()
+        if not st["running"] or time.time() - t0 >= a.wait:
             break
-        time.sleep(1.0)
-    st = status(run)
-    return {"status": st, "collected": [str(p) for p in collect(run, work / "out")]}
+        time.sleep(min(2.0, max(0.1, a.wait - (time.time() - t0))))
+    return collect(a.work, a.to) if a.to else status(a.work)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.train.gpu_recipe", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
-    a = sub.add_parser("pack")
-    a.add_argument("--out", type=Path, default=ROOT / "runs" / "gpu-pack")
-    a.add_argument("--gguf", type=Path)
-    b = sub.add_parser("unpack")
-    b.add_argument("--pack", type=Path, default=ROOT / "runs" / "gpu-pack")
-    c = sub.add_parser("start")
-    c.add_argument("--run", type=Path, default=ROOT / "runs" / "gpu")
-    c.add_argument("--config", type=Path, default=ROOT / "engine" / "train" / "configs" / "gpu_smollm2.json")
-    c.add_argument("--set", nargs="*", default=[])
-    c.add_argument("--src", nargs="+", default=None, help="source trees (default: this Python's lib)")
-    c.add_argument("--eval-limit", type=int, default=100)
-    c.add_argument("--vendor", type=Path, default=ROOT / "runs" / "gpu-pack" / "vendor")
-    d = sub.add_parser("status")
-    d.add_argument("--run", type=Path, default=ROOT / "runs" / "gpu")
-    e = sub.add_parser("collect")
-    e.add_argument("--run", type=Path, default=ROOT / "runs" / "gpu")
-    e.add_argument("--to", type=Path, required=True)
-    f = sub.add_parser("dry-run")
-    f.add_argument("--work", type=Path, default=ROOT / "runs" / "gpu-dry")
-    args = p.parse_args(argv)
-    if args.stage == "pack":
-        out = pack(args.out, args.gguf)
-    elif args.stage == "unpack":
-        out = {"base": str(unpack(args.pack))}
-    elif args.stage == "start":
-        import sysconfig
 
-        srcs = args.src or [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]]
-        out = {"pid": start(args.run, args.config, args.set, srcs, eval_limit=args.eval_limit,
-                            vendor=args.vendor if args.vendor.is_dir() else None)}
-    elif args.stage == "status":
-        out = status(args.run)
-    elif args.stage == "collect":
-        out = {"collected": [str(x) for x in collect(args.run, args.to)]}
-    else:
-        out = dry_run(args.work)
-    print(json.dumps(out, indent=1))
+    def work(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--work", type=Path, default=default_work(), help="work dir (default ~/edit-server-gpu)")
+        return sp
+
+    k = sub.add_parser("pack", help="build the upload folders (here)")
+    k.add_argument("--out", type=Path, default=PACK_DIR)
+    k.add_argument("--config", type=Path, default=CONFIG)
+    k.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    k.add_argument("--gguf", type=Path, help="the base GGUF (default: fetched into the cache)")
+    k.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="GPU wheels (pip-downloaded if missing)")
+    k.add_argument("--no-wheels", action="store_true", help="no tree-sitter on the GPU (no syntax spans)")
+    k.add_argument("--src", nargs="*", help="corpus sources (default: stdlib purelib platlib of the GPU's Python)")
+    k.add_argument("--max-files", type=int, default=0)
+    k.add_argument("--val-fraction", type=float, default=0.02)
+    k.add_argument("--eval-split", nargs="*", default=["single-line", "multi-line"])
+    k.add_argument("--eval-limit", type=int, default=100)
+    k.add_argument("--upload-limit", type=int, default=UPLOAD_LIMIT)
+    k.add_argument("--tree-bytes", type=int, help="working-tree bytes (default: measured with git)")
+    r = work(sub.add_parser("receive", help="take upload folders' parts (GPU)"))
+    r.add_argument("dirs", nargs="*", type=Path)
+    s = work(sub.add_parser("start", help="launch the detached job (GPU)"))
+    s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    work(sub.add_parser("status", help="one JSON line"))
+    q = work(sub.add_parser("poll", help="stay busy --wait s (status lines), then collect to --to"))
+    q.add_argument("--wait", type=float, default=240.0)
+    q.add_argument("--every", type=float, default=30.0)
+    q.add_argument("--to", type=Path)
+    work(sub.add_parser("stop", help="checkpoint + export now; the job then evaluates"))
+    c = work(sub.add_parser("collect", help="newest checkpoint in parts + status into --to"))
+    c.add_argument("--to", type=Path, required=True)
+    c.add_argument("--part-mib", type=float, default=COLLECT_PART / MiB)
+    e = sub.add_parser("keep", help="verify collected parts and store them (here)")
+    e.add_argument("src", type=Path)
+    e.add_argument("--to", type=Path, default=KEEP_DIR)
+    e.add_argument("--force", action="store_true")
+    u = work(sub.add_parser("resume", help="join kept/collected parts into the work dir, then start (GPU)"))
+    u.add_argument("--from", dest="src", type=Path, default=KEEP_DIR)
+    u.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    u.add_argument("--force", action="store_true")
+    x = sub.add_parser("export", help="a checkpoint's adapter → engine/weights/default.* (here)")
+    x.add_argument("src", type=Path)
+    x.add_argument("--to", type=Path, default=ROOT / "engine" / "weights" / "default")
+    j = sub.add_parser("job", help=argparse.SUPPRESS)
+    j.add_argument("--work", type=Path, required=True)
+    a = p.parse_args(argv)
+
+    from engine.train.recipe import collect as col
+    from engine.train.recipe import job
+
+    if a.stage == "job":
+        return job.run_job(a.work)
+    try:
+        out: Any
+        if a.stage == "pack":
+            out = run_pack(a)
+        elif a.stage == "receive":
+            out = job.receive(a.work, a.dirs)
+        elif a.stage == "start":
+            out = job.start(a.work, _sets(a.set))
+        elif a.stage == "status":
+            out = job.status(a.work)
+        elif a.stage == "poll":
+            out = run_poll(a)
+        elif a.stage == "stop":
+            out = job.stop(a.work)
+        elif a.stage == "collect":
+            out = col.collect(a.work, a.to, part_bytes=int(a.part_mib * MiB))
+        elif a.stage == "keep":
+            out = col.keep(a.src, a.to, force=a.force)
+        elif a.stage == "resume":
+            out = col.resume(a.src, a.work, _sets(a.set), force=a.force)
+        else:
+            out = {"adapter": [str(x) for x in col.export(a.src, a.to)]}
+    except (job.RecipeError, col.PartsError, ValueError, OSError) as err:
+        print(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        return 1
+    print(json.dumps(out))
     return 0
 
 

@@ -11,7 +11,10 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-import tree_sitter as ts
+try:  # optional: without tree-sitter (e.g. a bare GPU image) there are simply no syntax spans
+    import tree_sitter as ts
+except ImportError:  # pragma: no cover - depends on the machine
+    ts = None  # type: ignore[assignment]
 
 _GRAMMARS: dict[str, tuple[str, str]] = {
     "python": ("tree_sitter_python", "language"),
@@ -47,7 +50,7 @@ class Span:
 @cache
 def parser_for(lang: str) -> ts.Parser | None:
     spec = _GRAMMARS.get(lang)
-    if spec is None:
+    if spec is None or ts is None:
         return None
     try:
         mod = importlib.import_module(spec[0])

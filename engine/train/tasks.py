@@ -101,16 +101,18 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
     if len(mid_ids) + 1 > budget.max_canvas:
         return None
     canvas = canvas_length(len(mid_ids), budget, rng)
-    layout = layout or ("spm" if rng.random() < 0.7 else "psm")
+    # the prompt order is the server's: FimPrompt's default layout unless a caller asks for another
+    fim_kw = {"layout": layout} if layout else {}
     room = budget.max_len - canvas - 16 - len(tok.encode(path))
     prefix, suffix = text[:a], text[b:]
     n_chars = int(room * budget.chars_per_token)
     for _ in range(6):
         pre, suf = window(prefix, suffix, n_chars, rng)
-        ids = render_fim(tok, FimPrompt(pre, suf, path=path, layout=layout)).ids  # type: ignore[arg-type]
+        prompt = FimPrompt(pre, suf, path=path, **fim_kw)  # type: ignore[arg-type]
+        ids = render_fim(tok, prompt).ids
         if len(ids) <= room + 8:
             target = canvas_target(tok, middle, canvas)
-            return Example(f"fim:{how}", ids, target, {"layout": layout, "middle": middle, "prefix": pre,
+            return Example(f"fim:{how}", ids, target, {"layout": prompt.layout, "middle": middle, "prefix": pre,
                                                           "suffix": suf, "path": path})
         n_chars = int(n_chars * (room + 8) / len(ids) * 0.9)
     return None

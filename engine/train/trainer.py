@@ -1,7 +1,7 @@
 """LoRA trainer for the block-diffusion objective: config, example stream, loop, checkpoints, export.
 
-``edit-server train run --config FILE.json`` (+ overrides) drives `train`. Checkpoints are
-safetensors + JSON (adapter, optimizer state, step) under ``out/ckpt``; ``--resume`` continues from them.
+``edit-server train run --config FILE.json`` (+ overrides) drives `train`. Checkpoints are one
+safetensors file each under ``out/ckpt`` (`train_state`); ``--resume`` continues from the newest exactly.
 The final adapter goes to ``out/adapter.{safetensors,json}`` (copy it to ``engine/weights/default.*``).
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from engine.config import preset
@@ -26,10 +25,20 @@ from engine.model import Transformer
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
-from engine.train.lora import DEFAULT_TARGETS, adapter_tensors, apply_lora, mark_trainable, save_adapter
+from engine.train.lora import DEFAULT_TARGETS, apply_lora, mark_trainable, save_adapter
 from engine.train.objective import batch_to, bd3_loss, make_batch
 from engine.train.tasks import Budget, Example, make_continuation, make_fim
 from engine.train.tasks_edit import make_edit, make_noedit
+from engine.train.train_state import (
+    Progress,
+    check_resumable,
+    corpus_info,
+    latest_checkpoint,
+    restore,
+    rng_from_json,
+    rng_to_json,
+    save_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,9 @@ class TrainConfig:
     val_every: int = 50
     val_examples: int = 32
     save_every: int = 100
+    save_minutes: float = 0.0  # > 0: also checkpoint when this long has passed since the last one
+    keep_ckpts: int = 2
+    strict_resume: bool = True  # resuming refuses a changed trajectory (config fields, corpus)
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"  # bf16 on CUDA, fp32 on CPU
@@ -183,7 +195,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: TrainConfig,
-             device: torch.device) -> dict[str, float]:
+             device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Validation loss with fixed noise (same masks every call → comparable across steps)."""
     model.eval()
     gen = torch.Generator().manual_seed(1234)
@@ -193,7 +205,8 @@ def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: Tra
         chunk = examples[i:i + cfg.batch_size]
         b = make_batch([(e.prompt, e.target) for e in chunk], cfg.block_size, tok.special.mask,
                        tok.special.pad, gen)
-        _, m = bd3_loss(model, batch_to(b, device))
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            _, m = bd3_loss(model, batch_to(b, device))
         for k in tot:
             tot[k] += m[k] * len(chunk)
         n += len(chunk)
@@ -202,7 +215,11 @@ def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: Tra
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run the training loop; returns a summary (losses, val, tokens/s, adapter path)."""
+    """Run the training loop; returns a summary (losses, val, tokens/s, adapter path).
+
+    ``resume``: continue from the newest checkpoint in ``out/ckpt`` exactly (weights, optimizer, step,
+    data order, noise and LR schedule). ``out/STOP`` (see the GPU recipe's ``stop``) ends the run like
+    ``max_minutes`` does: checkpoint + export. ``out/progress.json`` is the live state for pollers."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -214,6 +231,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     apply_lora(model, cfg.rank, cfg.alpha, cfg.targets)
     model.to(device=device, dtype=dtype)
     groups = mark_trainable(model, first)
+    for g in groups:  # mixed precision: bf16 compute (autocast), fp32 trainable weights + AdamW state
+        for p in g["params"]:
+            p.data = p.data.float()
     groups[2]["lr"] = cfg.embed_lr
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
     for g in opt.param_groups:
@@ -223,14 +243,45 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     pairs = _git_pairs(cfg)
     budget = cfg.budget()
     val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs).take(cfg.val_examples)
-    start = _resume(out / "ckpt", model, opt) if resume else 0
-    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003 + start, pairs)
-    gen = torch.Generator().manual_seed(cfg.seed * 7 + start)
+    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003, pairs)
+    gen = torch.Generator().manual_seed(cfg.seed * 7)
     history: list[dict[str, Any]] = []
-    vals: list[dict[str, Any]] = [{"step": start, **evaluate(model, val, tok, cfg, device)}]
-    log.info("step %d val %s", start, vals[-1])
+    vals: list[dict[str, Any]] = []
+    start, tokens_before, seconds_before = 0, 0, 0.0
+    ckpt = latest_checkpoint(out / "ckpt") if resume else None
+    if resume and ckpt is None:
+        log.warning("%s: no checkpoint, starting from step 0", out / "ckpt")
+    if ckpt is not None:
+        state, rngs = restore(ckpt, model, opt)
+        check_resumable(cfg, state, corpus)
+        start, history, vals = int(state["step"]), state["history"], state["val"]
+        tokens_before, seconds_before = int(state["tokens"]), float(state["seconds"])
+        stream.rng.setstate(rng_from_json(state["stream_rng"]))
+        gen.set_state(rngs["noise"])
+        torch.set_rng_state(rngs["torch"])
+        if "cuda" in rngs and device.type == "cuda":
+            torch.cuda.set_rng_state(rngs["cuda"], device)
+        log.info("resumed from %s at step %d", ckpt, start)
+    if not vals or vals[-1]["step"] != start:
+        vals.append({"step": start, **evaluate(model, val, tok, cfg, device, dtype)})
+        log.info("step %d val %s", start, vals[-1])
     n_tok, t0 = 0, time.perf_counter()
+    live = Progress(out, cfg.steps, start, ckpt_step=start if ckpt else None)
+
+    def save(step: int) -> None:
+        rngs = {"noise": gen.get_state(), "torch": torch.get_rng_state()}
+        if device.type == "cuda":
+            rngs["cuda"] = torch.cuda.get_rng_state(device)
+        summary = {"steps": step, "val": vals, "tokens": tokens_before + n_tok}
+        save_checkpoint(out / "ckpt", model, opt, first, {
+            "step": step, "config": asdict(cfg), "stream_rng": rng_to_json(stream.rng), "history": history,
+            "val": vals, "tokens": tokens_before + n_tok, "seconds": seconds_before + time.perf_counter() - t0,
+            "corpus": corpus_info(corpus), "adapter_meta": export_meta(cfg, tok, meta, summary, device, corpus),
+        }, rngs, keep=cfg.keep_ckpts)
+        live.ckpt_step = step
+
     bar = _bar(cfg.steps, start, progress)
+    last_save = t0
     for step in range(start, cfg.steps):
         f = lr_at(step, cfg)
         for g in opt.param_groups:
@@ -249,27 +300,36 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        tps = n_tok / (time.perf_counter() - t0)
+        now = time.perf_counter()
+        tps = n_tok / (now - t0)
         history.append({"step": step + 1, **metrics, "lr": opt.param_groups[0]["lr"], "tok_s": tps})
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['masked_acc']:.2f}", tok_s=f"{tps:.0f}")
-        out_of_time = cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60
-        if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps or out_of_time:
-            vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device)})
+        out_of_time = cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60
+        stop = (out / "STOP").exists()
+        last = step + 1 == cfg.steps or out_of_time or stop
+        if (step + 1) % cfg.val_every == 0 or last:
+            vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device, dtype)})
             log.info("step %d val %s", step + 1, vals[-1])
             bar.write(f"step {step + 1} val loss {vals[-1]['loss']:.4f} acc {vals[-1]['masked_acc']:.3f}",
                       file=sys.stderr)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or out_of_time:
-            _save_ckpt(out / "ckpt", model, opt, step + 1, first, cfg)
-        if out_of_time:
-            log.warning("wall-clock budget of %.1f min spent: stopping at step %d", cfg.max_minutes, step + 1)
+        if (step + 1) % cfg.save_every == 0 or last or (
+                cfg.save_minutes > 0 and now - last_save > cfg.save_minutes * 60):
+            save(step + 1)
+            last_save = time.perf_counter()
+        live.update(history, vals, tps, now - t0, force=last)
+        if out_of_time or stop:
+            (out / "STOP").unlink(missing_ok=True)
+            log.warning("stopping at step %d (%s)", step + 1,
+                        "STOP file" if stop else f"wall-clock budget of {cfg.max_minutes:.1f} min spent")
             break
     bar.close()
     elapsed = time.perf_counter() - t0
     done = history[-1]["step"] if history else start
     summary = {"steps": done, "train_loss_first": history[0]["loss"] if history else None,
-               "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": n_tok,
-               "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": elapsed, "history": history}
+               "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": tokens_before + n_tok,
+               "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": seconds_before + elapsed,
+               "resumed_from": start, "history": history}
     adapter_meta = export_meta(cfg, tok, meta, summary, device, corpus)
     save_adapter(out / "adapter", model, first, adapter_meta)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -317,42 +377,3 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
                  "tokens_seen": summary["tokens"]},
         "validation": {"first": summary["val"][0] if summary["val"] else None, "last": last},
     }
-
-
-def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, first: int,
-               cfg: TrainConfig) -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    save_file(adapter_tensors(model, first), str(d / "adapter.safetensors"))
-    sd = opt.state_dict()
-    flat = {f"{i}.{k}": v.detach().cpu().contiguous() for i, st in sd["state"].items()
-            for k, v in st.items() if torch.is_tensor(v)}
-    save_file(flat, str(d / "optim.safetensors"))
-    groups = [{k: v for k, v in g.items()} for g in sd["param_groups"]]
-    (d / "state.json").write_text(json.dumps({"step": step, "param_groups": groups, "config": asdict(cfg)}))
-
-
-def _resume(d: Path, model: nn.Module, opt: torch.optim.Optimizer) -> int:
-    if not (d / "state.json").is_file():
-        log.warning("%s: no checkpoint, starting from step 0", d)
-        return 0
-    state = json.loads((d / "state.json").read_text())
-    tensors = load_file(str(d / "adapter.safetensors"))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for key, t in tensors.items():
-            if key.endswith((".lora_A", ".lora_B")):
-                name = key.replace(".weight.lora_", ".lora_")
-                params[name].copy_(t)
-            elif key == "added_tokens.embed":
-                w = params["model.embed_tokens.weight"]
-                w[w.shape[0] - t.shape[0]:] = t.to(w.dtype)
-            elif key in params:
-                params[key].copy_(t)
-    flat = load_file(str(d / "optim.safetensors"))
-    st: dict[int, dict[str, Any]] = {}
-    for key, v in flat.items():
-        i, k = key.split(".", 1)
-        st.setdefault(int(i), {})[k] = v
-    opt.load_state_dict({"state": st, "param_groups": state["param_groups"]})
-    log.info("resumed from %s at step %d", d, state["step"])
-    return int(state["step"])

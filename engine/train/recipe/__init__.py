@@ -1,0 +1,38 @@
+"""The GPU training recipe as a resumable pipeline (``python -m engine.train.gpu_recipe STAGE``).
+
+A GPU is lent rarely and briefly (≈ 30 minutes, ≤ 10 minutes per command, ≤ 64 MiB uploaded per command
+including the working tree, ≤ 8 files of ≤ 16 MiB back, nothing kept afterwards). So:
+
+- `pack` (here): code snapshot + tokenizer + vendored pure-Python packages + tree-sitter wheels +
+  HumanEval data + the corpus recipe (``boot.tar.xz``) and the base GGUF (xz), cut into upload folders
+  that each fit beside the working tree. `parts` does the cutting, with sha256 per part and per file.
+- `receive` (GPU): copy an upload's parts into the work dir; each file is joined, verified and unpacked
+  as soon as all its parts are there (the boot bundle comes first, so `start` can follow at once).
+- `start` (GPU): one detached (setsid) job — corpus from the machine's own stdlib + site-packages →
+  wait for the base → train (resuming from the newest checkpoint) → export → HumanEval sample.
+- `status`: one JSON line. `stop`: checkpoint + export now, then the job evaluates.
+- `collect` (GPU, every poll): the newest checkpoint (LoRA + optimizer + RNG + loss curve, one
+  safetensors file) in ≤ 15 MiB parts + sha256 manifest, status.json and the log tail, into ``$OUT``.
+- `keep` (here): verify collected parts and store them under ``engine/weights/gpu-ckpt`` (committable).
+- `resume` (GPU, any later window): verify + join kept parts into a fresh work dir, then `start`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MiB = 1 << 20
+UPLOAD_LIMIT = 64 * MiB  # per device command: working tree + carried paths
+PART_MAX = 60_000_000  # one uploaded part
+COLLECT_PART = 15 * MiB  # one collected checkpoint part (≤ 16 MiB per file comes back)
+BACK_FILES, BACK_FILE_MAX, BACK_TOTAL = 8, 16 * MiB, 64 * MiB  # what comes back from one command
+COMMIT_MAX = 50_000_000  # a checkpoint kept under engine/weights/
+ROOT = Path(__file__).resolve().parents[3]
+KEEP_DIR = ROOT / "engine" / "weights" / "gpu-ckpt"
+PACK_DIR = ROOT / "runs" / "gpu-pack"
+
+
+def default_work() -> Path:
+    """The GPU machine's work dir: outside the repository copy, which each command re-syncs."""
+    return Path(os.environ.get("EDIT_SERVER_GPU_WORK") or Path.home() / "edit-server-gpu")

@@ -1,0 +1,167 @@
+"""Checkpoints off the GPU and back on: collect (GPU → ``$OUT``), keep (here → engine/weights/gpu-ckpt),
+restore/resume (any later window), export (checkpoint → adapter pair), and the checkpoint's size.
+
+A collected folder: ``manifest.json`` (step, config, validation curve, the checkpoint file's sha256 and
+its parts' sha256) + ``<step file>.partNNN`` (≤ 15 MiB each). Parts are byte ranges of the one
+safetensors checkpoint (`engine.train.train_state`), so joining them gives that file bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.train.recipe import BACK_FILE_MAX, BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, KEEP_DIR
+from engine.train.recipe.job import Work, read_json, start, status
+from engine.train.recipe.parts import PartsError, join, missing, split
+
+FORMAT = "edit-server-collected-ckpt/1"
+
+
+def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: int = 200_000) -> dict[str, Any]:
+    """Newest checkpoint in parts + manifest → ``to/ckpt/``; ``to/status.json``; ``to/job.log`` (tail)."""
+    from engine.train.train_state import latest_checkpoint, read_state
+
+    w = Work(work)
+    to.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"status": status(work), "collected": time.time()}
+    ck = latest_checkpoint(w.run / "ckpt")
+    if ck is not None:
+        d = to / "ckpt"
+        if d.exists():
+            shutil.rmtree(d)
+        entry = split(ck, d, part_bytes)
+        state = read_state(ck)
+        recipe = read_json(w.boot / "recipe.json") or {}
+        manifest = {"format": FORMAT, "step": state["step"], "checkpoint": entry, "config": state["config"],
+                    "val": state["val"], "tokens": state["tokens"], "seconds": state["seconds"],
+                    "corpus": state["corpus"], "code": recipe.get("code"), "collected": result["collected"]}
+        (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        hist = state["history"]
+        every = max(1, len(hist) // 200)
+        result["checkpoint"] = {"step": state["step"], "parts": len(entry["parts"]), "bytes": entry["size"]}
+        result["loss_curve"] = [[h["step"], round(h["loss"], 5)] for h in hist[::every]]
+        result["val"] = state["val"]
+    evals = {}
+    for rep in sorted((w.run / "eval").glob("*/report.json")):
+        evals[rep.parent.name] = (read_json(rep) or {}).get("summary")
+    result["eval"] = evals
+    (to / "status.json").write_text(json.dumps(result, indent=1))
+    if w.log.is_file():
+        with open(w.log, "rb") as f:
+            f.seek(max(0, w.log.stat().st_size - log_bytes))
+            (to / "job.log").write_bytes(f.read())
+    result["warnings"] = back_limits(to)
+    return {k: v for k, v in result.items() if k not in ("loss_curve", "val")}
+
+
+def back_limits(out: Path) -> list[str]:
+    """What would not come back from a device command's ``$OUT`` (files, sizes, depth)."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    warn = []
+    if len(files) > BACK_FILES:
+        warn.append(f"{len(files)} files (at most {BACK_FILES} come back)")
+    warn += [f"{p.relative_to(out)}: {p.stat().st_size} bytes > {BACK_FILE_MAX}" for p in files
+             if p.stat().st_size > BACK_FILE_MAX]
+    warn += [f"{p.relative_to(out)}: too deep" for p in files if len(p.relative_to(out).parts) > 3]
+    total = sum(p.stat().st_size for p in files)
+    if total > BACK_TOTAL:
+        warn.append(f"{total} bytes in all > {BACK_TOTAL}")
+    return warn
+
+
+def _manifest(src: Path) -> dict[str, Any]:
+    src = src / "ckpt" if (src / "ckpt" / "manifest.json").is_file() else src
+    m = read_json(src / "manifest.json")
+    if not m or m.get("format") != FORMAT:
+        raise PartsError(f"{src / 'manifest.json'}: not a collected checkpoint manifest")
+    m["_dir"] = str(src)
+    return m
+
+
+def verify(src: Path) -> dict[str, Any]:
+    """The manifest of a collected folder whose every part is intact (else PartsError)."""
+    m = _manifest(src)
+    bad = missing(Path(m["_dir"]), m["checkpoint"])
+    if bad:
+        raise PartsError("; ".join(bad))
+    return m
+
+
+def keep(src: Path, dest: Path = KEEP_DIR, *, force: bool = False) -> dict[str, Any]:
+    """Verify a collected folder and store it at ``dest`` (committable) unless ``dest`` holds a later step."""
+    m = verify(src)
+    old = read_json(dest / "manifest.json") or {}
+    if old.get("step", -1) > m["step"] and not force:
+        return {"kept": False, "why": f"{dest} already holds step {old['step']} > {m['step']}"}
+    tmp = Path(tempfile.mkdtemp(prefix=".keep-", dir=dest.parent if dest.parent.is_dir() else None))
+    for p in m["checkpoint"]["parts"]:
+        shutil.copyfile(Path(m["_dir"]) / p["name"], tmp / p["name"])
+    shutil.copyfile(Path(m["_dir"]) / "manifest.json", tmp / "manifest.json")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(tmp), dest)
+    size = m["checkpoint"]["size"]
+    return {"kept": True, "step": m["step"], "dest": str(dest), "bytes": size, "committable": size <= COMMIT_MAX}
+
+
+def restore(src: Path, work: Path, *, force: bool = False) -> Path:
+    """Join a collected/kept checkpoint into ``work/run/ckpt`` (the job resumes from it)."""
+    from engine.train.train_state import LATEST, latest_checkpoint, read_state, write_json_atomic
+
+    m = verify(src)
+    d = Work(work).run / "ckpt"
+    have = latest_checkpoint(d)
+    if have is not None and read_state(have)["step"] > m["step"] and not force:
+        raise PartsError(f"{have} is newer than step {m['step']} (force to replace it)")
+    path = join(Path(m["_dir"]), m["checkpoint"], d / m["checkpoint"]["name"])
+    write_json_atomic(d / LATEST, {"file": path.name, "step": m["step"]})
+    return path
+
+
+def resume(src: Path, work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
+           force: bool = False) -> dict[str, Any]:
+    path = restore(src, work, force=force)
+    return {"restored": str(path), **start(work, sets, env=env)}
+
+
+def export(src: Path, to: Path) -> tuple[Path, Path]:
+    """The adapter pair (``to``.safetensors + ``to``.json) inside a checkpoint file or collected folder."""
+    from safetensors.torch import save_file
+
+    from engine.train.train_state import adapter_part, read_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if src.is_dir():
+            m = verify(src)
+            src = join(Path(m["_dir"]), m["checkpoint"], Path(tmp) / "ckpt.safetensors")
+        tensors, state = read_checkpoint(src)
+    to.parent.mkdir(parents=True, exist_ok=True)
+    st, js = to.with_suffix(".safetensors"), to.with_suffix(".json")
+    save_file(adapter_part(tensors), str(st))
+    js.write_text(json.dumps(state["adapter_meta"], indent=1, sort_keys=True))
+    return st, js
+
+
+def checkpoint_bytes(config: dict[str, Any]) -> int:
+    """Tensor bytes of one checkpoint for ``config`` (fp32 weights + 2 AdamW moments, added rows only)."""
+    from engine.config import preset
+    from engine.tokens import SPECIAL_TOKENS
+    from engine.train.lora import DEFAULT_TARGETS
+
+    a = preset("tiny" if config.get("model") == "tiny" else "smollm2-135m")
+    hd = a.head_dim
+    shapes = {"q_proj": (a.dim, a.n_heads * hd), "k_proj": (a.dim, a.n_kv_heads * hd),
+              "v_proj": (a.dim, a.n_kv_heads * hd), "o_proj": (a.n_heads * hd, a.dim),
+              "gate_proj": (a.dim, a.intermediate_size), "up_proj": (a.dim, a.intermediate_size),
+              "down_proj": (a.intermediate_size, a.dim)}
+    rank = int(config.get("rank", 16))
+    lora = sum(rank * sum(shapes[t]) for t in config.get("targets", DEFAULT_TARGETS)) * a.n_layers
+    norms = (2 * a.n_layers + 1) * a.dim
+    rows = len(SPECIAL_TOKENS) * a.dim * (1 if a.tie_embeddings else 2)
+    return 3 * 4 * (lora + norms + rows)

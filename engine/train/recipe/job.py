@@ -1,0 +1,294 @@
+"""The GPU side: receive uploads, start the detached job, the job itself, status, stop.
+
+Work dir (default ``~/edit-server-gpu``, outside the repository copy that each command re-syncs)::
+
+    parts/      received parts + manifest.json          boot/     code, vendor, site (wheels), data, recipe
+    corpus/     built here from this Python's lib       run/      trainer out: ckpt/, progress.json, adapter.*,
+    job.json    pid, start time                                   summary.json, eval/<split>/report.json
+    phase.json  corpus | wait-base | train | eval | done | failed      job.log   everything the job printed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+import traceback
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from engine.train.recipe import MiB
+from engine.train.recipe.parts import copy_parts, join, missing, sha256_file
+
+log = logging.getLogger(__name__)
+TERMINAL = ("done", "failed")
+EVAL = ("import argparse, sys\nfrom evals.cli import register\np = argparse.ArgumentParser()\n"
+        "register(p.add_subparsers(dest='cmd'))\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n")
+
+
+class RecipeError(RuntimeError):
+    """A recipe step cannot run (nothing received yet, a job already running, ...)."""
+
+
+class Work:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.parts, self.boot, self.corpus, self.run = (self.root / n for n in ("parts", "boot", "corpus", "run"))
+        self.job, self.phase, self.log = self.root / "job.json", self.root / "phase.json", self.root / "job.log"
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+# ---- receive ---------------------------------------------------------------------------------
+def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
+    """Take the parts of the given upload folders; install every file whose parts are all here."""
+    w = Work(work)
+    manifest = None
+    got: list[str] = []
+    for d in dirs:
+        manifest = json.loads((Path(d) / "manifest.json").read_text())
+        for e in manifest["files"]:
+            got += copy_parts(Path(d), w.parts, e)
+        _write(w.parts / "manifest.json", manifest)
+    manifest = manifest or read_json(w.parts / "manifest.json")
+    if manifest is None:
+        raise RecipeError(f"nothing received in {w.parts} yet (pass the upload folders)")
+    installed, waiting = [], []
+    for e in manifest["files"]:
+        marker = w.root / f".installed-{e['name']}-{e['sha256'][:16]}"
+        if marker.is_file():
+            installed.append(e["name"])
+            continue
+        lack = missing(w.parts, e, verify=False)
+        if lack:
+            waiting.append({"file": e["name"], "parts": len(e["parts"]), "missing": len(lack),
+                            "uploads": sorted({p["upload"] for p in e["parts"]})})
+            continue
+        joined = join(w.parts, e, w.root / "incoming" / e["name"])
+        _install(w, e, joined)
+        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+        joined.unlink()
+        for p in e["parts"]:
+            (w.parts / p["name"]).unlink(missing_ok=True)
+        installed.append(e["name"])
+    return {"received": got, "installed": installed, "waiting": waiting, "work": str(w.root)}
+
+
+def _install(w: Work, entry: dict[str, Any], path: Path) -> None:
+    if entry["install"] == "boot":
+        if w.boot.exists():
+            shutil.rmtree(w.boot)
+        with tarfile.open(path, "r:xz") as tar:
+            tar.extractall(w.boot, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        for wheel in sorted((w.boot / "wheels").glob("*.whl")):
+            with zipfile.ZipFile(wheel) as z:  # a wheel is a zip of its site-packages files
+                z.extractall(w.boot / "site")
+    elif entry["install"] == "base":
+        from engine.loading.base import default_cache_dir
+
+        target = default_cache_dir() / entry["raw_name"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".unpacking")
+        with lzma.open(path, "rb") as z, open(tmp, "wb") as f:
+            shutil.copyfileobj(z, f, MiB)
+        if sha256_file(tmp) != entry["raw_sha256"]:
+            tmp.unlink()
+            raise RecipeError(f"{entry['raw_name']}: sha256 mismatch after decompression")
+        os.replace(tmp, target)
+    else:
+        raise RecipeError(f"{entry['name']}: unknown install kind {entry['install']!r}")
+
+
+# ---- start / status / stop -------------------------------------------------------------------
+def job_env(w: Work, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(w.boot / n) for n in ("code", "vendor", "site")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update({"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "true"})
+    env.update(extra or {})
+    return env
+
+
+def start(work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
+          python: str = sys.executable) -> dict[str, Any]:
+    """Launch the job detached (setsid): it outlives the command; returns its pid."""
+    w = Work(work)
+    if not (w.boot / "recipe.json").is_file():
+        raise RecipeError(f"{w.boot / 'recipe.json'}: not received yet (run `receive` with the first upload)")
+    st = status(work)
+    if st["running"]:
+        raise RecipeError(f"job {st['pid']} is already running (phase {st['phase']})")
+    _write(w.root / "sets.json", sets or {})
+    (w.run / "STOP").unlink(missing_ok=True)
+    with open(w.log, "ab") as logf:
+        proc = subprocess.Popen([python, "-m", "engine.train.gpu_recipe", "job", "--work", str(w.root)],
+                                cwd=w.boot / "code", stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=job_env(w, env), start_new_session=True)
+    _write(w.job, {"pid": proc.pid, "started": time.time()})
+    _write(w.phase, {"phase": "starting", "time": time.time()})
+    return {"pid": proc.pid, "work": str(w.root)}
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"gpu_recipe" in cmd
+
+
+def status(work: Path) -> dict[str, Any]:
+    """Phase, step, loss, tokens/s, ETA, newest checkpoint: one flat dict (printed as one JSON line)."""
+    w = Work(work)
+    job = read_json(w.job) or {}
+    ph = read_json(w.phase) or {"phase": "not started"}
+    prog = read_json(w.run / "progress.json") or {}
+    ck = read_json(w.run / "ckpt" / "latest.json") or {}
+    running = alive(job.get("pid"))
+    phase = ph["phase"]
+    if not running and job and phase not in TERMINAL:
+        phase = f"died ({phase})"
+    return {"phase": phase, "running": running, "step": prog.get("step", ck.get("step", 0)),
+            "steps": prog.get("steps"), "loss": prog.get("loss_avg10"), "val_loss": prog.get("val_loss"),
+            "tok_s": prog.get("tok_s"), "eta_s": prog.get("eta_s"), "ckpt_step": ck.get("step"),
+            "elapsed_s": round(time.time() - job["started"]) if job else None, "pid": job.get("pid"),
+            "error": ph.get("error")}
+
+
+def stop(work: Path) -> dict[str, Any]:
+    """Ask the trainer to checkpoint, export and end after its current step (the job then evaluates)."""
+    w = Work(work)
+    w.run.mkdir(parents=True, exist_ok=True)
+    (w.run / "STOP").touch()
+    return status(work)
+
+
+# ---- the job -----------------------------------------------------------------------------------
+def _phase(w: Work, phase: str, **kw: Any) -> None:
+    _write(w.phase, {"phase": phase, "time": time.time(), **kw})
+    log.info("phase: %s", phase)
+
+
+def resolve_sources(sources: list[str]) -> list[Path]:
+    """``stdlib`` / ``purelib`` / ``platlib`` → this Python's folders; anything else is a path."""
+    paths = sysconfig.get_paths()
+    out: list[Path] = []
+    for s in sources:
+        p = Path(paths[s]) if s in paths else Path(s)
+        if p.is_dir() and all(p.resolve() != q.resolve() for q in out):
+            out.append(p)
+    return out
+
+
+def build_job_corpus(w: Work, recipe: dict[str, Any]) -> dict[str, Any]:
+    from engine.tokenizer import Tokenizer
+    from engine.train.corpus import CorpusOptions, build_corpus
+
+    if (w.corpus / "index.json").is_file():
+        return json.loads((w.corpus / "index.json").read_text())
+    t = recipe["tokenizer"]
+    tok = (Tokenizer.byte_level() if t.get("byte") else
+           Tokenizer.from_file(w.boot / t["file"], eos_token=t["eos"]))
+    srcs = resolve_sources(recipe["corpus"]["sources"])
+    log.info("corpus sources: %s", [str(s) for s in srcs])
+    tmp = w.root / "corpus.building"
+    shutil.rmtree(tmp, ignore_errors=True)
+    index = build_corpus(srcs, tmp, tok, tokenizer_name="byte" if t.get("byte") else "base",
+                         opts=CorpusOptions(**recipe["corpus"]["options"]))
+    os.replace(tmp, w.corpus)
+    log.info("corpus: %s docs, %s tokens, digest %s", index["docs"], index["tokens"], index["digest"][:12])
+    return index
+
+
+def job_config(w: Work, recipe: dict[str, Any], sets: dict[str, Any]) -> Any:
+    """The recipe's config — or, when a checkpoint is here, the checkpoint's — plus ``sets``."""
+    from engine.train.train_state import latest_checkpoint, read_state
+    from engine.train.trainer import TrainConfig
+
+    d = dict(recipe["config"])
+    ck = latest_checkpoint(w.run / "ckpt")
+    if ck is not None:
+        d = dict(read_state(ck)["config"])
+    d.update(sets)
+    d.update(corpus=str(w.corpus), out=str(w.run))
+    return TrainConfig.from_dict(d)
+
+
+def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
+    from engine.loading.base import default_cache_dir
+
+    target = default_cache_dir() / name
+    t0 = time.time()
+    while not target.is_file():
+        if time.time() - t0 > timeout_s:
+            raise RecipeError(f"{target}: base not received after {timeout_s:.0f} s")
+        time.sleep(2.0)
+    return target
+
+
+def run_eval(w: Work, recipe: dict[str, Any]) -> None:
+    ev = recipe.get("eval") or {}
+    for split in ev.get("splits", []) if ev.get("limit") else []:
+        cmd = [sys.executable, "-c", EVAL, "eval", "humaneval-infill", "--model", "default", "--split", split,
+               "--limit", str(ev["limit"]), "--out", str(w.run / "eval" / split), "--no-progress",
+               "--data", str(w.boot / "data" / "humaneval-infilling")]
+        env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
+        rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
+        log.info("eval %s: exit %d", split, rc)
+
+
+def run_job(work: Path) -> int:
+    """The detached job: corpus → (wait for the base) → train (resumes) → eval → done."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    w = Work(work)
+    try:
+        recipe = json.loads((w.boot / "recipe.json").read_text())
+        sets = read_json(w.root / "sets.json") or {}
+        log.info("job %d, code %s, python %s", os.getpid(), Path(__file__).resolve().parents[3], sys.version)
+        _phase(w, "corpus")
+        build_job_corpus(w, recipe)
+        cfg = job_config(w, recipe, sets)
+        if cfg.model == "base" and recipe.get("base"):
+            _phase(w, "wait-base")
+            wait_base(recipe["base"]["name"])
+        _phase(w, "train")
+        from engine.train.trainer import train
+
+        summary = train(cfg, resume=True, progress=False)
+        log.info("trained to step %d (%d tokens)", summary["steps"], summary["tokens"])
+        if cfg.model == "base":
+            _phase(w, "eval")
+            run_eval(w, recipe)
+        _phase(w, "done")
+        return 0
+    except BaseException as e:  # noqa: BLE001 - the job's last word goes to phase.json
+        traceback.print_exc()
+        _phase(w, "failed", error=f"{type(e).__name__}: {e}"[:2000])
+        return 1

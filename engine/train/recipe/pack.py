@@ -1,0 +1,213 @@
+"""`pack` (here, with network and the repo): everything a bare GPU machine needs, cut into upload folders.
+
+``OUT/boot.tar.xz`` (small, first): ``code/`` (engine + evals as in this working tree), ``vendor/``
+(pure-Python packages the GPU image lacks: gguf), ``wheels/`` (tree-sitter + grammars for the GPU's
+CPython, for syntax-span FIM), ``data/`` (HumanEval-infilling), ``tokenizer.json`` (the base tokenizer, so
+the corpus can be built while the base is still uploading) and ``recipe.json`` (training config, corpus
+recipe, eval plan, code version). ``base.gguf.xz``: the base GGUF, xz-compressed (−8 %). Both are cut
+into ``OUT/upN/`` folders, each ≤ the upload limit minus the working tree (which travels with every
+command); every folder carries the full ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT, MiB
+from engine.train.recipe.parts import sha256_file, write_part
+
+FORMAT = "edit-server-gpu-recipe/1"
+MANIFEST_FORMAT = "edit-server-gpu-pack/1"
+CODE_PATHS = ("engine", "evals", "pyproject.toml")
+VENDOR_PKGS = ("gguf",)  # pure Python, not on the GPU image
+# the GPU image's CPython (3.12) — tree-sitter has per-version wheels, the grammars are abi3
+GPU_PYTHON = "3.12"
+GPU_WHEELS = ("tree-sitter==0.26.1", "tree-sitter-python==0.25.0", "tree-sitter-javascript==0.25.0",
+              "tree-sitter-typescript==0.23.2", "tree-sitter-rust==0.24.2", "tree-sitter-go==0.25.0",
+              "tree-sitter-java==0.23.5", "tree-sitter-c==0.24.2", "tree-sitter-cpp==0.23.4",
+              "tree-sitter-lua==0.5.0")
+SOURCES = ("stdlib", "purelib", "platlib")  # resolved by sysconfig on the machine that builds the corpus
+MARGIN = 1 * MiB
+
+
+def tree_bytes(root: Path = ROOT) -> int:
+    """Bytes of the working tree that travels with every device command (tracked + untracked, not ignored)."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+    return sum((root / n).stat().st_size for n in out.decode().split("\0") if n and (root / n).is_file())
+
+
+def code_files(root: Path = ROOT) -> list[str]:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z", "--",
+                              *CODE_PATHS], capture_output=True, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        out = [str(p.relative_to(root)) for c in CODE_PATHS for p in (root / c).rglob("*") if p.is_file()]
+    return sorted(n for n in out if n and (root / n).is_file() and "__pycache__" not in n
+                  and not n.startswith("engine/weights/") and not n.endswith((".pyc", ".gguf")))
+
+
+def code_version(root: Path = ROOT) -> dict[str, Any]:
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return ""
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", *CODE_PATHS))}
+
+
+def fetch_wheels(dest: Path, wheels: tuple[str, ...] = GPU_WHEELS, python: str = GPU_PYTHON) -> list[Path]:
+    """``pip download`` the GPU's wheels into ``dest`` (skipped when already there)."""
+    have = list(dest.glob("*.whl")) if dest.is_dir() else []
+    if len(have) >= len(wheels):
+        return sorted(have)
+    plats = [a for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                         "manylinux1_x86_64", "manylinux_2_5_x86_64") for a in ("--platform", p)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--python-version", python, "--implementation", "cp", *plats, "-d", str(dest), *wheels],
+                   check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+def base_tokenizer(gguf: Path) -> tuple[str, str]:
+    """(tokenizer.json text, eos token) of the base, read from the GGUF's metadata only."""
+    from gguf import GGUFReader
+
+    from engine.loading.gguf_file import gguf_tokenizer
+
+    tok = gguf_tokenizer(GGUFReader(str(gguf)), gguf)
+    return tok.hf.to_str(), tok.token_text(tok.special.eos)
+
+
+def compress(src: Path, cache: Path) -> tuple[Path, str]:
+    """xz copy of ``src`` (cached by its sha256); returns (path, sha256 of ``src``)."""
+    raw = sha256_file(src)
+    out = cache / f"{raw[:16]}.{src.name}.xz"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        with open(src, "rb") as f, lzma.open(tmp, "wb", preset=6) as z:
+            shutil.copyfileobj(f, z, MiB)
+        tmp.replace(out)
+    return out, raw
+
+
+def make_recipe(config: dict[str, Any], *, sources: list[str], corpus_options: dict[str, Any],
+                tokenizer: dict[str, Any], base: dict[str, Any] | None, eval_splits: list[str],
+                eval_limit: int) -> dict[str, Any]:
+    return {"format": FORMAT, "config": config, "corpus": {"sources": sources, "options": corpus_options},
+            "tokenizer": tokenizer, "base": base, "eval": {"splits": eval_splits, "limit": eval_limit},
+            "code": code_version(), "packed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None, wheels: list[Path],
+              data: Path | None) -> Path:
+    with tempfile.TemporaryDirectory(prefix="boot-") as tmp:
+        stage = Path(tmp)
+        for n in code_files():
+            (stage / "code" / n).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / n, stage / "code" / n)
+        for name in VENDOR_PKGS:
+            try:
+                mod = __import__(name)
+            except ImportError:
+                continue
+            shutil.copytree(Path(mod.__file__).parent, stage / "vendor" / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        for w in wheels:
+            (stage / "wheels").mkdir(exist_ok=True)
+            shutil.copy2(w, stage / "wheels" / w.name)
+        if data is not None and data.is_dir():
+            shutil.copytree(data, stage / "data" / data.name)
+        if tokenizer_json is not None:
+            (stage / "tokenizer.json").write_text(tokenizer_json)
+        (stage / "recipe.json").write_text(json.dumps(recipe, indent=1))
+        with tarfile.open(path, "w:xz") as tar:
+            for p in sorted(stage.iterdir()):
+                tar.add(p, arcname=p.name)
+    return path
+
+
+def plan_uploads(files: list[tuple[str, Path]], capacity: int, part_max: int = PART_MAX
+                 ) -> list[list[tuple[str, int, int]]]:
+    """Uploads, each a list of (file name, offset, size) ≤ ``capacity`` in all; the first file whole."""
+    uploads: list[list[tuple[str, int, int]]] = [[]]
+    room = capacity
+    for i, (name, path) in enumerate(files):
+        size, offset = path.stat().st_size, 0
+        if i == 0 and size > capacity:
+            raise ValueError(f"{name} ({size / MiB:.1f} MiB) does not fit in one upload ({capacity / MiB:.1f} MiB)")
+        while offset < size or (size == 0 and offset == 0):
+            if room <= 0:
+                uploads.append([])
+                room = capacity
+            n = min(size - offset, room, part_max)
+            uploads[-1].append((name, offset, n))
+            offset, room = offset + n, room - n
+            if size == 0:
+                break
+    return uploads
+
+
+def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[Path],
+         sources: list[str] | None = None, corpus_options: dict[str, Any] | None = None,
+         eval_splits: list[str] | None = None, eval_limit: int = 100, data: Path | None = None,
+         upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
+         part_max: int = PART_MAX) -> dict[str, Any]:
+    """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("up*"):
+        shutil.rmtree(old)
+    tok_json, tok = None, {"byte": True}
+    base_info = None
+    files: list[tuple[str, Path]] = []
+    extra: dict[str, dict[str, Any]] = {}
+    if base is not None:
+        tok_json, eos = base_tokenizer(base)
+        tok = {"file": "tokenizer.json", "eos": eos}
+        xz, raw = compress(base, out / "cache")
+        base_info = {"name": base.name, "sha256": raw}
+        extra["base.gguf.xz"] = {"install": "base", "raw_name": base.name, "raw_sha256": raw,
+                                 "raw_size": base.stat().st_size}
+    recipe = make_recipe(config, sources=list(sources or SOURCES), corpus_options=corpus_options or {},
+                         tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
+                         eval_limit=eval_limit)
+    files.append(("boot.tar.xz", make_boot(out / "boot.tar.xz", recipe, tokenizer_json=tok_json,
+                                           wheels=wheels, data=data)))
+    extra["boot.tar.xz"] = {"install": "boot"}
+    if base is not None:
+        files.append(("base.gguf.xz", xz))
+    tree = tree_bytes() if tree is None else tree
+    capacity = upload_limit - tree - margin
+    if capacity <= 0:
+        raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room in a {upload_limit / MiB:.0f} "
+                         "MiB upload")
+    uploads = plan_uploads(files, capacity, part_max)
+    paths = dict(files)
+    entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
+                                                 "parts": [], **extra[name]} for name, p in files}
+    for u, items in enumerate(uploads, 1):
+        for name, offset, size in items:
+            k = len(entries[name]["parts"])
+            part = write_part(paths[name], offset, size, out / f"up{u}" / f"{name}.part{k:03d}")
+            entries[name]["parts"].append({**part, "upload": u})
+    manifest = {"format": MANIFEST_FORMAT, "files": list(entries.values()), "uploads": len(uploads),
+                "recipe": {k: recipe[k] for k in ("code", "packed", "base")}}
+    for u in range(1, len(uploads) + 1):
+        (out / f"up{u}" / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    return {"tree_bytes": tree, "capacity": capacity, "uploads": [
+        {"carry": f"{rel}/up{u}", "bytes": sum(s for _, _, s in items),
+         "files": sorted({n for n, _, _ in items})} for u, items in enumerate(uploads, 1)]}
