@@ -83,6 +83,17 @@ def block_causal_mask(n_prompt: int, canvas: int, block_size: int,
     return idx[None, :] <= end[:, None]
 
 
+def absolute_block_mask(t: int, block: int, offset: int = 0, device: torch.device | str = "cpu") -> Tensor:
+    """(t, offset + t) inference mask of block-diffusion models whose blocks tile the *whole*
+    sequence from position 0, prompt included (SDAR, Fast-dLLM v2, LLaDA2.0): the query at absolute
+    position p sees every key before the end of its block, ``k < (p // block + 1) * block`` — prompt
+    tokens of one block attend to each other both ways, and the prompt's last, partial block is
+    completed by the first canvas tokens."""
+    q = torch.arange(t, device=device)[:, None] + offset
+    k = torch.arange(offset + t, device=device)[None, :]
+    return (k // block) <= (q // block)
+
+
 def bd3lm_layout(n_prompt: int, canvas: int, block_size: int,
                  device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Training layout [prompt, x0 canvas (clean), xt canvas (noisy)] → (mask (L, L), positions (L,)).

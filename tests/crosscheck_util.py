@@ -75,10 +75,15 @@ def causal(t: int) -> torch.Tensor:
 
 
 def absolute_blocks(t: int, block: int) -> torch.Tensor:
-    """SDAR / Fast-dLLM v2 / LLaDA2 inference mask: blocks tile the sequence from position 0; a
-    query sees every key of its own and earlier blocks (``block_q >= block_kv``)."""
+    """SDAR / Fast-dLLM v2 / LLaDA2 inference mask (``block_q >= block_kv``), rebuilt here from the
+    published code and checked against engine.attention.absolute_block_mask."""
     i = torch.arange(t)
-    return (i[:, None] // block) >= (i[None, :] // block)
+    want = (i[:, None] // block) >= (i[None, :] // block)
+    from engine.attention import absolute_block_mask
+
+    assert torch.equal(absolute_block_mask(t, block), want)
+    assert torch.equal(absolute_block_mask(t - 3, block, offset=3), want[3:])
+    return want
 
 
 def compare(ours_model: torch.nn.Module, hf_model: torch.nn.Module, mask: torch.Tensor | None,

@@ -117,7 +117,7 @@ def load_hf(root: str | Path, dtype: torch.dtype | None = None, *, hub_id: str |
     for key in ("attention", "shifted_logits", "block_size"):  # our own exports record the dLLM regime
         if cfg.get(key) is not None:
             setattr(args, key, cfg.get(key))
-    entry = lookup(hub_id or "") or lookup(str(cfg.get("_name_or_path", "")))
+    entry = lookup(hub_id or "") or lookup(str(cfg.get("_name_or_path", ""))) or lookup(root.name)
     if entry is not None and entry.architecture != arch:
         entry = None
     if entry is not None:
