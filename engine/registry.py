@@ -124,7 +124,8 @@ MODELS: tuple[ModelEntry, ...] = (
     ModelEntry("inclusionAI/LLaDA-MoE-7B-A1B-Instruct", "LLaDA-MoE", "LLaDAMoEModelLM", "bidirectional",
                False, 32, "canvas", "<|mask|>", ("<|role_end|>", "<|endoftext|>"), "infill", "chat", CHAT_EDIT,
                _BLOCK, 4096, "Apache-2.0",
-               ("https://huggingface.co/inclusionAI/LLaDA-MoE-7B-A1B-Instruct (modeling_lladamoe.py)",),
+               ("https://huggingface.co/inclusionAI/LLaDA-MoE-7B-A1B-Instruct (modeling_lladamoe.py, read in the "
+                "copy vendored by github.com/yks23/Information-Gain-Sampler)",),
                fim_bos=False, aliases=("inclusionAI/LLaDA-MoE-7B-A1B-Base",)),
     ModelEntry("inclusionAI/LLaDA2.0-mini", "LLaDA2.0", "LLaDA2MoeModelLM", "block_causal", False, 32,
                "absolute", "<|mask|>", ("<|endoftext|>", "<|role_end|>"), "chat", "chat", CHAT_EDIT,
