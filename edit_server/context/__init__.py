@@ -2,7 +2,9 @@
 
 Use::
 
-    b = ContextBuilder(roots, tokenizer, ContextOptions(model_context=args.max_seq_len))
+    b = open_builder(roots, tokenizer, ContextOptions(model_context=args.max_seq_len))  # never raises
+    b.degraded                                      # None, or why the context is limited (report it)
+    b.update_options(exclude=("**/*.sql",))         # workspace/didChangeConfiguration
     b.update_document(path, text, version, edits)   # didOpen / didChange (cheap: records tree edits)
     b.close_document(path)                          # didClose
     fim = b.build_fim(path, text, offset, history.recent(8), budget=ctx - canvas)   # worker thread
@@ -17,15 +19,19 @@ Use::
   background thread (``wait_idle`` for tests / CLI).
 * Budget: tokens of ``render_fim``/``render_edit`` ids, default the model context capped at 32,768;
   ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
-* ``report.blocked`` set: the current file is excluded, or the editable region holds a secret line —
-  the prompt is empty and no suggestion should be made.
+* ``report.blocked`` set: the current file is excluded or too large, or the editable region holds a
+  secret — the prompt is empty and no suggestion should be made.
+* Secrets never reach a prompt: every section is redacted (``secrets.py``, detect-secrets + supplements),
+  lines are capped at ``max_line_chars``; git never runs a repository-configured program (``safegit.py``).
 * ``history``: any objects with ``.path .diff .timestamp .open`` (``edit_server.core.history.Hunk``).
 * ``edit-server context FILE:LINE:COL`` shows what would be sent; ``edit-server bench context`` times it.
 """
 
 from edit_server.context.budget import Shares, TokenCounter
-from edit_server.context.builder import BuildReport, ContextBuilder, ContextOptions, EditBuild, FimBuild
-from edit_server.context.exclusions import Exclusions, is_secret_line, redact
+from edit_server.context.builder import ContextBuilder, open_builder
+from edit_server.context.exclusions import Exclusions
+from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
+from edit_server.context.secrets import is_secret_line, redact
 
 __all__ = ["BuildReport", "ContextBuilder", "ContextOptions", "EditBuild", "Exclusions", "FimBuild",
-           "Shares", "TokenCounter", "is_secret_line", "redact"]
+           "Shares", "TokenCounter", "is_secret_line", "open_builder", "redact"]

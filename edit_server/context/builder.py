@@ -10,99 +10,69 @@ special tokens, the editable region), then the cursor window gets at least ``sha
 rest; history, definitions, imports, git, open files get their share plus what earlier sources left;
 what is still left extends the window. Counts are exact for newline-additive tokenizers; otherwise
 the prompt is rendered once and trimmed until it fits.
+
+Fail closed: unusable workspace roots are dropped and reported in ``degraded``; with none left (of
+some given), or with ``ContextOptions.current_only``, only the current document (redacted) and its
+own history are sent. A source that raises is dropped from that build (``report.failed``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from edit_server.context import collect
 from edit_server.context import sources as src
-from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, Shares, TokenCounter
+from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.exclusions import Exclusions
 from edit_server.context.fit import fit
 from edit_server.context.gitctx import GitContext
+from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild, check_roots
+from edit_server.context.secrets import cap, redact, redact_line, redact_window
 from edit_server.context.symbols import SymbolIndex, extract
 from edit_server.context.syntax import Document, Edit, infer_edit
-from edit_server.context.window import LineCosts, Window, expand, fim_window, region_lines, region_text
+from edit_server.context.window import (
+    LineCosts,
+    Window,
+    expand,
+    fim_window,
+    long_lines,
+    region_lines,
+    region_text,
+)
 from engine.templates import EditPrompt, FimPrompt, Section, render_edit, render_fim
 from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 MAX_BUDGET = 32_768
 EXTRACT_IDLE_S = 1.0  # re-index an open document's definitions once typing pauses this long
-
-
-@dataclass(frozen=True)
-class ContextOptions:
-    budget: int | None = None  # total prompt tokens (None: min(model_context, 32768))
-    model_context: int | None = None
-    shares: Shares = field(default_factory=Shares)
-    prefix_ratio: float = 0.75  # of the window, before the cursor
-    exclude: tuple[str, ...] = ()  # extra exclude globs
-    max_history: int = 8
-    max_diff_chars: int = 6000
-    max_definitions: int = 12
-    region_min_lines: int = 4
-    region_max_lines: int = 20
-    index_workspace: bool = True
-    git: bool = True
-    layout: str = "spm"
-
-
-@dataclass
-class BuildReport:
-    kind: str
-    path: str
-    budget: int
-    total: int = 0  # tokens of the rendered prompt
-    exact: bool = True  # counts come from the tokenizer (not an estimate)
-    counting: str = "lines"  # "lines" (additive per line) | "blocks" | "render" | "estimate"
-    fixed: int = 0  # header + special tokens (+ region for edit)
-    window: src.SourceReport = field(default_factory=lambda: src.SourceReport("window"))
-    sources: list[src.SourceReport] = field(default_factory=list)
-    excluded: dict[str, str] = field(default_factory=dict)  # path -> reason
-    blocked: str | None = None  # why the current file itself gave no context
-    window_lines: tuple[int, int] = (0, 0)
-    region_lines: tuple[int, int] | None = None
-    redacted_region: bool = False
-    git_ready: bool = False
-    verified_by_render: bool = False  # counting == "render" and the prompt was rendered
-    ms: float = 0.0
-
-
-@dataclass
-class FimBuild:
-    prompt: FimPrompt
-    report: BuildReport
-
-
-@dataclass
-class EditBuild:
-    prompt: EditPrompt
-    region_start: int
-    region_end: int
-    report: BuildReport
+CACHE_ITEMS = 2048  # cleaned section texts kept
 
 
 class ContextBuilder:
     def __init__(self, roots: Sequence[Path], tokenizer: TokenizerLike | None,
                  options: ContextOptions | None = None) -> None:
-        self.roots = [Path(r).resolve() for r in roots]
-        self.tokenizer = tokenizer
         self.options = options or ContextOptions()
+        self.roots, problems = check_roots(roots)
+        self.degraded: str | None = "; ".join(problems) or None
+        self.current_only = self.options.current_only or bool(problems and not self.roots)
+        if self.current_only and problems:
+            self.degraded = f"{self.degraded}: context limited to the current document"
+        self.tokenizer = tokenizer
         self.counter = TokenCounter(tokenizer)
-        self.exclusions = Exclusions(self.roots, self.options.exclude)
+        self.exclusions = Exclusions(self.roots, self.options.exclude, max_line=self.options.max_line_chars)
         self.index = SymbolIndex()
         self.docs: dict[str, Document] = {}
         self._touched: dict[str, int] = {}  # path -> update tick (recency of open files)
         self._tick = 0
-        self._redact_cache: dict[str, str] = {}
+        self._redact_caches: dict[tuple[str, int | None], dict[str, str]] = {}
+        self._clean_cache: dict[tuple[str, str, bool], str] = {}
+        self._snippets: dict[tuple[str, int, int, int], str] = {}
         self._costs: dict[str, LineCosts] = {}
         self._display: dict[str, str] = {}
         self._extracting: set[str] = set()
@@ -114,11 +84,50 @@ class ContextBuilder:
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-bg")
         self._pending: list[Future] = []
-        if self.options.index_workspace and self.roots:
+        if problems:
+            log.warning("context builder degraded: %s", self.degraded)
+        if self.options.index_workspace and self.roots and not self.current_only:
+            self._submit(self._scan)
+
+    @classmethod
+    def fallback(cls, tokenizer: TokenizerLike | None, options: ContextOptions | None = None,
+                 reason: str = "context builder unavailable") -> ContextBuilder:
+        """A builder that sends only the current document, redacted (for when the full one fails)."""
+        opts = dataclasses.replace(options or ContextOptions(), current_only=True, index_workspace=False, git=False)
+        b = cls([], tokenizer, opts)
+        b.degraded = f"{reason}: context limited to the current document"
+        return b
+
+    def update_options(self, options: ContextOptions | None = None, **changes: object) -> None:
+        """Replace the options at run time (``workspace/didChangeConfiguration``): ``options`` and/or
+        single fields, e.g. ``update_options(exclude=("**/*.sql",))``. Cached exclusion answers,
+        outlines and redacted lines are dropped as needed; the workspace is re-indexed (mtime-based)
+        when the exclude globs change."""
+        with self._lock:
+            old = self.options
+            new = dataclasses.replace(options or old, **changes)  # type: ignore[arg-type]
+            if new.current_only and not old.current_only:
+                self.current_only = True
+            elif not new.current_only and old.current_only and self.roots:
+                self.current_only = False
+            self.options = new
+            if new.exclude != old.exclude:
+                self.exclusions.set_globs(new.exclude)
+                self._outlines.clear()
+            if new.max_line_chars != old.max_line_chars:
+                self.exclusions.max_line = new.max_line_chars
+                self._costs.clear()
+                self._clean_cache.clear()
+                self._snippets.clear()
+                self._outlines.clear()
+            if new.git != old.git:
+                self._git.clear()
+            reindex = new.exclude != old.exclude or new.index_workspace and not old.index_workspace
+        if reindex and new.index_workspace and self.roots and not self.current_only:
             self._submit(self._scan)
 
     # ---- background --------------------------------------------------------------------
-    def _submit(self, fn, *args) -> None:
+    def _submit(self, fn: Callable[..., object], *args: object) -> None:
         self._pending = [f for f in self._pending if not f.done()]
         self._pending.append(self._pool.submit(fn, *args))
 
@@ -128,7 +137,7 @@ class ContextBuilder:
                 skip = set(self.docs)
             self.index.scan(self.roots, self.exclusions, skip=skip)
         except Exception as e:
-            log.warning("workspace indexing failed: %s", e)
+            log.warning("workspace indexing failed: %s", type(e).__name__)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait for background indexing / git work (tests, CLI)."""
@@ -144,8 +153,10 @@ class ContextBuilder:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def git_for(self, path: Path) -> GitContext | None:
+        if not self.options.git or self.current_only:
+            return None
         root = self.exclusions.root_of(path)
-        if root is None or not self.options.git:
+        if root is None:
             return None
         if root not in self._git:
             repo = self.exclusions.repo(root)
@@ -161,11 +172,12 @@ class ContextBuilder:
     def update_document(self, path: str, text: str, version: int,
                         edits: Sequence[Edit] | None = None) -> None:
         """Open or update a document; ``edits`` as in ``syntax.Document.apply`` (incremental). Without
-        edits, the changed span is inferred (common prefix / suffix), so the reparse stays incremental."""
+        edits, the changed span is inferred (common prefix / suffix), so the reparse stays incremental.
+        A document over ``max_doc_chars`` is kept without a syntax tree (it gives no context)."""
         with self._lock:
             doc = self.docs.get(path)
             if doc is None:
-                self.docs[path] = Document.open(path, text, version)
+                self.docs[path] = Document.open(path, text, version, max_parse=self.options.max_doc_chars)
                 self.exclusions.forget(path)
                 self.refresh_git(path)
             elif text == doc.text:
@@ -184,7 +196,11 @@ class ContextBuilder:
             self._doc_defs.pop(path, None)
             self._costs.pop(path, None)
             self._updated_at.pop(path, None)
-        if Path(path).is_file():
+        try:
+            is_file = not self.current_only and Path(path).is_file()
+        except (OSError, ValueError):
+            is_file = False
+        if is_file:
             self._submit(self.index.index_file, Path(path))
         else:
             self.index.remove_file(path)
@@ -194,35 +210,41 @@ class ContextBuilder:
         if doc is None or doc.text != text:
             self.update_document(path, text, (doc.version + 1) if doc else 0)
             doc = self.docs[path]
-        done = self._doc_defs.get(path)
-        idle = time.monotonic() - self._updated_at.get(path, 0.0) > EXTRACT_IDLE_S
-        if doc.tree is not None and path not in self._extracting and (
-                done is None or done != doc.version and idle):
-            self._extracting.add(path)
-            self._doc_defs[path] = doc.version
-            self._submit(self._extract, path, doc.lang, doc.tree.copy(), doc.text)
         return doc
 
-    def _extract(self, path: str, lang: str, tree, text: str) -> None:
-        """Re-index an open document's definitions off the build path (on a tree snapshot)."""
+    def _maybe_extract(self, doc: Document, costs: LineCosts) -> None:
+        """Re-index an open document's definitions once typing pauses (off the build path)."""
+        done = self._doc_defs.get(doc.path)
+        idle = time.monotonic() - self._updated_at.get(doc.path, 0.0) > EXTRACT_IDLE_S
+        if doc.tree is not None and doc.path not in self._extracting and not self.current_only and (
+                done is None or done != doc.version and idle):
+            self._extracting.add(doc.path)
+            self._doc_defs[doc.path] = doc.version
+            self._submit(self._extract, doc.path, doc.lang, doc.tree.copy(), doc.text, list(costs.lines))
+
+    def _extract(self, path: str, lang: str, tree, text: str, redacted: list[str]) -> None:
         try:
-            self.index.set_file(path, extract(lang, tree, text, path))
+            self.index.set_file(path, extract(lang, tree, text, path, redacted=redacted))
+        except Exception as e:
+            log.warning("indexing an open document failed: %s", type(e).__name__)
         finally:
             self._extracting.discard(path)
 
     def _line_costs(self, doc: Document) -> LineCosts:
         c = self._costs.get(doc.path)
         if c is None or not c.fresh(doc) and not c.update(doc):
-            if len(self._redact_cache) > 200_000:
-                self._redact_cache.clear()
-            c = self._costs[doc.path] = LineCosts(doc, self.counter, self._redact_cache)
+            m = self.options.max_line_chars
+            cache = self._redact_caches.setdefault((Path(doc.path).suffix.lower(), m), {})
+            if len(cache) > 200_000:
+                cache.clear()
+            c = self._costs[doc.path] = LineCosts(doc, self.counter, cache, m)
         return c
 
     def display(self, path: str | Path) -> str:
-        """Workspace-relative path shown in prompts (cached)."""
+        """Workspace-relative path shown in prompts (cached, redacted: a key in a file name too)."""
         key = str(path)
         if key not in self._display:
-            self._display[key] = self._relative(Path(path))
+            self._display[key] = redact_line(self._relative(Path(path)))
         return self._display[key]
 
     def _relative(self, p: Path) -> str:
@@ -231,12 +253,46 @@ class ContextBuilder:
             for r in self.roots:
                 if real == r or r in real.parents:
                     return real.relative_to(r).as_posix()
-        except OSError:
+        except (OSError, RuntimeError, ValueError):
             pass
         return p.name
 
     def _allowed(self, path: str | Path, text: str | None = None) -> bool:
         return self.exclusions.reason(path, text=text) is None
+
+    def _clean(self, text: str, path: str, diff: bool = False) -> str:
+        key = (text, path, diff)
+        hit = self._clean_cache.get(key)
+        if hit is None:
+            if len(self._clean_cache) > CACHE_ITEMS:
+                self._clean_cache.clear()
+            hit = self._clean_cache[key] = redact(text, path, self.options.max_line_chars, diff=diff)
+        return hit
+
+    def _cap(self, text: str) -> str:
+        m = self.options.max_line_chars
+        if m is None or len(text) <= m:
+            return text
+        return "".join(cap(line, m) for line in text.splitlines(keepends=True))
+
+    def _snippet(self, doc: Document, lo: int, hi: int) -> str:
+        key = (doc.path, doc.version, lo, hi)
+        hit = self._snippets.get(key)
+        if hit is None:
+            if len(self._snippets) > CACHE_ITEMS:
+                self._snippets.clear()
+            hit = self._snippets[key] = "".join(redact_window(doc.lines, lo, hi, doc.path,
+                                                              self.options.max_line_chars))
+        return hit
+
+    def _view(self) -> collect.SourceView:
+        return collect.SourceView(
+            index=self.index, docs=self.docs, recency=self._touched, roots=self.roots,
+            max_definitions=self.options.max_definitions, max_line=self.options.max_line_chars,
+            allowed=self._allowed, display=self.display,
+            read_head=lambda p, n: self.exclusions.read(p, head=n), clean=self._clean, cap=self._cap,
+            snippet=self._snippet, git_for=self.git_for, submit=self._submit, outlines=self._outlines,
+            imports=self._imports)
 
     def _budget(self, budget: int | None) -> int:
         if budget is not None:
@@ -251,37 +307,32 @@ class ContextBuilder:
         return "estimate" if c.tokenizer is None else "lines" if c.exact else \
             "blocks" if c.exact_text else "render"
 
-    def _doc_text(self, path: str) -> str | None:
-        doc = self.docs.get(path)
-        return doc.text if doc is not None else None
-
     # ---- builds ------------------------------------------------------------------------
     def _sources(self, doc: Document, *, fim: bool, history: Sequence[src.HunkLike], avail: int,
                  carry: int, visible: tuple[int, int], offset: int,
                  rep: BuildReport) -> tuple[list[Section], tuple[str, ...], int]:
-        from edit_server.context import collect
-
-        sh = self.options.shares
+        view = self._view()
         row = doc.line_of(offset)
         ready: list[bool] = []
-        gens = {
-            "definitions": lambda: collect.definitions(self, doc, row, visible),
-            "imports": lambda: collect.imports(self, doc),
-            "git": lambda: collect.git(self, doc, ready),
-            "open_files": lambda: collect.open_files(self, doc),
+        gens: dict[str, Callable[[], Iterator[Section]]] = {
+            "definitions": lambda: collect.definitions(view, doc, row, visible),
+            "imports": lambda: collect.imports(view, doc),
+            "git": lambda: collect.git(view, doc, ready),
+            "open_files": lambda: collect.open_files(view, doc),
         }
         picked: dict[str, list[Section]] = {}
         hist: tuple[str, ...] = ()
         seen: set[tuple[str, str]] = set()
-        for name, share in sh.order():
+        for name, share in self.options.shares.order():
             r = src.SourceReport(name, allowed=int(avail * share) + carry)
             if name == "history":
                 hist = src.fill_history(self.counter, history, doc.path, fim=fim,
-                                        allowed_path=lambda p: self._allowed(p, self._doc_text(p)),
-                                        display=self.display, rep=r, max_items=self.options.max_history,
-                                        max_chars=self.options.max_diff_chars)
-            else:
-                picked[name] = src.fill(self.counter, src.dedupe(gens[name](), seen), r)
+                                        allowed_path=lambda p: self._allowed(p, view.doc_text(p)),
+                                        display=self.display, clean=self._clean, rep=r,
+                                        max_items=self.options.max_history, max_chars=self.options.max_diff_chars,
+                                        only_current=self.current_only)
+            elif not self.current_only:
+                picked[name] = src.fill(self.counter, src.dedupe(_guarded(name, gens[name], rep), seen), r)
             carry = r.allowed - r.used
             rep.sources.append(r)
         rep.git_ready = bool(ready and ready[0])
@@ -289,16 +340,29 @@ class ContextBuilder:
         order = ["open_files", "git", "imports", "definitions"]
         return [s for k in order for s in picked.get(k, [])], hist, carry
 
+    def _too_big(self, kind: str, path: str, text: str, budget: int | None) -> BuildReport | None:
+        """A report for a document too large to look at (checked before any parse or split)."""
+        if len(text) <= self.options.max_doc_chars:
+            return None
+        rep = BuildReport(kind, self.display(path), self._budget(budget), counting=self._counting,
+                          degraded=self.degraded)
+        rep.blocked = f"document larger than {self.options.max_doc_chars} characters"
+        rep.excluded = {path: rep.blocked}
+        return rep
+
     def build_fim(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
                   budget: int | None = None) -> FimBuild:
         t0 = time.perf_counter()
         offset = max(0, min(offset, len(text)))
+        big = self._too_big("fim", path, text, budget)
+        if big is not None:
+            return FimBuild(FimPrompt("", "", big.path, layout=self.options.layout), big)  # type: ignore[arg-type]
         with self._lock:
             self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
             rep = BuildReport("fim", rel, self._budget(budget), exact=self.counter.tokenizer is not None,
-                              counting=self._counting)
+                              counting=self._counting, degraded=self.degraded)
             rep.fixed = 1 + self.counter.count_text(f"{rel}\n") + OVERHEAD_FIM
             avail = rep.budget - rep.fixed
             if avail < 0:
@@ -307,9 +371,11 @@ class ContextBuilder:
             if reason:
                 rep.blocked, rep.total = reason, rep.fixed
                 rep.excluded = {path: reason}
+                self.exclusions.stop_recording()
                 return FimBuild(FimPrompt("", "", rel, layout=self.options.layout), rep)  # type: ignore[arg-type]
             w_share = int(avail * self.options.shares.window)
             costs = self._line_costs(doc)
+            self._maybe_extract(doc, costs)
             win = fim_window(doc, offset, w_share, self.counter, costs, self.options.prefix_ratio)
             sections, hist, left = self._sources(doc, fim=True, history=history, avail=avail,
                                                  carry=w_share - win.tokens, offset=offset, rep=rep,
@@ -321,7 +387,7 @@ class ContextBuilder:
                 return FimPrompt(w.before, w.after, rel, hist, tuple(sections), self.options.layout)  # type: ignore[arg-type]
 
             prompt = make(win)
-            self._finish(rep, win, sections, doc, offset)
+            self._finish(rep, win, sections)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, lambda n: fim_window(
                     doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs)
@@ -333,32 +399,42 @@ class ContextBuilder:
         t0 = time.perf_counter()
         offset = max(0, min(offset, len(text)))
         o = self.options
+        big = self._too_big("edit", path, text, budget)
+        if big is not None:
+            return EditBuild(EditPrompt("", "", "", 0, big.path), offset, offset, big)
         with self._lock:
             self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
             rep = BuildReport("edit", rel, self._budget(budget), exact=self.counter.tokenizer is not None,
-                              counting=self._counting)
+                              counting=self._counting, degraded=self.degraded)
             head = 1 + self.counter.count_text(f"{rel}\n") + OVERHEAD_EDIT
             reason = self.exclusions.reason(path, text=text)
+            costs = self._line_costs(doc)
             line = doc.line_of(offset)
+            if not reason and long_lines(costs, doc, line, line + 1):
+                reason = f"the cursor line is longer than {o.max_line_chars} characters"
             lo, hi = (line, line + 1) if reason else region_lines(doc, offset, o.region_min_lines, o.region_max_lines)
-            region = region_text(doc, offset, lo, hi)
+            far = long_lines(costs, doc, lo, hi)  # a long line is cut in the prompt: keep it out of the region
+            lo = max([lo, *(r + 1 for r in far if r < line)])
+            hi = min([hi, *(r for r in far if r > line)])
+            region = region_text(doc, offset, lo, hi, costs)
             if not reason and head + self._region_cost(region) > rep.budget:
                 lo, hi = line, line + 1
-                region = region_text(doc, offset, lo, hi)
+                region = region_text(doc, offset, lo, hi, costs)
             rep.fixed = head + self._region_cost(region)
             avail = rep.budget - rep.fixed
-            if avail < 0:
+            if avail < 0 and not reason:
                 raise ValueError(f"context budget {rep.budget} is smaller than the prompt's fixed part ({rep.fixed})")
             rep.region_lines, rep.redacted_region = (lo, hi), region.redacted
             if not reason and region.redacted:  # a rewrite would destroy the secret line
                 reason = "secret in the editable region"
             if reason:
                 rep.blocked, rep.total, rep.excluded = reason, head, {path: reason}
+                self.exclusions.stop_recording()
                 return EditBuild(EditPrompt("", "", "", 0, rel), offset, offset, rep)
+            self._maybe_extract(doc, costs)
             w_share = int(avail * o.shares.window)
-            costs = self._line_costs(doc)
 
             def window(n: int) -> Window:
                 s, e, tp, ts = expand(doc, offset, lo, hi, n, costs, o.prefix_ratio)
@@ -375,7 +451,7 @@ class ContextBuilder:
                 return EditPrompt(w.before, region.text, w.after, region.cursor, rel, hist, tuple(sections))
 
             prompt = make(win)
-            self._finish(rep, win, sections, doc, offset)
+            self._finish(rep, win, sections)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
@@ -385,9 +461,32 @@ class ContextBuilder:
         return self.counter.count_text(region.text[: region.cursor]) + \
             self.counter.count_text(region.text[region.cursor:])
 
-    def _finish(self, rep: BuildReport, win: Window, sections: list[Section], doc: Document, offset: int) -> None:
+    def _finish(self, rep: BuildReport, win: Window, sections: list[Section]) -> None:
         rep.window.used = win.tokens
         rep.window.allowed = rep.budget - rep.fixed - sum(r.used for r in rep.sources)
         rep.window_lines = (win.start_line, win.end_line)
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
         rep.excluded = self.exclusions.stop_recording()
+
+
+def _guarded(name: str, gen: Callable[[], Iterator[Section]], rep: BuildReport) -> Iterator[Section]:
+    """The source's sections until it fails; a failure drops the rest of it from this build."""
+    try:
+        yield from gen()
+    except Exception as e:  # a broken file or repository must not break the build
+        rep.failed[name] = type(e).__name__
+        log.warning("context source %s failed: %s", name, type(e).__name__)
+
+
+def open_builder(roots: Sequence[Path], tokenizer: TokenizerLike | None,
+                 options: ContextOptions | None = None) -> ContextBuilder:
+    """A context builder that never raises: the full one, else ``ContextBuilder.fallback`` (current
+    document only, redacted) with ``degraded`` saying why — never a context without exclusions."""
+    try:
+        return ContextBuilder(roots, tokenizer, options)
+    except Exception as e:
+        log.warning("context builder failed (%s); current document only", type(e).__name__)
+        try:
+            return ContextBuilder.fallback(tokenizer, options, f"context builder failed ({type(e).__name__})")
+        except Exception as e2:  # the tokenizer itself: estimate token counts instead
+            return ContextBuilder.fallback(None, options, f"context builder failed ({type(e2).__name__})")

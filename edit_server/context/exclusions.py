@@ -1,23 +1,35 @@
 """The one gate for what may enter a prompt: files (ignored, binary, large, outside roots, secret)
-and lines (secrets are redacted, also in the current file's window and in diffs).
+and lines (secrets are redacted — ``secrets.py`` — also in the current file's window and in diffs).
 
-Ignore rules are git's own: ``git check-ignore`` / ``git ls-files --exclude-standard`` through
-gitpython, so nested .gitignore files, negations and ``.git/info/exclude`` behave exactly as in git.
+Ignore rules are git's own (``git check-ignore`` / ``git ls-files --exclude-standard``), so nested
+.gitignore files, negations and ``.git/info/exclude`` behave exactly as in git; git runs hardened
+(``safegit.py``: no program named by the repository's config is ever executed). Fail closed: a path
+that cannot be checked (a NUL byte, an unreadable file) is excluded, with the reason.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import logging
-import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from edit_server.context.safegit import GitError, SafeGit
+from edit_server.context.secrets import (
+    REDACTED,
+    is_secret_line,
+    redact,
+    redact_line,
+    redact_window,
+    split_redacted,
+)
+
 log = logging.getLogger(__name__)
+__all__ = ["MAX_FILE_BYTES", "REDACTED", "SECRET_DIRS", "SECRET_FILE_GLOBS", "Exclusions", "is_secret_line",
+           "redact", "redact_line", "split_redacted"]
 
 MAX_FILE_BYTES = 1_000_000
-REDACTED = "[REDACTED]"
 
 SECRET_FILE_GLOBS: tuple[str, ...] = (
     ".env", ".env.*", "*.env", "*.pem", "*.key", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
@@ -27,71 +39,17 @@ SECRET_FILE_GLOBS: tuple[str, ...] = (
 )
 SECRET_DIRS = frozenset({".git", ".ssh", ".aws", ".gnupg", ".docker", ".kube"})
 
-SECRET_LINE = re.compile(
-    r"-----(BEGIN|END) [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----"
-    r"|\b(AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"  # AWS access key id
-    r"|aws_secret_access_key"
-    r"|\bAIza[0-9A-Za-z_\-]{35}"  # GCP API key
-    r"|\"private_key(_id)?\"\s*:"  # GCP service-account JSON
-    r"|\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|hooks\.slack\.com/services/"  # Slack
-    r"|\bsk-(proj-|ant-)?[A-Za-z0-9_\-]{20,}"  # OpenAI / Anthropic style
-    r"|\bglpat-[A-Za-z0-9_\-]{20,}|\bnpm_[A-Za-z0-9]{36}"  # GitLab / npm
-    r"|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\."  # JWT
-    r"|(?i:\bbearer\s+[A-Za-z0-9._~+/-]{20,})"
-    r"|(?i:(pass(word|wd)?|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token"
-    r"|private[_-]?key|client[_-]?secret|credentials?)[\"']?\s*[:=]\s*[\"'][^\"'\s]{3,}[\"'])"
-    r"|^[+\- ]?\s*[A-Za-z0-9+/]{40,}={0,2}\s*$"  # base64 key material (PEM bodies; also in diffs)
-)
-
-
-def is_secret_line(line: str) -> bool:
-    return SECRET_LINE.search(line) is not None
-
-
-def redact_line(line: str) -> str:
-    if not is_secret_line(line):
-        return line
-    indent = line[: len(line) - len(line.lstrip())]
-    nl = "\n" if line.endswith("\n") else ""
-    return f"{indent}{REDACTED}{nl}"
-
-
-def split_redacted(line: str, col: int) -> tuple[str, str]:
-    """A line split at the cursor column, both halves redacted. A secret line is redacted whole
-    (a half of a key is still a secret): the cursor then sits after the placeholder."""
-    if is_secret_line(line):
-        red = redact_line(line)
-        nl = "\n" if red.endswith("\n") else ""
-        return red[: len(red) - len(nl)], nl
-    return line[:col], line[col:]
-
-
-def redact(text: str) -> str:
-    """``text`` with every secret-looking line replaced by ``[REDACTED]`` (indentation kept)."""
-    if not SECRET_LINE.search(text):
-        return text
-    return "".join(redact_line(line) for line in text.splitlines(keepends=True))
-
-
-def redact_lines(lines: Iterable[str], cache: dict[str, str]) -> list[str]:
-    out = []
-    for line in lines:
-        r = cache.get(line)
-        if r is None:
-            r = cache[line] = redact_line(line)
-        out.append(r)
-    return out
-
 
 class Exclusions:
     """Decides whether a file may be read into a prompt; remembers the answers and the reasons."""
 
-    def __init__(self, roots: Sequence[Path], extra_globs: Sequence[str] = ()) -> None:
-        self.roots = [Path(r).resolve() for r in roots]
+    def __init__(self, roots: Sequence[Path], extra_globs: Sequence[str] = (), *,
+                 max_line: int | None = None) -> None:
+        self.roots = [Path(r).resolve() for r in roots]  # callers pass checked roots (builder.py)
         self.extra_globs = tuple(extra_globs)
+        self.max_line = max_line
         self._cache: dict[str, str | None] = {}
-        self._repos: dict[Path, object | None] = {}
+        self._repos: dict[Path, SafeGit | None] = {}
         self._lock = threading.Lock()
         self.excluded: dict[str, str] = {}  # path -> reason, every exclusion so far
         self._local = threading.local()
@@ -101,22 +59,17 @@ class Exclusions:
         """The workspace root containing ``path`` after resolving symlinks (None: outside)."""
         try:
             real = path.resolve()
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ValueError):  # ValueError: a NUL byte in the path
             return None
         for root in self.roots:
             if real == root or root in real.parents:
                 return root
         return None
 
-    def repo(self, root: Path):  # -> git.Repo | None
+    def repo(self, root: Path) -> SafeGit | None:
         with self._lock:
-            if root not in self._repos:
-                try:
-                    import git
-
-                    self._repos[root] = git.Repo(root, search_parent_directories=True)
-                except Exception:  # not a repository (or git missing): no ignore rules
-                    self._repos[root] = None
+            if root not in self._repos:  # not a repository (or git missing): no ignore rules
+                self._repos[root] = SafeGit.discover(root)
             return self._repos[root]
 
     def _git_ignored(self, path: Path, root: Path) -> bool:
@@ -124,9 +77,8 @@ class Exclusions:
         if repo is None:
             return False
         try:
-            repo.git.check_ignore("-q", "--", str(path))
-            return True
-        except Exception:  # exit 1: not ignored; 128: outside the repo / error
+            return repo.status("check-ignore", "-q", "--", str(path)) == 0
+        except GitError:  # 128: outside the repository, a timeout: git has no say
             return False
 
     # ---- checks ------------------------------------------------------------------------
@@ -152,7 +104,11 @@ class Exclusions:
         if key in self._cache:
             r = self._cache[key]
         else:
-            r = self._cache[key] = self._reason(Path(path), check_content, text, assume_not_ignored)
+            try:
+                r = self._reason(Path(path), check_content, text, assume_not_ignored)
+            except Exception as e:  # fail closed: what cannot be checked is not sent
+                r = f"unusable path ({type(e).__name__})"
+            self._cache[key] = r
         if r:
             self.excluded[key] = r
             seen = getattr(self._local, "seen", None)
@@ -198,24 +154,34 @@ class Exclusions:
     def forget(self, path: str | Path) -> None:
         self._cache.pop(str(path), None)
 
-    def read(self, path: Path) -> str | None:
-        """The text of an allowed file (redacted), or None."""
+    def read(self, path: Path, head: int | None = None) -> str | None:
+        """The text (its first ``head`` lines) of an allowed file, redacted, or None."""
         if not self.allowed(path):
             return None
         try:
-            return redact(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
             return None
+        if head is not None:
+            lines = text.splitlines(keepends=True)
+            return "".join(redact_window(lines, 0, min(head, len(lines)), str(path), self.max_line))
+        return redact(text, str(path), self.max_line)
+
+    def set_globs(self, extra_globs: Sequence[str]) -> None:
+        """New user exclude globs: every cached answer is dropped."""
+        with self._lock:
+            self.extra_globs = tuple(extra_globs)
+            self._cache = {}
+            self.excluded = {}
 
     def workspace_files(self, root: Path) -> list[Path]:
         """Files under ``root`` that git does not ignore (tracked + untracked), or a walk."""
         repo = self.repo(root)
         if repo is not None:
             try:
-                out = repo.git.ls_files("--cached", "--others", "--exclude-standard", "-z", "--", str(root))
-                base = Path(repo.working_tree_dir)
-                return [base / f for f in out.split("\0") if f]
-            except Exception as e:
+                out = repo.run("ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", str(root))
+                return [repo.top / f for f in out.split("\0") if f]
+            except GitError as e:
                 log.warning("git ls-files failed in %s: %s", root, e)
         files = []
         for p in root.rglob("*"):

@@ -1,4 +1,5 @@
-"""Git context via gitpython: a file's uncommitted diff, recently changed files, co-change.
+"""Git context: a file's uncommitted diff, recently changed files, co-change (git run hardened:
+``safegit.py``, never a program named by the repository's config, with a timeout).
 
 Everything here runs in a background thread (``GitContext.refresh``); builds only read the last
 snapshot, so a slow ``git log`` never blocks a completion. Co-change = how often two files appear in
@@ -14,11 +15,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from edit_server.context.safegit import GitError, SafeGit
+
 log = logging.getLogger(__name__)
 
 
 class GitContext:
-    def __init__(self, repo, *, log_commits: int = 3000, max_commit_files: int = 30, ttl_s: float = 30.0) -> None:
+    def __init__(self, repo: SafeGit | object, *, log_commits: int = 3000, max_commit_files: int = 30,
+                 ttl_s: float = 30.0) -> None:
+        """``repo``: a ``SafeGit``, or anything with a ``working_tree_dir`` (a gitpython ``Repo``: only
+        its directory is used, git itself always runs through ``SafeGit``)."""
+        if not isinstance(repo, SafeGit):
+            repo = SafeGit(Path(repo.working_tree_dir))  # type: ignore[attr-defined]
         self.repo = repo
         self.top = Path(repo.working_tree_dir).resolve()
         self.log_commits = log_commits
@@ -49,8 +57,8 @@ class GitContext:
             if path is not None:
                 rel = self.rel(path)
                 try:
-                    diff = self.repo.git.diff("HEAD", "--", rel)
-                except Exception:  # no commits yet
+                    diff = self.repo.run("diff", "HEAD", "--", rel).rstrip("\n")
+                except GitError:  # no commits yet
                     diff = ""
                 with self._lock:
                     self._diffs[rel] = diff + "\n" if diff and not diff.endswith("\n") else diff
@@ -66,8 +74,8 @@ class GitContext:
 
     def _load_history(self) -> None:
         try:
-            out = self.repo.git.log(f"-n{self.log_commits}", "--name-only", "--format=%x01")
-        except Exception:
+            out = self.repo.run("log", f"-n{self.log_commits}", "--name-only", "--format=%x01")
+        except GitError:
             out = ""
         commits = [[f for f in c.split("\n") if f.strip()] for c in out.split("\x01")]
         commits = [c for c in commits if c]
@@ -81,8 +89,8 @@ class GitContext:
                     if g != f:
                         cnt[g] += 1
         try:
-            dirty = [f for f in self.repo.git.diff("HEAD", "--name-only").split("\n") if f]
-        except Exception:
+            dirty = [f for f in self.repo.run("diff", "HEAD", "--name-only").split("\n") if f]
+        except GitError:
             dirty = []
         recent: list[str] = []
         small = [c for c in commits[:100] if len(c) <= self.max_commit_files]

@@ -70,12 +70,3 @@ def resolve(lang: str, module: str, path: Path, roots: list[Path]) -> list[Path]
                     return sorted(p for p in d.glob("*.go") if not p.name.endswith("_test.go"))[:4]
         return []
     return []
-
-
-def import_targets(lang: str, tree: Tree, path: Path, roots: list[Path]) -> list[Path]:
-    out: list[Path] = []
-    for mod in import_strings(lang, tree):
-        for p in resolve(lang, mod, path, roots):
-            if p not in out and p.resolve() != path.resolve():
-                out.append(p)
-    return out

@@ -7,13 +7,12 @@ Each source yields candidate ``Section``s in its own relevance order; ``fill`` k
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from edit_server.context.budget import TokenCounter
-from edit_server.context.exclusions import redact
 from engine.templates import Section
 
 
@@ -74,12 +73,14 @@ def fill(counter: TokenCounter, candidates: Iterable[Section], rep: SourceReport
 
 
 def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str, *, fim: bool,
-                 allowed_path, display, rep: SourceReport, max_items: int = 8,
-                 max_chars: int = 6000) -> tuple[str, ...]:
-    """Recent diffs: this file first (newest first), then other files; the open hunk of this file is
-    left out for FIM (it is in the prefix). Returned oldest first, as the templates expect."""
+                 allowed_path: Callable[[str], bool], display: Callable[[str], str],
+                 clean: Callable[[str, str], str], rep: SourceReport, max_items: int = 8,
+                 max_chars: int = 6000, only_current: bool = False) -> tuple[str, ...]:
+    """Recent diffs: this file first (newest first), then other files (unless ``only_current``); the
+    open hunk of this file is left out for FIM (it is in the prefix). ``clean(diff, path)`` redacts a
+    diff. Returned oldest first, as the templates expect."""
     mine = [h for h in hunks if _same(h.path, current)]
-    others = [h for h in hunks if not _same(h.path, current)]
+    others = [] if only_current else [h for h in hunks if not _same(h.path, current)]
     ordered = sorted(mine, key=lambda h: -h.timestamp) + sorted(others, key=lambda h: -h.timestamp)
     chosen: list[tuple[float, str]] = []
     for h in ordered:
@@ -90,7 +91,7 @@ def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str,
         if not allowed_path(h.path):
             rep.dropped += 1
             continue
-        d = diff_text(redact(h.diff))
+        d = diff_text(clean(h.diff, h.path))
         cost = counter.count_text(d) + (0 if chosen else 1)
         if rep.used + cost > rep.allowed:
             rep.dropped += 1
@@ -107,16 +108,8 @@ def _same(a: str, b: str) -> bool:
         return True
     try:
         return Path(a).resolve() == Path(b).resolve()
-    except OSError:
+    except (OSError, RuntimeError, ValueError):
         return False
-
-
-def snippet_around(text: str, line: int | None, radius: int = 12, head: int = 24) -> str:
-    lines = text.splitlines(keepends=True)
-    if line is None:
-        return "".join(lines[:head])
-    lo = max(0, line - radius)
-    return "".join(lines[lo:lo + 2 * radius])
 
 
 def dedupe(sections: Iterator[Section], seen: set[tuple[str, str]]) -> Iterator[Section]:

@@ -2,7 +2,8 @@
 
 Workspace files are indexed in a background thread (``SymbolIndex.scan``: only files whose mtime
 changed are reparsed); open documents replace their file's entries from their live tree, once per
-document version. Snippets are redacted at index time and only allowed files are indexed.
+document version. Snippets are redacted at index time (the whole file at once, so a private-key
+block is seen whole) and only allowed files are indexed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from tree_sitter import QueryCursor, Tree
 
 from edit_server.context import languages
-from edit_server.context.exclusions import Exclusions, redact
+from edit_server.context.exclusions import Exclusions
+from edit_server.context.secrets import redact_lines
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,15 @@ class Definition:
     text: str  # snippet: the first ``max_lines`` lines of the definition (redacted)
 
 
-def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12) -> list[Definition]:
+def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12,
+            redacted: list[str] | None = None) -> list[Definition]:
+    """Definitions with their snippets, redacted: ``redacted`` = the file's redacted rows (newlines
+    kept, as ``Document.lines``), else the whole file is redacted here (private-key blocks too)."""
     defs_q = languages.queries(lang)[0]
-    lines = text.split("\n")  # tree-sitter rows: only \n ends a line
+    if redacted is None:
+        rows = text.split("\n")  # tree-sitter rows: only \n ends a line
+        redacted = redact_lines([r + "\n" for r in rows[:-1]] + rows[-1:], path)
+    lines = [r[:-1] if r.endswith("\n") else r for r in redacted]
     out: list[Definition] = []
     for _, caps in QueryCursor(defs_q).matches(tree.root_node):
         node, name = caps.get("def", [None])[0], caps.get("name", [None])[0]
@@ -44,7 +52,7 @@ def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12) ->
         if end + 1 > start + max_lines:
             indent = re.match(r"[ \t]*", snippet[-1]).group(0) if snippet else ""
             snippet.append(f"{indent}...\n")
-        out.append(Definition(ident, path, start, end, node.type, redact("".join(snippet))))
+        out.append(Definition(ident, path, start, end, node.type, "".join(snippet)))
     return out
 
 

@@ -9,7 +9,8 @@ Edits (``Document.apply``) come in one of two forms, applied in order like LSP `
 Each edit is fed to ``tree.edit`` at once; the new text is reparsed with the old tree lazily, on the
 next access to ``Document.tree`` (from the build's worker thread), so tree-sitter only re-lexes the
 changed ranges and a burst of keystrokes costs one reparse. If the 3-tuple edits do not reproduce the
-final text, the tree is reparsed from scratch (never a wrong tree).
+final text, the tree is reparsed from scratch (never a wrong tree). A text longer than ``max_parse``
+characters is never parsed (no tree: line-based logic); it is parsed from scratch once it fits again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tree_sitter import Node, Parser, Tree
 from edit_server.context import languages
 
 Edit = tuple  # (start, old_text, new_text) or tree-sitter's 6-tuple
+MAX_PARSE_CHARS = 1_000_000  # larger documents get no syntax tree (and no context: exclusions.py)
 
 
 def _common(a: str, b: str, suffix: bool = False) -> int:
@@ -78,14 +80,18 @@ class Document:
     _lines: list[str] | None = field(default=None, repr=False)
     _starts: list[int] | None = field(default=None, repr=False)
     _root_rows: tuple[int, set[int], set[int]] | None = field(default=None, repr=False)
+    max_parse: int = MAX_PARSE_CHARS
 
     @classmethod
-    def open(cls, path: str, text: str, version: int = 0) -> Document:
+    def open(cls, path: str, text: str, version: int = 0, max_parse: int = MAX_PARSE_CHARS) -> Document:
         spec = languages.spec_for(path)
-        doc = cls(path, text, version, spec.name if spec else None)
+        doc = cls(path, text, version, spec.name if spec else None, max_parse=max_parse)
         if doc.lang:
             doc._parser = languages.parser(doc.lang)
-            doc._tree = doc._parser.parse(text.encode("utf-8"))
+            if len(text) <= max_parse:  # the size is checked before any parse
+                doc._tree = doc._parser.parse(text.encode("utf-8"))
+            else:
+                doc._dirty = doc._full = True
         return doc
 
     # ---- updates ---------------------------------------------------------------------------
@@ -101,7 +107,10 @@ class Document:
             self.changes.clear()
         if edits:
             self.last_edit = edits[-1][0] if len(edits[-1]) == 3 else None
-        if self._tree is None or self._parser is None:
+        if self._parser is None:
+            return
+        if self._tree is None or len(text) > self.max_parse:  # too large: a full parse once it fits
+            self._tree, self._dirty, self._full = None, True, True
             return
         self._dirty = True
         if not edits or self._full:
@@ -129,8 +138,11 @@ class Document:
         """The syntax tree of the current text; pending edits are reparsed here, lazily (so
         didChange bursts cost one incremental parse, done by whoever builds next)."""
         if self._dirty and self._parser is not None:
+            if len(self.text) > self.max_parse:  # never parse an oversized text
+                self._tree, self._full = None, True
+                return None
             data = self.text.encode("utf-8")
-            if self._full:
+            if self._full or self._tree is None:
                 self._tree = self._parser.parse(data)
                 self.reparsed_fully += 1
             else:

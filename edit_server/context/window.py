@@ -4,7 +4,8 @@ A window grows line by line around the cursor within its token budget (prefix fi
 it), then its cut points snap inward to the nearest syntactic unit boundary (start of a top-level
 item, class member or statement of an enclosing block), so no unit is cut in half except those that
 contain the cursor. Without a grammar, blank lines are the boundaries. All lines pass through the
-secret redaction (``exclusions.redact_line``) before they are counted.
+secret redaction (``secrets.py``; private-key blocks across lines too) and are cut to ``max_line``
+characters before they are counted.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edit_server.context.budget import TokenCounter
-from edit_server.context.exclusions import redact, redact_line, split_redacted
+from edit_server.context.secrets import cap, pem_rows, redact_line, split_redacted, whole_line
 from edit_server.context.syntax import Document
 
 
@@ -31,18 +32,6 @@ class Window:
     suf: str = ""
 
 
-class _Redacted:
-    def __init__(self, lines: list[str], cache: dict[str, str]) -> None:
-        self.lines, self.cache = lines, cache
-
-    def __getitem__(self, i: int) -> str:
-        line = self.lines[i]
-        r = self.cache.get(line)
-        if r is None:
-            r = self.cache[line] = redact_line(line)
-        return r
-
-
 def _boundaries(doc: Document, offset: int, lo: int, hi: int) -> tuple[set[int], set[int]]:
     if doc.tree is not None:
         return doc.unit_rows(offset)
@@ -53,19 +42,29 @@ def _boundaries(doc: Document, offset: int, lo: int, hi: int) -> tuple[set[int],
 
 
 class LineCosts:
-    """Redacted lines of one document version and the prefix sums of their token counts, so a
-    window of any size is two binary searches. Updated incrementally from ``Document.change``."""
+    """Redacted (and length-capped) lines of one document version and the prefix sums of their token
+    counts, so a window of any size is two binary searches. Updated incrementally from
+    ``Document.change``. ``cache``: line -> redacted line, for this file type and ``max_line``."""
 
-    def __init__(self, doc: Document, counter: TokenCounter, cache: dict[str, str]) -> None:
-        self.counter, self.cache = counter, cache
+    def __init__(self, doc: Document, counter: TokenCounter, cache: dict[str, str],
+                 max_line: int | None = None) -> None:
+        self.counter, self.cache, self.max_line, self.path = counter, cache, max_line, doc.path
         self.version, self.text_len = doc.version, len(doc.text)
+        self.pem = pem_rows(doc.lines) if "PRIVATE KEY" in doc.text or "PuTTY" in doc.text else set()
         self.lines = self._redact(doc.lines)
+        for i in self.pem:  # key material: the whole line goes
+            self.lines[i] = cap(whole_line(doc.lines[i]), max_line)
         self.costs = np.fromiter((counter.count(x) for x in self.lines), dtype=np.int64, count=len(self.lines))
         self._sum()
 
     def _redact(self, lines: list[str]) -> list[str]:
-        red = _Redacted(lines, self.cache)
-        return [red[i] for i in range(len(lines))]
+        out, cache = [], self.cache
+        for line in lines:
+            r = cache.get(line)
+            if r is None:
+                r = cache[line] = redact_line(line, self.path, self.max_line)
+            out.append(r)
+        return out
 
     def _sum(self) -> None:
         self.sums = np.zeros(len(self.costs) + 1, dtype=np.int64)
@@ -114,8 +113,8 @@ class LineCosts:
     def update(self, doc: Document) -> bool:
         """Replay the document's line changes since this version; False: rebuild needed."""
         todo = [c for c in doc.changes if c[0] >= self.version]
-        if not todo or todo[0][0] != self.version:
-            return False
+        if not todo or todo[0][0] != self.version or self.pem or "PRIVATE KEY" in doc.text or "PuTTY" in doc.text:
+            return False  # (a private-key block: its rows are found again over the whole document)
         lo, hi = -1, -1  # changed span, in the numbering after each change
         for _, a, b, nb in todo:
             if lo < 0:
@@ -182,7 +181,8 @@ def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
     line = doc.line_of(offset)
     col = offset - doc.line_starts[line]
     text = doc.lines[line]
-    pre, suf = split_redacted(text, col)
+    half = None if costs.max_line is None else max(1, costs.max_line // 2)
+    pre, suf = split_redacted(text, col, doc.path, whole=line in costs.pem, max_half=half)
     pre, suf = _trim_line_parts(pre, suf, budget, counter)
     base = counter.count(pre) + counter.count(suf)
     s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, costs, ratio)
@@ -234,13 +234,22 @@ class Region:
     redacted: bool
 
 
-def region_text(doc: Document, offset: int, lo: int, hi: int) -> Region:
+def region_text(doc: Document, offset: int, lo: int, hi: int, costs: LineCosts | None = None) -> Region:
+    """The editable region: redacted like the window; ``redacted`` when that changed any of it (a
+    rewrite would then destroy the secret, or the cut part of a long line)."""
+    if costs is None:
+        costs = LineCosts(doc, TokenCounter(None), {})
     start = doc.line_starts[lo]
     end = doc.line_starts[hi] if hi < len(doc.line_starts) else len(doc.text)
     line = doc.line_of(offset)
     ls = doc.line_starts[line]
-    le = ls + len(doc.lines[line])
-    mid_pre, mid_suf = split_redacted(doc.text[ls:le], offset - ls)
-    pre = redact(doc.text[start:ls]) + mid_pre
-    suf = mid_suf + redact(doc.text[le:end])
+    mid_pre, mid_suf = split_redacted(doc.lines[line], offset - ls, doc.path, whole=line in costs.pem)
+    pre = "".join(costs.lines[lo:line]) + mid_pre
+    suf = mid_suf + "".join(costs.lines[line + 1:hi])
     return Region(start, end, pre + suf, len(pre), pre + suf != doc.text[start:end])
+
+
+def long_lines(costs: LineCosts, doc: Document, lo: int, hi: int) -> list[int]:
+    """Rows in [lo, hi) longer than the line cap."""
+    m = costs.max_line
+    return [] if m is None else [i for i in range(lo, hi) if len(doc.lines[i].rstrip("\r\n")) > m]

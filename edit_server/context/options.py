@@ -1,0 +1,99 @@
+"""Context builder options, build reports, and the check of workspace roots (fail closed)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edit_server.context import sources as src
+from edit_server.context.budget import Shares
+from edit_server.context.syntax import MAX_PARSE_CHARS
+from engine.templates import EditPrompt, FimPrompt
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    budget: int | None = None  # total prompt tokens (None: min(model_context, 32768))
+    model_context: int | None = None
+    shares: Shares = field(default_factory=Shares)
+    prefix_ratio: float = 0.75  # of the window, before the cursor
+    exclude: tuple[str, ...] = ()  # extra exclude globs
+    max_history: int = 8
+    max_diff_chars: int = 6000
+    max_definitions: int = 12
+    region_min_lines: int = 4
+    region_max_lines: int = 20
+    index_workspace: bool = True
+    git: bool = True
+    layout: str = "spm"
+    max_line_chars: int | None = 1000  # longer lines are cut in every prompt section ("…")
+    max_doc_chars: int = MAX_PARSE_CHARS  # larger documents: no parse, no context
+    current_only: bool = False  # only the current document (and its own history): no other file is read
+
+
+@dataclass
+class BuildReport:
+    kind: str
+    path: str
+    budget: int
+    total: int = 0  # tokens of the rendered prompt
+    exact: bool = True  # counts come from the tokenizer (not an estimate)
+    counting: str = "lines"  # "lines" (additive per line) | "blocks" | "render" | "estimate"
+    fixed: int = 0  # header + special tokens (+ region for edit)
+    window: src.SourceReport = field(default_factory=lambda: src.SourceReport("window"))
+    sources: list[src.SourceReport] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # path -> reason
+    blocked: str | None = None  # why the current file itself gave no context
+    window_lines: tuple[int, int] = (0, 0)
+    region_lines: tuple[int, int] | None = None
+    redacted_region: bool = False
+    git_ready: bool = False
+    verified_by_render: bool = False  # counting == "render" and the prompt was rendered
+    ms: float = 0.0
+    degraded: str | None = None  # the builder's degraded reason (ContextBuilder.degraded), if any
+    failed: dict[str, str] = field(default_factory=dict)  # source -> error type (the source was dropped)
+
+
+@dataclass
+class FimBuild:
+    prompt: FimPrompt
+    report: BuildReport
+
+
+@dataclass
+class EditBuild:
+    prompt: EditPrompt
+    region_start: int
+    region_end: int
+    report: BuildReport
+
+
+def check_roots(roots: Sequence[str | os.PathLike[str]]) -> tuple[list[Path], list[str]]:
+    """Usable workspace roots (absolute, existing directories, resolved) and one problem per root
+    that is not (NUL or control characters, not absolute, missing, unresolvable)."""
+    good: list[Path] = []
+    problems: list[str] = []
+    for r in roots:
+        shown = repr(os.fspath(r))[:120]
+        s = os.fspath(r)
+        if not s or any(ord(c) < 32 or c == "\x7f" for c in s):
+            problems.append(f"workspace folder {shown} has control characters")
+            continue
+        p = Path(s)
+        if not p.is_absolute():
+            problems.append(f"workspace folder {shown} is not an absolute path")
+            continue
+        try:
+            real = p.resolve()
+            ok = real.is_dir()
+        except (OSError, RuntimeError, ValueError) as e:
+            problems.append(f"workspace folder {shown} cannot be resolved ({type(e).__name__})")
+            continue
+        if not ok:
+            problems.append(f"workspace folder {shown} is not a directory")
+            continue
+        if real not in good:
+            good.append(real)
+    return good, problems
