@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 Attention = Literal["block_causal", "bidirectional"]
 Router = Literal["softmax", "sigmoid"]
+BlockAlign = Literal["canvas", "absolute"]
 
 
 @dataclass
@@ -35,6 +36,8 @@ class ModelArgs:
     attention: Attention = "block_causal"  # context causal + canvas block bidirectional
     shifted_logits: bool = True  # logits at i-1 predict token i (AR-initialised models)
     block_size: int = 32  # canvas block length (semi-autoregressive decoding)
+    block_align: BlockAlign = "canvas"  # canvas: blocks start at the canvas after a causal prompt;
+    # absolute: blocks tile the sequence from position 0 (SDAR, Fast-dLLM v2, LLaDA2.0)
     special_tokens: dict[str, int] = field(default_factory=dict)  # role -> id (engine.tokens)
     head_size: int | None = None  # per-head width when it is not dim // n_heads (Qwen3-4B: 128 vs 80)
     qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (Qwen3, SDAR, CoDA, LLaDA-MoE, LLaDA2)

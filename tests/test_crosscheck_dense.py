@@ -80,7 +80,7 @@ def test_fast_dllm_v2_block_causal_shifted(tmp_path: Path) -> None:
     m, ck = ours(_write(tmp_path, hf, "Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", bd_size=4,
                         mask_token_id=N_BASE))
     a = ck.args
-    assert (a.attention, a.shifted_logits, a.block_size) == ("block_causal", True, 4)
+    assert (a.attention, a.shifted_logits, a.block_size, a.block_align) == ("block_causal", True, 4, "absolute")
     assert compare(m, hf, absolute_blocks(len(IDS), 4)) < TOL
     # our canvas layout (prompt causal, canvas blocks bidirectional) on the same weights
     assert compare(m, hf, block_causal_mask(4, len(IDS) - 4, 4)) < TOL
@@ -95,6 +95,7 @@ def test_qwen3_sdar_coda(tmp_path: Path) -> None:
     assert compare(m, hf, causal(len(IDS))) < TOL
     m, ck = ours(_write(tmp_path / "sdar", hf, "SDARForCausalLM", "sdar", mask_token_id=N_BASE))
     assert (ck.args.attention, ck.args.shifted_logits, ck.args.block_size) == ("block_causal", False, 4)
+    assert ck.args.block_align == "absolute"
     assert compare(m, hf, absolute_blocks(len(IDS), 4)) < TOL
     m, ck = ours(_write(tmp_path / "coda", hf, "CoDALanguageModel", "coda", mask_token_id=N_BASE))
     assert (ck.args.attention, ck.args.shifted_logits) == ("bidirectional", True)

@@ -193,5 +193,6 @@ def test_llada2_matches_glm4_moe(tmp_path: Path) -> None:
     assert (a.attention, a.shifted_logits, a.block_size, a.rotary_dim, a.head_dim) == (
         "block_causal", False, 32, 8, 16)
     assert a.dense_layers == (0,) and a.moe_router == "sigmoid" and a.moe_n_group == 2
+    assert a.block_align == "absolute"
     assert compare(m, hf, absolute_blocks(len(IDS), 4)) < TOL
     assert compare(m, hf, None) < TOL

@@ -86,9 +86,10 @@ def _llama_like(cfg: Config, *, qkv_bias: bool, tie_default: bool, o_bias: bool 
 
 
 def _regime(args: ModelArgs, attention: str, shifted: bool, block: int | None = None) -> ModelArgs:
+    """Published regime; block-diffusion models (a ``block``) tile the sequence from position 0."""
     args.attention, args.shifted_logits = attention, shifted  # type: ignore[assignment]
     if block is not None:
-        args.block_size = block
+        args.block_size, args.block_align = block, "absolute"
     return args
 
 
@@ -196,7 +197,7 @@ def _args_llada2(cfg: Config) -> ModelArgs:
         moe_routed_scale=float(cfg.get("routed_scaling_factor", 1.0)),
         moe_n_group=int(cfg.get("n_group", 1)), moe_topk_group=int(cfg.get("topk_group", 1)),
         dense_layers=tuple(range(int(cfg.get("first_k_dense_replace", 0)))),
-        attention="block_causal", shifted_logits=False, block_size=32,
+        attention="block_causal", shifted_logits=False, block_size=32, block_align="absolute",
     )
 
 

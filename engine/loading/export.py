@@ -22,9 +22,11 @@ from engine.loading.hf import INDEX
 
 def hf_config(ck: LoadedCheckpoint) -> dict[str, object]:
     a = ck.args
-    if a.qk_norm or a.n_experts or a.head_size or a.rotary_dim or a.o_bias or a.clip_qkv is not None:
+    if (a.qk_norm or a.n_experts or a.head_size or a.rotary_dim or a.o_bias or a.clip_qkv is not None
+            or a.block_align != "canvas"):
         raise ValueError("export writes Llama / Qwen2 layouts only; this model has q/k norm, experts, a "
-                         "decoupled head size, partial RoPE, an o_proj bias or q/k/v clipping")
+                         "decoupled head size, partial RoPE, an o_proj bias, q/k/v clipping or absolute "
+                         "block alignment")
     arch = "Qwen2ForCausalLM" if a.qkv_bias else "LlamaForCausalLM"
     eos = a.special_tokens.get("eos") if a.special_tokens else None
     cfg: dict[str, object] = {

@@ -122,7 +122,7 @@ def load_hf(root: str | Path, dtype: torch.dtype | None = None, *, hub_id: str |
         entry = None
     if entry is not None:
         args.attention, args.shifted_logits = entry.attention, entry.shifted_logits  # type: ignore[assignment]
-        args.block_size = entry.block_size
+        args.block_size, args.block_align = entry.block_size, entry.block_align
     state, names = spec.convert(read_safetensors(root, dtype), args)
     hf = load_tokenizer(root)
     tc = tokenizer_config(root)
