@@ -27,6 +27,10 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 BIG_RANDOM_PARAMS = 300_000_000  # above this, random weights are made on the auto device in its dtype
 
 
+class UnknownShape(KeyError, ValueError):
+    """``random:<shape>`` names no preset, config.json or registry shape."""
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -65,7 +69,7 @@ def _random_args(shape: str, tok: Tokenizer) -> tuple[ModelArgs, str]:
     entry = lookup(shape)
     if entry is None or entry.shape is None:
         known = ", ".join(PRESETS)
-        raise ValueError(f"random:{shape}: not a preset ({known}), a config.json or a registry model "
+        raise UnknownShape(f"random:{shape}: not a preset ({known}), a config.json or a registry model "
                          "with a recorded shape; pass random:/path/to/config.json")
     from engine.loading.archs import args_from_dict
 
@@ -107,15 +111,12 @@ def load_checkpoint_spec(spec: str, progress: object = None) -> LoadedCheckpoint
         except ImportError as e:
             raise RuntimeError(f"cannot load model {spec!r}: engine.default is not available ({e})") from e
         return load_default()
-    from engine.loading.hub import parse_hub_spec
-
-    hub = parse_hub_spec(spec)
-    if hub is not None:
-        from engine.loading.hub import load_hub
-
-        return load_hub(hub, progress=progress)  # type: ignore[arg-type]
     try:
         from engine.loading import load_checkpoint  # type: ignore[import-not-found]
+        from engine.loading.hub import load_hub, parse_hub_spec
     except ImportError as e:
         raise RuntimeError(f"cannot load model {spec!r}: engine.loading is not available ({e})") from e
+    hub = parse_hub_spec(spec)
+    if hub is not None:
+        return load_hub(hub, progress=progress)  # type: ignore[arg-type]
     return load_checkpoint(spec)
