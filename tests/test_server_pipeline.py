@@ -213,3 +213,37 @@ def test_auto_budget_follows_model_and_device() -> None:
     assert auto_budget(auto, eng("cpu", 8192)) == contexts.CPU_AUTO_BUDGET
     # an explicit setting wins
     assert auto_budget(Settings(context_budget=300), eng("cuda:0", 8192)) == 300
+
+
+def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
+    """Cross-request batching (several documents in flight, FIM and edit mixed) changes no output."""
+    texts = ["def add(a, b):\n    return \n", "class A:\n    def f(self):\n        \n", "x = [1, 2, 3]\ny = \n"]
+    edit_text = "def f(w):\n    return w * w\n"
+
+    def jobs() -> list[Job]:
+        out: list[Job] = [Job(f"doc{i}", FimRequest(f"doc{i}", f"/w/d{i}.py", t, 1, len(t) - 1),
+                              Settings(max_tokens=16)) for i, t in enumerate(texts)]
+        out.append(Job("edit", EditRequest("edit", "/w/e.py", edit_text, 1, 12), Settings()))
+        return out
+
+    gate = threading.Event()
+    orig = worker._command
+
+    def blocking(item: Any) -> None:
+        gate.wait(10)
+        orig(item)
+
+    worker._command = blocking
+    worker._q.put(Configure(Settings()))  # holds the worker thread while the jobs queue up behind it
+    try:
+        together = [worker.submit(j) for j in jobs()]
+    finally:
+        worker._command = orig
+        gate.set()
+    batched = [f.result(60) for f in together]
+    assert [b.batch for b in batched] == [4, 4, 4, 4]
+    alone = [worker.submit(j).result(60) for j in jobs()]
+    assert [a.batch for a in alone] == [1, 1, 1, 1]
+    assert [b.result.tokens for b in batched] == [a.result.tokens for a in alone]
+    assert [b.text for b in batched] == [a.text for a in alone]
+    assert all(len(b.result.tokens) > 0 for b in batched)
