@@ -226,6 +226,8 @@ def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
         out.append(Job("edit", EditRequest("edit", "/w/e.py", edit_text, 1, 12), Settings()))
         return out
 
+    for j in jobs():  # every document known to the context builder first: the prompts are then fixed
+        assert worker.submit(j).result(60) is not None
     gate = threading.Event()
     orig = worker._command
 
@@ -244,6 +246,7 @@ def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
     assert [b.batch for b in batched] == [4, 4, 4, 4]
     alone = [worker.submit(j).result(60) for j in jobs()]
     assert [a.batch for a in alone] == [1, 1, 1, 1]
+    assert [b.result.prompt_tokens for b in batched] == [a.result.prompt_tokens for a in alone]
     assert [b.result.tokens for b in batched] == [a.result.tokens for a in alone]
     assert [b.text for b in batched] == [a.text for a in alone]
     assert all(len(b.result.tokens) > 0 for b in batched)
