@@ -33,12 +33,10 @@ def parse_location(loc: str) -> tuple[Path, int, int]:
 
 
 def _default_root(path: Path) -> Path:
-    try:
-        import git
+    from edit_server.context.safegit import SafeGit
 
-        return Path(git.Repo(path.parent, search_parent_directories=True).working_tree_dir)
-    except Exception:
-        return path.parent
+    repo = SafeGit.discover(path.parent)
+    return repo.top if repo is not None else path.parent
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         tok = Tokenizer.byte_level()
     roots = args.root or [_default_root(path.resolve())]
     b = ContextBuilder(roots, tok, ContextOptions(model_context=model_context, exclude=tuple(args.exclude)))
+    if b.degraded:
+        print(f"edit-server context: degraded: {b.degraded}", file=sys.stderr)
     b.refresh_git(str(path.resolve()))
     b.wait_idle(60)
     fn = b.build_fim if args.kind == "fim" else b.build_edit
