@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edit_server.core import contexts
-from edit_server.core.contexts import CurrentDocumentContext, auto_budget
+from edit_server.core.contexts import auto_budget, make_context
 from edit_server.core.requests import EditRequest, FimRequest, TextEdit
 from edit_server.core.results import diff_edits, skip_reason
 from edit_server.core.settings import Settings
@@ -54,18 +55,22 @@ def test_skip_rules() -> None:
     assert skip_reason(req, s) == "disabled"
 
 
-def test_current_document_context_windows() -> None:
-    s = Settings(context_budget=64)
-    text = "".join(f"l{i}\n" for i in range(100))
-    ctx = CurrentDocumentContext(s, s.context_budget, "test")
-    off = text.index("l50")
-    p = ctx.fim(FimRequest("u", "/w/a.py", text, 1, off))
-    assert p.prefix.endswith("l49\n") and p.suffix.startswith("l50")
-    assert len(p.prefix) <= 64 * 3 and p.path == "a.py"
-    b = ctx.edit(EditRequest("u", "/w/a.py", text, 1, off + 1))
-    region = text[b.region_start : b.region_end]
-    assert region.startswith("l47\n") and region.endswith("l56\n") and b.prompt.region == region
-    assert b.prompt.region[b.prompt.cursor - 1 : b.prompt.cursor + 2] == "l50"
+def test_context_fails_closed_and_reports_degraded() -> None:
+    ctx = make_context(Settings(), [Path("/w/\x00bad")], None)  # an unusable workspace root
+    assert ctx.degraded and "current document" in ctx.degraded
+    assert ctx.fim(FimRequest("u", "/w/.env", "KEY=1\n", 1, 0)) is None  # exclusions still apply
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    p = ctx.fim(FimRequest("u", "/w/a.py", f"x = 1\nAWS = '{key}'\ny = \n", 1, 5))
+    assert p is not None and key not in p.prefix + p.suffix and "x = 1" in p.prefix
+
+
+def test_exclude_change_reaches_the_builder(tmp_path: Path) -> None:
+    ctx = make_context(Settings(), [tmp_path], None)
+    assert ctx.degraded is None
+    req = FimRequest("u", str(tmp_path / "q.sql"), "select 1;\n", 1, 7)
+    assert ctx.fim(req) is not None
+    ctx.configure(Settings(exclude=["**/*.sql"]), ctx.budget)
+    assert ctx.fim(req) is None
 
 
 def test_suggest_cache_rebases_while_typing() -> None:
@@ -165,13 +170,6 @@ def test_worker_supersede_and_batching(worker: Any) -> None:
     assert r_new.batch == r_other.batch == 2  # queued together -> one batched engine call
 
 
-def test_current_document_context_honours_exclude_globs() -> None:
-    ctx = CurrentDocumentContext(Settings(), 2048, "test")
-    assert ctx.fim(FimRequest("u", "/w/.env", "KEY=1\n", 1, 0)) is None
-    assert ctx.edit(EditRequest("u", "/w/certs/a.pem", "x\n", 1, 0)) is None
-    assert ctx.fim(FimRequest("u", "/w/a.py", "x\n", 1, 0)) is not None
-
-
 class Broken:
     tokenizer = None
     info: dict = {}
@@ -188,7 +186,7 @@ def test_engine_failure_and_bad_model_are_reported_not_fatal(worker: Any) -> Non
         job = _fim("x")
         assert w.submit(job).result(60) is None  # not loaded: empty answer
         assert rec.states[-1][0] == "error" and "/nonexistent/model.gguf" in rec.states[-1][1]
-        w.engine, w._ctx = Broken(), CurrentDocumentContext(Settings(), 2048, "test")
+        w.engine, w._ctx = Broken(), make_context(Settings(), [], None)
         with pytest.raises(RuntimeError, match="boom"):
             w.submit(_fim("x")).result(30)
         with pytest.raises(RuntimeError):  # the worker thread is still alive and serving

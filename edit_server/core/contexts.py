@@ -1,20 +1,20 @@
-"""Request -> engine prompt: the context builder (syntax-aware, every source, exact token budget) or,
-when it cannot run, a fail-closed fallback that sends only the current document, secrets redacted.
+"""Request -> engine prompt through the context builder (syntax-aware, every source, exact token budget).
 
-Both return None when the file must not reach the model (excluded / secret region): no model call then.
+The builder fails closed: when it cannot use the workspace it sends only the current document, secrets
+redacted, and says why in ``degraded`` (the server reports a degraded status). None = the file must not
+reach the model (excluded / too large / secret in the editable region): no model call then.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
-from edit_server.context import ContextBuilder, ContextOptions, redact
+from edit_server.context import ContextBuilder, ContextOptions, open_builder
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import Settings
-from engine.templates import EditPrompt, FimPrompt
+from engine.templates import FimPrompt
 
 log = logging.getLogger(__name__)
 
@@ -35,61 +35,11 @@ def auto_budget(settings: Settings, engine: Any) -> int:
     return max(256, ctx - CANVAS_RESERVE)
 
 
-def _rel(path: str) -> str:
-    return Path(path).name if path else "untitled"
-
-
-class CurrentDocumentContext:
-    """Fail-closed fallback: a prefix/suffix window of the current document only (no other files, no
-    other documents' history), every line passed through the secret redaction, excluded globs honoured."""
-
-    def __init__(self, settings: Settings, budget: int, reason: str) -> None:
-        self.settings = settings
-        self.budget = budget
-        self.degraded: str | None = reason
-
-    def configure(self, settings: Settings, budget: int) -> None:
-        self.settings, self.budget = settings, budget
-
-    def update_document(self, path: str, text: str, version: int) -> None:
-        pass
-
-    def close_document(self, path: str) -> None:
-        pass
-
-    def _blocked(self, path: str) -> bool:
-        p = PurePath(path)
-        return any(p.match(g) or fnmatch.fnmatch(path, g) for g in self.settings.exclude)
-
-    def _history(self, req: FimRequest | EditRequest) -> tuple[str, ...]:
-        return tuple(redact(h.diff) for h in req.history if h.path == req.path)
-
-    def fim(self, req: FimRequest) -> FimPrompt | None:
-        if self._blocked(req.path):
-            return None
-        chars = self.budget * 3  # ~3 characters per token
-        pre = req.text[max(0, req.offset - int(chars * 0.75)) : req.offset]
-        suf = req.text[req.offset : req.offset + int(chars * 0.25)]
-        return FimPrompt(redact(pre), redact(suf), path=_rel(req.path), history=self._history(req))
-
-    def edit(self, req: EditRequest) -> EditBuilt | None:
-        if self._blocked(req.path):
-            return None
-        text, off = req.text, req.offset
-        line = text.count("\n", 0, off)
-        lines = text.split("\n")
-        lo = max(0, line - self.settings.edit_lines_before)
-        hi = min(len(lines), line + self.settings.edit_lines_after + 1)
-        start = sum(len(ln) + 1 for ln in lines[:lo])
-        end = min(len(text), sum(len(ln) + 1 for ln in lines[:hi]))
-        region = text[start:end]
-        if redact(region) != region:  # a secret inside the region the model would rewrite: no call
-            return None
-        chars = self.budget * 3
-        prompt = EditPrompt(redact(text[max(0, start - int(chars * 0.6)) : start]), region,
-                            redact(text[end : end + int(chars * 0.3)]), off - start, path=_rel(req.path),
-                            history=self._history(req))
-        return EditBuilt(prompt, start, end)
+def context_options(settings: Settings, budget: int) -> ContextOptions:
+    """The builder's options from the one settings struct."""
+    return ContextOptions(exclude=tuple(settings.exclude), model_context=budget,
+                          max_line_chars=settings.limits.max_line_chars,
+                          max_doc_chars=settings.limits.max_document_chars)
 
 
 class BuilderContext:
@@ -99,11 +49,19 @@ class BuilderContext:
         self.builder = builder
         self.settings = settings
         self.budget = budget
-        self.degraded: str | None = None
+
+    @property
+    def degraded(self) -> str | None:
+        return self.builder.degraded
 
     def configure(self, settings: Settings, budget: int) -> None:
-        if tuple(settings.exclude) != tuple(self.settings.exclude):
-            self.builder.update_options(exclude=tuple(settings.exclude))
+        """didChangeConfiguration: exclusions, line / document caps and budget apply at once."""
+        new = context_options(settings, budget)
+        old = self.builder.options
+        if (new.exclude, new.max_line_chars, new.max_doc_chars, new.model_context) != (
+                old.exclude, old.max_line_chars, old.max_doc_chars, old.model_context):
+            self.builder.update_options(exclude=new.exclude, max_line_chars=new.max_line_chars,
+                                        max_doc_chars=new.max_doc_chars, model_context=new.model_context)
         self.settings, self.budget = settings, budget
 
     def update_document(self, path: str, text: str, version: int) -> None:
@@ -125,20 +83,11 @@ class BuilderContext:
         return EditBuilt(b.prompt, b.region_start, b.region_end)
 
 
-Context = BuilderContext | CurrentDocumentContext
+Context = BuilderContext
 
 
 def make_context(settings: Settings, roots: list[Path], engine: Any) -> Context:
-    """The context builder; if it cannot be built, the fail-closed current-document context (the
-    caller reports its ``degraded`` reason to the client)."""
+    """The context builder over ``roots`` (never raises: it degrades to the current document)."""
     budget = auto_budget(settings, engine)
-    try:
-        opts = ContextOptions(exclude=tuple(settings.exclude), model_context=budget)
-        builder = ContextBuilder(roots, getattr(engine, "tokenizer", None), opts)
-    except Exception as e:  # never fall back to fewer exclusions: fall back to less context
-        log.exception("context builder unavailable; sending the current document only, redacted")
-        return CurrentDocumentContext(settings, budget, f"context builder unavailable ({type(e).__name__}); "
-                                      "using the current document only")
-    ctx = BuilderContext(builder, settings, budget)
-    ctx.degraded = getattr(builder, "degraded", None)
-    return ctx
+    return BuilderContext(open_builder(roots, getattr(engine, "tokenizer", None), context_options(settings, budget)),
+                          settings, budget)
