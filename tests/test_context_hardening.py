@@ -1,0 +1,205 @@
+"""Hardening of the context builder: git never runs repository-configured programs, bad workspace
+roots fail closed, exclusions change at run time, huge lines and documents stay cheap and clean."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import git
+import pytest
+
+from edit_server.context import ContextBuilder, ContextOptions, open_builder
+from edit_server.context.safegit import SafeGit
+from edit_server.context.syntax import Document
+from engine.tokenizer import Tokenizer
+
+TOK = Tokenizer.byte_level()
+
+
+# ---- git runs nothing the repository names --------------------------------------------------------
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> tuple[Path, Path]:
+    root, marker = tmp_path / "repo", tmp_path / "MARKER"
+    root.mkdir()
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f'#!/bin/sh\necho "ran: $0 $*" >> "{marker}"\n'
+                    'if [ $# -ge 1 ] && [ -f "$1" ]; then cat "$1"; else cat; fi\n')
+    evil.chmod(0o755)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for h in ("post-index-change", "post-checkout", "pre-commit", "fsmonitor-watchman", "reference-transaction"):
+        (hooks / h).write_text(evil.read_text())
+        (hooks / h).chmod(0o755)
+    r = git.Repo.init(root)
+    with r.config_writer() as cw:
+        cw.set_value("user", "name", "t")
+        cw.set_value("user", "email", "t@example.com")
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    (root / "b.py").write_text("def b():\n    return 2\n")
+    r.index.add(["a.py", "b.py"])
+    r.index.commit("init")
+    (root / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    cfg = {("core", "fsmonitor"): evil, ("core", "pager"): evil, ("core", "hooksPath"): hooks,
+           ("core", "sshCommand"): evil, ("core", "askPass"): evil, ("core", "editor"): evil,
+           ("diff", "external"): evil, ("pager", "diff"): evil, ("pager", "log"): evil,
+           ('filter "evil"', "clean"): evil, ('filter "evil"', "smudge"): evil, ('filter "evil"', "process"): evil,
+           ('filter "evil"', "required"): "true", ('diff "evil"', "textconv"): evil,
+           ('diff "evil"', "command"): evil, ("log", "showSignature"): "true", ("gpg", "program"): evil}
+    with r.config_writer() as cw:
+        for (sec, key), val in cfg.items():
+            cw.set_value(sec, key, str(val))
+    (root / "a.py").write_text("def a():\n    return 11  # changed\n")  # dirty: diff HEAD hashes it
+    (root / "c.py").write_text("def c():\n    return 3\n")  # untracked: ls-files --others
+    return root, marker
+
+
+def test_git_never_runs_repository_configured_programs(hostile) -> None:
+    root, marker = hostile
+    b = ContextBuilder([root], TOK, ContextOptions())
+    path = str(root / "a.py")
+    text = (root / "a.py").read_text()
+    b.update_document(path, text, 1)
+    assert b.wait_idle(60)
+    fim = b.build_fim(path, text, 10, [])
+    b.exclusions.reason(root / "b.py")  # check-ignore
+    b.exclusions.workspace_files(root)  # ls-files
+    ctx = b.git_for(root / "a.py")
+    assert ctx is not None
+    ctx.refresh(root / "a.py", force=True)  # diff HEAD, log, diff --name-only
+    assert b.wait_idle(60)
+    b.close()
+    assert not marker.exists(), marker.read_text()
+    assert "changed" in (ctx.diff(root / "a.py") or "")  # git did run: the diff is real
+    assert any(s.kind == "git_diff" for s in fim.prompt.sections) or not fim.report.git_ready
+    # control: plain git in this repository does run the hostile programs
+    subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, timeout=30)
+    assert marker.exists()
+
+
+def test_git_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    git.Repo.init(tmp_path)
+    sg = SafeGit(tmp_path, timeout=0.0001)
+    with pytest.raises(Exception, match="timed out|failed|exited"):
+        sg.run("log")
+
+
+# ---- fail closed ----------------------------------------------------------------------------------
+
+def test_garbage_workspace_root_keeps_exclusions_and_reports_degraded(tmp_path: Path) -> None:
+    (tmp_path / "secret.py").write_text('API_TOKEN = "tok_live_Zx81Qm2LpV7"\n')
+    (tmp_path / ".env").write_text("DB_PASSWORD=hunter2hunter2\n")
+    roots = [Path(str(tmp_path) + "\x00evil"), Path("relative/dir")]
+    b = open_builder(roots, TOK, ContextOptions(git=False))
+    assert b.degraded and "control characters" in b.degraded and "current document" in b.degraded
+    assert b.current_only and b.roots == []
+    main = str(tmp_path / "main.py")
+    text = 'import secret\n\nx = secret.API_TOKEN\npassword = "p4ssw0rd-xyz"\n'
+    b.update_document(str(tmp_path / ".env"), "DB_PASSWORD=hunter2hunter2\n", 1)
+    b.update_document(str(tmp_path / "secret.py"), 'API_TOKEN = "tok_live_Zx81Qm2LpV7"\n', 1)
+    r = b.build_fim(main, text, len(text), [])
+    seen = r.prompt.prefix + r.prompt.suffix + "".join(s.text for s in r.prompt.sections)
+    assert not r.prompt.sections and r.report.degraded == b.degraded
+    assert "p4ssw0rd-xyz" not in seen and "hunter2" not in seen and "tok_live" not in seen
+    assert "x = secret.API_TOKEN" in seen  # the current document still gives context
+    assert b.build_fim(str(tmp_path / ".env"), "DB_PASSWORD=hunter2hunter2\n", 3, []).report.blocked
+    # one good root among bad ones: that root, degraded, full context
+    b2 = ContextBuilder([tmp_path, Path("\x00")], TOK, ContextOptions(git=False, index_workspace=False))
+    assert b2.roots == [tmp_path.resolve()] and b2.degraded and not b2.current_only
+    assert b2.exclusions.reason(tmp_path / ".env")
+    b.close()
+    b2.close()
+
+
+def test_paths_with_nul_are_excluded_not_crashing(tmp_path: Path) -> None:
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False))
+    bad = str(tmp_path / "x\x00.py")
+    assert b.exclusions.reason(bad, text="a = 1\n")  # excluded (outside the roots: it cannot resolve)
+    assert ContextBuilder([], TOK, ContextOptions(git=False)).exclusions.reason(bad).startswith("unusable path")
+    b.update_document(bad, "SECRET_MARK = 1\n", 1)  # an open document with a broken URI
+    main = str(tmp_path / "m.py")
+    r = b.build_fim(main, "y = 2\n", 5, [])
+    assert "SECRET_MARK" not in "".join(s.text for s in r.prompt.sections)
+    b.close()
+
+
+def test_fallback_builder_sends_only_the_current_document_redacted(tmp_path: Path) -> None:
+    b = ContextBuilder.fallback(TOK, ContextOptions(), "context builder failed (ValueError)")
+    assert b.degraded.startswith("context builder failed") and b.current_only
+    text = 'KEY = "AKIAABCDEFGHIJKLMNOP"\nx = 1\n'
+    r = b.build_fim(str(tmp_path / "a.py"), text, len(text), [])
+    assert "AKIA" not in r.prompt.prefix and "x = 1" in r.prompt.prefix and not r.prompt.sections
+
+
+# ---- options at run time --------------------------------------------------------------------------
+
+def test_update_options_changes_exclusions_at_run_time(tmp_path: Path) -> None:
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "lib.py").write_text("def vendored_helper(x):\n    return 'VENDOR_MARK'\n")
+    text = "from vendor.lib import vendored_helper\n\nvendored_helper(1)\n"
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    assert b.wait_idle(30)
+    main = str(tmp_path / "main.py")
+
+    def seen() -> str:
+        r = b.build_fim(main, text, len(text), [])
+        return "".join(s.text for s in r.prompt.sections)
+
+    assert "VENDOR_MARK" in seen()
+    b.update_options(exclude=("vendor/*",))
+    assert "VENDOR_MARK" not in seen() and b.options.exclude == ("vendor/*",)
+    b.update_options(exclude=())
+    assert b.wait_idle(30) and "VENDOR_MARK" in seen()
+    b.update_options(ContextOptions(git=False, max_definitions=0, max_line_chars=50))
+    assert b.options.max_line_chars == 50
+    b.close()
+
+
+# ---- huge lines and documents ---------------------------------------------------------------------
+
+LONG = "x = '" + "ab" * 450_000 + "'\n"  # a 900K-character line
+
+
+def test_a_900k_character_line_is_cut_cleanly(tmp_path: Path) -> None:
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False, max_line_chars=1000))
+    head = "def f():\n    return 1\n"
+    text = head + LONG + "def g():\n    return 2\n"
+    p = str(tmp_path / "m.py")
+    t0 = time.perf_counter()
+    fim = b.build_fim(p, text, 5, [], budget=4096)  # the window now reaches past the long line
+    assert "def g():" in fim.prompt.suffix
+    assert max(len(x) for x in fim.prompt.suffix.splitlines()) <= 1001
+    on_long = b.build_fim(p, text, len(head) + 450_000, [], budget=4096)
+    assert len(on_long.prompt.prefix.splitlines()[-1]) <= 501 and len(on_long.prompt.suffix.splitlines()[0]) <= 501
+    edit = b.build_edit(p, text, len(head) + 100, [], budget=4096)  # no exception: blocked with a reason
+    assert edit.report.blocked and "longer than 1000" in edit.report.blocked
+    edit2 = b.build_edit(p, text, 5, [], budget=4096)  # the region stops before the long line
+    assert not edit2.report.blocked and "ab" * 100 not in edit2.prompt.region and edit2.region_end <= len(head)
+    assert time.perf_counter() - t0 < 10
+    b.close()
+
+
+def test_oversized_documents_are_never_parsed(tmp_path: Path, monkeypatch) -> None:
+    parsed = []
+    real = Document.tree.fget
+
+    def spy(self):
+        if self._dirty:
+            parsed.append(len(self.text))
+        return real(self)
+
+    monkeypatch.setattr(Document, "tree", property(spy))
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False, max_doc_chars=10_000))
+    big = "x = 1\n" * 5_000
+    p = str(tmp_path / "big.py")
+    b.update_document(p, big, 1)
+    assert b.docs[p]._tree is None  # the size was checked before parsing
+    r = b.build_fim(p, big, 10, [])
+    assert r.report.blocked.startswith("document larger than") and r.prompt.prefix == ""
+    b.update_document(p, big + "y = 2\n", 2)
+    assert b.docs[p]._tree is None and not any(n > 10_000 for n in parsed)
+    b.update_document(p, "y = 2\n", 3)  # fits again: parsed from scratch
+    assert b.docs[p].tree is not None
+    b.close()
