@@ -162,9 +162,13 @@ def test_align_kto_cli_trains_calibrates_and_the_local_loop_versions(tmp_path: P
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     data = synthetic_set(tmp_path / "data", n=60)
     out = tmp_path / "run" / "kto"
-    assert main(["align", "kto", "--data", str(data), "--out", str(out), "--steps", "20", *TINY]) == 0
+    assert main(["align", "kto", "--data", str(data), "--out", str(out), "--steps", "20", "--top-layers", "1",
+                 "--z0-pairs", "2", *TINY]) == 0
     text = capsys.readouterr().out
     assert "reward margin" in text and Path(f"{out}.safetensors").is_file()
+    from safetensors.torch import load_file
+
+    assert {k.split(".")[2] for k in load_file(f"{out}.safetensors")} == {"1"}  # the top layer only
     cal = json.loads(kto_gate.calibration_path(out).read_text())
     assert "fim" in cal["kinds"] and len(read_set(data, "heldout")) == 10
     # local loop: a feedback store with stored prompts → kto-v1, made current

@@ -40,7 +40,8 @@ def register_cli(a: argparse._SubParsersAction) -> None:
                                ("beta", float, 0.1), ("ratio", float, 1.0), ("rank", int, 8),
                                ("alpha", float, 16.0), ("samples", int, 1), ("max-prompt", int, 256),
                                ("max-canvas", int, 64), ("seed", int, 0), ("eval-every", int, 20),
-                               ("save-every", int, 20)):
+                               ("save-every", int, 20), ("top-layers", int, 0), ("z0-pairs", int, 0),
+                               ("eval-examples", int, 32), ("max-minutes", float, 0.0)):
         k.add_argument(f"--{name}", type=typ, default=default)
     k.add_argument("--resume", action="store_true", help="continue from ADAPTER.ckpt/")
     k.add_argument("--target-precision", type=float, default=0.6)
@@ -124,7 +125,8 @@ def run_kto(args: argparse.Namespace) -> int:
                     lr=args.lr, beta=args.beta, ratio=args.ratio, rank=args.rank, alpha=args.alpha,
                     samples=args.samples, max_prompt=args.max_prompt, max_canvas=args.max_canvas,
                     seed=args.seed, threads=args.threads, device=args.device, eval_every=args.eval_every,
-                    save_every=args.save_every)
+                    save_every=args.save_every, top_layers=args.top_layers, z0_pairs=args.z0_pairs,
+                    eval_examples=args.eval_examples, max_minutes=args.max_minutes)
     summary = train_kto(cfg, resume=args.resume, progress=not args.no_progress)
     cal = calibrate(out, Path(data), model=args.model, device=args.device, target=args.target_precision,
                     min_count=args.min_count)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,15 +82,22 @@ class StackedLoRA(nn.Module):
         return y + d
 
 
+def _layer_of(name: str) -> int | None:
+    m = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
 def attach(model: nn.Module, rank: int, alpha: float, targets: tuple[str, ...] | list[str],
-           tensors: dict[str, Tensor] | None = None) -> LoRAState:
-    """Wrap every target linear of ``model`` in place. With ``tensors`` (an adapter's) load A and B;
-    else A gets a Kaiming init and B zeros (the policy starts equal to the reference)."""
+           tensors: dict[str, Tensor] | None = None, layers: list[int] | None = None) -> LoRAState:
+    """Wrap every target linear of ``model`` (of the decoder ``layers`` given, default all) in place.
+    With ``tensors`` (an adapter's) load A and B; else A gets a Kaiming init and B zeros (the policy
+    starts equal to the reference). LoRA on the top layers only keeps the backward pass short."""
     import math
 
     sites = [(f"{name}.{cn}.weight" if name else f"{cn}.weight", mod, cn, child)
              for name, mod in model.named_modules() for cn, child in mod.named_children()
-             if cn in targets and isinstance(child, nn.Linear)]
+             if cn in targets and isinstance(child, nn.Linear)
+             and (layers is None or _layer_of(f"{name}.{cn}") in layers)]
     if not sites:
         raise AdapterError(f"no linear layers named {tuple(targets)} found")
     if tensors is not None:  # validate everything before touching the model
@@ -204,7 +212,7 @@ class AlignedEngine(Engine):
         tensors, meta = load_stacked(Path(adapter))
         check_stacks_on(meta, eng.meta, str(adapter))
         lo = meta["lora"]
-        attach(eng.model, int(lo["rank"]), float(lo["alpha"]), tuple(lo["targets"]), tensors)
+        attach(eng.model, int(lo["rank"]), float(lo["alpha"]), tuple(lo["targets"]), tensors, lo.get("layers"))
         eng.model.to(device=eng.device)
         return cls(eng.model, eng.tokenizer, kto_meta=meta, adapter=str(adapter), name=eng.name,
                    meta=eng.meta, cache_bytes=eng.cache.budget, approx_cache=eng.approx_cache)

@@ -50,6 +50,8 @@ class KtoConfig:
     rank: int = 8
     alpha: float = 16.0
     targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    top_layers: int = 0  # > 0: LoRA on the last N decoder layers only (a much shorter backward pass)
+    z0_pairs: int = 0  # mismatched pairs per step for z0 (0 = the batch size)
     samples: int = 1  # Monte-Carlo mask samples per ELBO estimate
     t_min: float = T_MIN
     max_prompt: int = 256  # prompt tokens (trimmed far from the cursor)
@@ -99,6 +101,7 @@ class Kto:
     def __init__(self, model: nn.Module, tok: Any, cfg: KtoConfig, state: LoRAState) -> None:
         self.model, self.tok, self.cfg, self.state = model, tok, cfg, state
         self.dev = next(model.parameters()).device
+        self.last_r: torch.Tensor | None = None  # r of the last step_loss (the monitor's margin)
         self.bs = model.args.block_size  # type: ignore[union-attr]
         self.shifted = model.args.shifted_logits  # type: ignore[union-attr]
 
@@ -118,11 +121,14 @@ class Kto:
         if len(pairs) < 2:
             raise ValueError("KTO needs batches of at least 2 examples (z0 comes from mismatched pairs)")
         r = self.rewards(pairs, gen, grad)
-        mismatched = [(pairs[i][0], pairs[(i + 1) % len(pairs)][1]) for i in range(len(pairs))]
+        k = min(len(pairs), self.cfg.z0_pairs or len(pairs))
+        mismatched = [(pairs[i][0], pairs[(i + 1) % len(pairs)][1]) for i in range(k)]
         with torch.no_grad():
             z0 = kl_reference(self.rewards(mismatched, gen, False))
         d = torch.tensor(labels, device=r.device)
-        return kto_loss(r, z0, d, self.cfg.beta, *lam)
+        loss, m = kto_loss(r, z0, d, self.cfg.beta, *lam)
+        self.last_r = r.detach()
+        return loss, m
 
     @torch.no_grad()
     def monitor(self, pairs: list[Pair], labels: list[bool], lam: tuple[float, float]) -> dict[str, float]:
@@ -138,7 +144,8 @@ class Kto:
             if len(chunk) < 2:
                 continue
             loss, m = self.step_loss(chunk, lab, gen, lam, grad=False)
-            r = self.rewards(chunk, torch.Generator().manual_seed(99 + i), False).tolist()
+            assert self.last_r is not None
+            r = self.last_r.tolist()
             rd += [x for x, y in zip(r, lab, strict=True) if y]
             ru += [x for x, y in zip(r, lab, strict=True) if not y]
             for k in ("loss", "z0"):
@@ -182,7 +189,9 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
         raise ValueError(f"{cfg.data}: {len(pairs)} usable training records (need >= 2)")
     lam = class_weights(n_d, n_u, cfg.ratio)
     log.info("KTO data: %d desirable, %d undesirable; lambda_D %.3f lambda_U %.3f", n_d, n_u, *lam)
-    state = attach(model, cfg.rank, cfg.alpha, tuple(cfg.targets))
+    n_layers = model.args.n_layers  # type: ignore[union-attr]
+    layers = list(range(n_layers - cfg.top_layers, n_layers)) if 0 < cfg.top_layers < n_layers else None
+    state = attach(model, cfg.rank, cfg.alpha, tuple(cfg.targets), layers=layers)
     model.to(next(model.parameters()).device)
     params = [p for n, p in model.named_parameters() if ".lora_" in n]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -229,7 +238,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     if len(vals) == 1:
         vals.append({"step": cfg.steps, **kto.monitor(*mon, lam)})
     z0 = max(0.0, float(z0_ema if z0_ema is not None else vals[-1]["z0"]))
-    meta = {"lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
+    meta = {"lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets), "layers": layers},
             "special_tokens": tok.special.as_dict(), "stacks_on": base, "z0": z0, "beta": cfg.beta,
             "elbo": {"t_min": cfg.t_min, "samples": cfg.samples}, "rows": "from the prompt's last token",
             "label": cfg.label or f"KTO adapter ({cfg.steps} steps, {n_d}+/{n_u}- examples)",
