@@ -65,6 +65,9 @@ def setup_logging(args: argparse.Namespace) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(args.log_level)
+    if args.log_level != "DEBUG":  # pygls logs every message it sends (suggestions, text) at INFO
+        for noisy in ("pygls", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,15 +81,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ls = build(cli)
     tcp = getattr(args, "tcp", None)
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        if not host or not port.isdigit():
-            print(f"edit-server: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
-            return 2
-        ls.start_tcp(host, int(port))
-    else:
-        ls.start_io()
-    return 0
+    if not tcp:
+        return ls.serve()
+    host, _, port = tcp.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"edit-server: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
+        return 2
+    import socket
+
+    with socket.create_server((host, int(port))) as srv:  # one editor connection, then exit with it
+        logging.getLogger(__name__).info("listening on %s:%s", host, port)
+        conn, _ = srv.accept()
+        with conn, conn.makefile("rb") as rfile, conn.makefile("wb") as wfile:
+            return ls.serve(rfile, wfile)
 
 
 def run_http(args: argparse.Namespace) -> int:

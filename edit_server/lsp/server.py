@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcServerNotInitialized,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol, lsp_method
 from pygls.uris import to_fs_path
@@ -36,16 +41,48 @@ RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_IN
 _DROPPED = object()
 
 
+def _text_problem(method: str, params: Any) -> str | None:
+    """Why a didOpen / didChange would desync the document (a non-string text is never coerced)."""
+    try:
+        if method == lsp.TEXT_DOCUMENT_DID_OPEN:
+            td = params["textDocument"]
+            ok = isinstance(td["text"], str) and isinstance(td["uri"], str) and isinstance(td["version"], int)
+            return None if ok else "textDocument.text / uri / version have the wrong type"
+        changes = params["contentChanges"]
+        version = params["textDocument"]["version"]
+        if not isinstance(changes, list) or not isinstance(version, int) or isinstance(version, bool):
+            return "contentChanges must be a list and textDocument.version an integer"
+        if not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in changes):
+            return "every content change needs a string text"
+    except (KeyError, TypeError):
+        return "missing textDocument / contentChanges"
+    return None
+
+
 class EditProtocol(LanguageServerProtocol):
-    """Replies -32602 to requests whose params fail to parse (pygls drops them); raw params for custom
-    methods; UTF-16 positions always (convert.py speaks UTF-16)."""
+    """pygls's protocol with the rules a hostile or careless client needs: -32602 for requests whose
+    params fail to parse (pygls drops them); raw params for custom methods; didOpen/didChange with a
+    non-string text rejected (the last good text is kept); -32002 before ``initialize``, -32600 for a
+    second ``initialize`` and for requests after ``shutdown``; ``exit`` → status 0 after ``shutdown``,
+    else 1; no traceback in a reply's ``error.data`` (it goes to the log); UTF-16 positions always."""
+
+    transport: Any = None  # edit_server.lsp.stdio.StdioServer, when serving
 
     def structure_message(self, data: dict[str, Any]) -> Any:
-        if "jsonrpc" in data and data.get("method") in RAW_METHODS:
+        method = data.get("method") if isinstance(data, dict) else None
+        if "jsonrpc" in data and method in RAW_METHODS:
             if "id" in data:
                 return JsonRPCRequestMessage(id=data["id"], method=data["method"], jsonrpc=data["jsonrpc"],
                                              params=data.get("params"))
             return JsonRPCNotification(method=data["method"], jsonrpc=data["jsonrpc"], params=data.get("params"))
+        if method in (lsp.TEXT_DOCUMENT_DID_OPEN, lsp.TEXT_DOCUMENT_DID_CHANGE) and "id" not in data:
+            problem = _text_problem(method, data.get("params"))
+            if problem:
+                log.warning("%s rejected: %s", method, problem)
+                self.notify(lsp.WINDOW_LOG_MESSAGE, lsp.LogMessageParams(
+                    type=lsp.MessageType.Error, message=f"edit-server: {method} rejected (invalid params: "
+                                                        f"{problem}); the document keeps its last good text"))
+                return _DROPPED
         try:
             return super().structure_message(data)
         except JsonRpcException as e:
@@ -57,14 +94,42 @@ class EditProtocol(LanguageServerProtocol):
             raise
 
     def handle_message(self, message: Any) -> None:
-        if message is not _DROPPED:
-            super().handle_message(message)
+        if message is _DROPPED:
+            return
+        method = getattr(message, "method", None)
+        is_request = method is not None and getattr(message, "id", None) is not None
+        if is_request and self._shutdown and method != lsp.EXIT:
+            self._send_response(message.id, error=JsonRpcInvalidRequest(
+                f"{method}: the server is shutting down").to_response_error())
+            return
+        if is_request and method not in (lsp.INITIALIZE, lsp.SHUTDOWN) and not self._server.initialized:
+            self._send_response(message.id, error=JsonRpcServerNotInitialized(
+                f"{method}: initialize first").to_response_error())
+            return
+        super().handle_message(message)
+
+    def _send_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        if error is not None and getattr(error, "data", None) is not None:
+            log.debug("error data withheld from the client: %s", error.data)
+            error.data = None
+        super()._send_response(msg_id, result, error)
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams):  # type: ignore[override]
+        if self._server.initialized:
+            raise JsonRpcInvalidRequest("initialize: the server is already initialized")
         if params.capabilities.general is not None:
             params.capabilities.general.position_encodings = None  # -> UTF-16
         return (yield from super().lsp_initialize(params))
+
+    @lsp_method(lsp.EXIT)
+    def lsp_exit(self, *args: Any):  # type: ignore[override]
+        code = 0 if self._shutdown else 1
+        if self.transport is not None:
+            self.transport.stop(code)
+        else:
+            raise SystemExit(code)
+        yield from ()
 
 
 class EditServer(LanguageServer):
@@ -73,6 +138,8 @@ class EditServer(LanguageServer):
         self.cli = dict(cli or {})
         self.settings = Settings()
         self.pipeline: Pipeline | None = None
+        self.initialized = False
+        self._stopped = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.state = "loading"
 
@@ -89,6 +156,20 @@ class EditServer(LanguageServer):
         kind = {"error": "Error", "degraded": "Warning"}.get(state, "Normal")
         self.protocol.notify(COPILOT_STATUS, {"busy": state in ("loading", "busy"), "message": message,
                                               "kind": kind})
+
+    def stop(self) -> None:
+        """shutdown / exit / signal / end of input: stop the engine, settle feedback (idempotent)."""
+        if self.pipeline is not None and not self._stopped:
+            self._stopped = True
+            self.pipeline.stop()
+
+    def serve(self, stdin: Any = None, stdout: Any = None) -> int:
+        """Serve over binary streams (stdin/stdout by default); returns the process exit status."""
+        from edit_server.lsp.stdio import StdioServer
+
+        transport = StdioServer(self.protocol, lambda: self.settings.limits.max_message_bytes, self.stop)
+        self.protocol.transport = transport  # type: ignore[attr-defined]
+        return transport.run(stdin, stdout)
 
     def apply_settings(self, raw: Any, initial: bool = False) -> None:
         """initializationOptions (``initial``: the command line wins over them) or a later
@@ -119,11 +200,11 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
             roots = [Path(_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
         ls.pipeline = Pipeline(ls.settings, ls.status, roots)
+        ls.initialized = True
 
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: EditServer, *_: Any) -> None:
-        if ls.pipeline is not None:
-            ls.pipeline.stop()
+        ls.stop()
 
     @ls.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: EditServer, params: lsp.DidChangeConfigurationParams) -> None:
