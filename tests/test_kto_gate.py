@@ -210,3 +210,17 @@ def test_align_data_cli_reports_counts(tmp_path: Path, capsys: pytest.CaptureFix
     summary = json.loads((out / "summary.json").read_text())
     assert summary["counts"]["train"]["edit"] == {"desirable": 2, "undesirable": 1}
     assert main(["align", "data", "--out", str(tmp_path / "empty")]) == 1
+
+
+def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
+    from edit_server.selectivity.align_measure import at_coverage, auroc, gate_rows, problem_of
+
+    scores, labels = [0.9, 0.8, 0.3, 0.2], [True, False, True, False]
+    assert at_coverage(scores, labels, 0.5) == 0.5 and at_coverage(scores, labels, 0.25) == 1.0
+    assert at_coverage(scores, labels, 0.0) is None
+    assert auroc(scores, labels) == pytest.approx(0.75) and auroc(scores, [True] * 4) is None
+    items = [{"ok": y, "confidence": s, "reward": -s} for s, y in zip(scores, labels, strict=True)]
+    conf, rew = gate_rows("x", items, [0.5], {"confidence": 0.5, "reward": None})
+    assert conf["shown@threshold"] == 0.5 and conf["precision@threshold"] == 0.5
+    assert rew["auroc"] == pytest.approx(0.25) and rew["shown@threshold"] is None
+    assert problem_of("SingleLineInfilling/HumanEval/12/L3") == "HumanEval/12"

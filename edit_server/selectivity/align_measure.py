@@ -66,7 +66,10 @@ def auroc(scores: list[float], labels: list[bool]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
-def gate_rows(name: str, items: list[dict[str, Any]], coverages: list[float]) -> list[dict[str, Any]]:
+def gate_rows(name: str, items: list[dict[str, Any]], coverages: list[float],
+              thresholds: dict[str, float | None] | None = None) -> list[dict[str, Any]]:
+    """Per gate: AUROC, precision at equal coverages, and (``thresholds``: the deployed rule — the
+    confidence gate's ``gate.threshold``, the reward calibration's threshold) shown share + precision."""
     labels = [bool(x["ok"]) for x in items]
     rows = []
     for gname, key in (("confidence", "confidence"), ("KTO reward", "reward")):
@@ -75,6 +78,11 @@ def gate_rows(name: str, items: list[dict[str, Any]], coverages: list[float]) ->
                                "positives": sum(labels), "auroc": auroc(scores, labels)}
         for c in coverages:
             row[f"precision@{c:.0%}"] = at_coverage(scores, labels, c)
+        t = (thresholds or {}).get(key)
+        shown = [y for s, y in zip(scores, labels, strict=True) if t is not None and s >= t]
+        row["threshold"] = t
+        row["shown@threshold"] = len(shown) / len(items) if t is not None and items else None
+        row["precision@threshold"] = sum(shown) / len(shown) if shown else None
         rows.append(row)
     return rows
 
@@ -118,7 +126,7 @@ def run_measure(args: argparse.Namespace) -> int:
     from engine import Engine
     from engine.loading.stacked import AlignedEngine
     from engine.reward import RewardScorer
-    from engine.train.kto.records import prompt_from_dict, read_set
+    from engine.train.kto.records import gate_kind, prompt_from_dict, read_set
     from evals.datasets import load_humaneval
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -141,14 +149,23 @@ def run_measure(args: argparse.Namespace) -> int:
              "exact": _mean(before, "exact")},
             {"set": f"HumanEval {args.split}, after (KTO)", "pass@1": _mean(after, "ok"),
              "exact": _mean(after, "exact")}]
-    gates = gate_rows("HumanEval, reference outputs", before, args.coverage)
-    gates += gate_rows("HumanEval, aligned outputs", after, args.coverage)
+    from edit_server.selectivity.kto_gate import calibration_for
+
+    cal = calibration_for(args.adapter)
+    th = {"confidence": 0.5, "reward": cal.thresholds.get("fim") if cal else None}
+    gates = gate_rows("HumanEval, reference outputs", before, args.coverage, th)
+    gates += gate_rows("HumanEval, aligned outputs", after, args.coverage, th)
     if args.data is not None:
         held = [r for r in read_set(args.data, "heldout") if r.source == "selfplay"][: args.selfplay_limit]
-        sp = [{"ok": r.label, "confidence": float(r.meta.get("score") or 0.0),
+        sp = [{"ok": r.label, "confidence": float(r.meta.get("score") or 0.0), "kind": gate_kind(r.kind),
                "reward": scorer.score_text(prompt_from_dict(r.prompt), r.completion).score} for r in prog(held)]
         if sp:
             gates += gate_rows("self-play held-out, reference outputs", sp, args.coverage)
+            for kind in ("fim", "edit"):  # per gate kind, with its own calibrated threshold
+                part = [x for x in sp if x["kind"] == kind]
+                if part:
+                    t = {"confidence": 0.5, "reward": cal.thresholds.get(kind) if cal else None}
+                    gates += gate_rows(f"self-play held-out {kind}", part, args.coverage, t)
     gen = sum(x["gen_ms"] for x in after) / max(1, len(after))
     rew = sum(x["reward_ms"] for x in after) / max(1, len(after))
     cost = {"generation_ms_mean": gen, "reward_ms_mean": rew, "ratio": rew / gen if gen else None,
