@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,6 +31,56 @@ MAX_HEADER_LINE = 8192
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600
 
 
+class FdReader:
+    """``readline(limit)`` / ``read(n)`` over a file descriptor with our own buffer: a daemon thread
+    blocked here holds no interpreter-level lock (a blocked ``sys.stdin.buffer`` read aborts the
+    interpreter at exit)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0 or (0 <= limit <= len(self.buf)):
+                end = i + 1 if i >= 0 else limit
+                end = min(end, limit) if limit >= 0 else end
+                line = bytes(self.buf[:end])
+                del self.buf[:end]
+                return line
+            if not self._fill():
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line
+
+    def read(self, n: int) -> bytes:
+        while len(self.buf) < n and self._fill():
+            pass
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+def reader_for(stream: Any) -> Any:
+    """An FdReader for real files / pipes / sockets; the stream itself otherwise (tests' BytesIO)."""
+    try:
+        return FdReader(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return stream
+
+
 class Frame:
     """One read result: ``body`` (bytes), or ``problem`` (a framing error to report), or EOF (neither)."""
 
@@ -39,7 +90,7 @@ class Frame:
         self.body, self.problem = body, problem
 
 
-def _readline(stdin: BinaryIO) -> tuple[bytes, bool]:
+def _readline(stdin: Any) -> tuple[bytes, bool]:
     """(line, too_long); an over-long line is drained to its end and returned truncated."""
     line = stdin.readline(MAX_HEADER_LINE)
     if len(line) < MAX_HEADER_LINE or line.endswith(b"\n"):
@@ -50,7 +101,7 @@ def _readline(stdin: BinaryIO) -> tuple[bytes, bool]:
             return line, True
 
 
-def read_frame(stdin: BinaryIO, max_bytes: int) -> Frame:
+def read_frame(stdin: Any, max_bytes: int) -> Frame:
     """Read one header block and its body."""
     length: int | None = None
     problem: str | None = None
@@ -122,7 +173,7 @@ class StdioServer:
     def error(self, code: int, message: str) -> None:
         self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
 
-    def _reader(self, stdin: BinaryIO, queue: asyncio.Queue) -> None:
+    def _reader(self, stdin: Any, queue: asyncio.Queue) -> None:
         assert self._loop is not None
         try:
             while True:
@@ -161,7 +212,7 @@ class StdioServer:
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform
                 pass
         queue: asyncio.Queue[Frame] = asyncio.Queue()
-        threading.Thread(target=self._reader, args=(stdin, queue), name="stdin", daemon=True).start()
+        threading.Thread(target=self._reader, args=(reader_for(stdin), queue), name="stdin", daemon=True).start()
         while not self._stopped.done():
             get = asyncio.ensure_future(queue.get())
             await asyncio.wait({get, self._stopped}, return_when=asyncio.FIRST_COMPLETED)
