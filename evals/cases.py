@@ -81,7 +81,9 @@ def validate(case: Case) -> None:
             raise ValueError(f"{where}: expected edit [{e.start}, {e.end}) outside {e.path!r}")
 
 
-def read_cases(path: Path) -> list[Case]:
+def read_cases(path: Path, bad: list[tuple[str, str]] | None = None) -> list[Case]:
+    """The cases of a JSONL file. A line that is not a valid case raises, or — with ``bad`` — is
+    appended there as ``(id, reason)`` (its ``id`` when it has one, else ``line N``) and skipped."""
     out: list[Case] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -89,8 +91,18 @@ def read_cases(path: Path) -> list[Case]:
                 try:
                     out.append(loads(line))
                 except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-                    raise ValueError(f"{path}:{n}: {e}") from None
+                    if bad is None:
+                        raise ValueError(f"{path}:{n}: {e}") from None
+                    bad.append((_line_id(line, n), f"{path.name}:{n}: {e}"))
     return out
+
+
+def _line_id(line: str, n: int) -> str:
+    try:
+        case_id = msgspec.json.decode(line).get("id")
+    except (msgspec.DecodeError, AttributeError):
+        case_id = None
+    return case_id if isinstance(case_id, str) and case_id else f"line {n}"
 
 
 def write_cases(path: Path, cases: Iterable[Case]) -> int:

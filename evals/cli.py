@@ -192,13 +192,18 @@ def run_humaneval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]) -> int:
+def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any],
+                   bad: list[tuple[str, str]] = ()) -> int:
     from evals.report import write_cases
-    from evals.runners import CaseRunner
+    from evals.runners import CaseRunner, error_record
     from evals.runners import run_cases as run_all
     from evals.store import ResultStore
 
     store = ResultStore(args.out, config, fresh=args.fresh)
+    for case_id, reason in bad:  # cases that could not even be read: reported, the run goes on
+        print(f"edit-server eval: bad case {case_id}: {reason}", file=sys.stderr)
+        if not store.done(case_id):
+            store.add(error_record(case_id, reason))
     with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
         runner = CaseRunner(model=args.model, device=args.device, root=Path(ws),
                             log_path=args.out / "server.log", gate=not args.no_gate,
@@ -206,6 +211,7 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
                             restart_every=args.restart_every, init_extra=init_options(args))
         run_all(cases, store, runner, _progress(args, "cases"))
     records = [store.records[c.id] for c in cases if store.done(c.id)]
+    records += [store.records[i] for i, _ in bad if store.done(i) and i not in {c.id for c in cases}]
     summary = write_cases(args.out, config, records)
     _print_summary(f"edit cases ({config['source']})", summary, args.out)
     return 0
@@ -221,8 +227,9 @@ def run_cases(args: argparse.Namespace) -> int:
     from evals.cases import read_cases
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    cases = read_cases(args.file)[: args.limit]
-    return _run_case_list(args, cases, _server_config(args, str(args.file)))
+    bad: list[tuple[str, str]] = []
+    cases = read_cases(args.file, bad)[: args.limit]
+    return _run_case_list(args, cases, _server_config(args, str(args.file)), bad)
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -233,7 +240,10 @@ def run_replay(args: argparse.Namespace) -> int:
     opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
                          fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
                          quiet_per_commit=args.quiet_per_commit)
-    cases = build_cases(args.repo, opts)[: args.limit]
+    skipped: list[tuple[str, str]] = []
+    cases = build_cases(args.repo, opts, skipped)[: args.limit]
+    for sha, reason in skipped:
+        print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     n = write_cases(args.out / "cases.jsonl", cases)
     cats: dict[str, int] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -16,6 +17,7 @@ from evals.lsp_client import LspClient, offset_of, server_command, utf16_positio
 from evals.sandbox import Limits, run_python
 from evals.store import ResultStore
 
+log = logging.getLogger(__name__)
 WHOLE_LINE_SPLITS = ("single-line", "multi-line")  # holes are whole lines: the editor has an empty line
 
 
@@ -53,7 +55,11 @@ class Scorer:
         self.futures.append(self.pool.submit(self._one, task, rec))
 
     def _one(self, task: InfillTask, rec: dict[str, Any]) -> None:
-        rec.update(score(task, rec["middle"], self.limits))
+        try:
+            rec.update(score(task, rec["middle"], self.limits))
+        except Exception as e:  # noqa: BLE001 - a check that cannot run is a recorded failure
+            rec.update({"status": "error", "passed": False, "exact": False, "stderr_tail": "",
+                        "error": rec.get("error") or f"check failed: {type(e).__name__}: {e}"})
         with self.lock:
             self.store.add(rec)
 
@@ -111,45 +117,71 @@ def command_score(item: dict[str, Any]) -> float | None:
     return None
 
 
+async def _start(model: str, device: str, root: Path, log_path: Path, timeout: float,
+                 init_extra: dict[str, Any]) -> LspClient:
+    client = LspClient(server_command(model, device), cwd=root, stderr_path=log_path)
+    opts = {"model": model, "device": device, "gate": {"enabled": False}, "debounceMs": 0, **init_extra}
+    await client.start(root, opts, timeout=timeout)
+    await client.wait_ready(timeout)
+    await warm_up(client, root, timeout)
+    return client
+
+
+async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root: Path,
+                   timeout: float) -> dict[str, Any]:
+    gap = "\n" if split in WHOLE_LINE_SPLITS else ""
+    text = task.prompt + gap + task.suffix
+    offset = len(task.prompt)
+    path = root / "humaneval" / f"task_{i:05d}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    uri = path.resolve().as_uri()
+    await client.notify("textDocument/didOpen", {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}})
+    t0 = time.perf_counter()
+    err = None
+    try:
+        result = await client.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
+            "context": {"triggerKind": 1}}, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - a failed request is a recorded miss
+        result, err = None, str(e)
+    ms = (time.perf_counter() - t0) * 1000
+    await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    edit = completion_edit(text, offset, result)
+    new = text if edit is None else text[: edit[0]] + edit[2] + text[edit[1]:]
+    ok = new.startswith(task.prompt) and new.endswith(task.suffix) and \
+        len(new) >= len(task.prompt) + len(task.suffix)
+    middle = new[len(task.prompt): len(new) - len(task.suffix)] if ok else ""
+    return {"id": task.task_id, "middle": middle, "latency_ms": ms, "shown": edit is not None and bool(edit[2]),
+            "error": err, "score": edit[3] if edit else None, "edited_outside_hole": not ok}
+
+
 async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str, root: Path,
                         log_path: Path, timeout: float, init_extra: dict[str, Any],
                         progress: Callable[[Iterable], Iterable]) -> None:
-    client = LspClient(server_command(model, device), cwd=root, stderr_path=log_path)
-    opts = {"model": model, "device": device, "gate": {"enabled": False}, "debounceMs": 0, **init_extra}
+    """Each task through the real server; a task that breaks the server is recorded as an error (a
+    miss) and the server is restarted for the next one. A server that cannot start raises."""
+    client: LspClient | None = None
     try:
-        await client.start(root, opts, timeout=timeout)
-        await client.wait_ready(timeout)
-        await warm_up(client, root, timeout)
         for i, task in enumerate(progress(tasks)):
-            gap = "\n" if split in WHOLE_LINE_SPLITS else ""
-            text = task.prompt + gap + task.suffix
-            offset = len(task.prompt)
-            path = root / "humaneval" / f"task_{i:05d}.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            uri = path.resolve().as_uri()
-            await client.notify("textDocument/didOpen", {"textDocument": {
-                "uri": uri, "languageId": "python", "version": 1, "text": text}})
-            t0 = time.perf_counter()
-            err = None
+            if client is None:
+                client = await _start(model, device, root, log_path, timeout, init_extra)
             try:
-                result = await client.request("textDocument/inlineCompletion", {
-                    "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
-                    "context": {"triggerKind": 1}}, timeout=timeout)
-            except Exception as e:  # noqa: BLE001 - a failed request is a recorded miss
-                result, err = None, str(e)
-            ms = (time.perf_counter() - t0) * 1000
-            await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
-            edit = completion_edit(text, offset, result)
-            new = text if edit is None else text[: edit[0]] + edit[2] + text[edit[1]:]
-            ok = new.startswith(task.prompt) and new.endswith(task.suffix) and \
-                len(new) >= len(task.prompt) + len(task.suffix)
-            middle = new[len(task.prompt): len(new) - len(task.suffix)] if ok else ""
-            scorer.submit(task, {"id": task.task_id, "middle": middle, "latency_ms": ms,
-                               "shown": edit is not None and bool(edit[2]), "error": err,
-                                 "score": edit[3] if edit else None, "edited_outside_hole": not ok})
+                rec = await _one_lsp(client, i, task, split, root, timeout)
+            except Exception as e:  # noqa: BLE001 - recorded; the run goes on with a fresh server
+                log.warning("task %s failed: %s", task.task_id, e)
+                rec = {"id": task.task_id, "middle": fix_middle(split, ""), "latency_ms": None, "shown": False,
+                       "error": f"{type(e).__name__}: {e}", "score": None, "edited_outside_hole": False}
+                try:
+                    await client.stop()
+                except Exception:  # noqa: BLE001 - replaced anyway
+                    pass
+                client = None
+            scorer.submit(task, rec)
     finally:
-        await client.stop()
+        if client is not None:
+            await client.stop()
 
 
 def generate_lsp(tasks: list[InfillTask], scorer: Scorer, **kw: Any) -> None:

@@ -27,6 +27,7 @@ def _rate(num: int, den: int) -> float | None:
 
 
 def summarize_humaneval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """pass@1 and friends; a task whose check could not run (status "error") counts as failed."""
     lat = [r["latency_ms"] for r in records if r.get("latency_ms") is not None]
     tpf = [r["tokens_per_forward"] for r in records if r.get("tokens_per_forward") is not None]
     return {
@@ -46,7 +47,10 @@ def summarize_humaneval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize_cases(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Shown-rate, accept rate, precision when shown, no-edit correctness, latency."""
+    """Shown-rate, accept rate, precision when shown, no-edit correctness, latency. Bad cases (that
+    could not be run: ``bad_case``) are counted apart, not in the rates."""
+    bad = sum(bool(r.get("bad_case")) for r in records)
+    records = [r for r in records if not r.get("bad_case")]
     edit = [r for r in records if not r["quiet_case"]]
     quiet = [r for r in records if r["quiet_case"]]
     shown = [r for r in records if r["shown"]]
@@ -61,6 +65,7 @@ def summarize_cases(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "latency_ms_p50": percentile(lat, 50),
         "latency_ms_p95": percentile(lat, 95),
         "errors": sum(bool(r.get("error")) for r in records),
+        "bad_cases": bad,
     }
 
 

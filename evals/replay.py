@@ -16,6 +16,7 @@ For a commit ``c`` with parent ``p`` and each text file it modified, line hunks 
 from __future__ import annotations
 
 import difflib
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from engine.textdiff import unified_diff
 from evals.cases import LANGUAGES, Case, Cursor, Edit, language_of, normalize_ws
 
+log = logging.getLogger(__name__)
 MAX_FILE_CHARS = 100_000
 MAX_HUNK_LINES = 30  # larger hunks are no next-edit targets
 
@@ -192,8 +194,9 @@ def quiet_cases(repo: str, sha: str, parent_files: dict[str, str], changed: dict
     return out
 
 
-def build_cases(repo_path: Path, opts: ReplayOptions) -> list[Case]:
-    """Cases from the last ``opts.commits`` usable (non-merge, text-modifying) commits before ``rev``."""
+def build_cases(repo_path: Path, opts: ReplayOptions, skipped: list[tuple[str, str]] | None = None) -> list[Case]:
+    """Cases from the last ``opts.commits`` usable (non-merge, text-modifying) commits before ``rev``.
+    A commit whose cases cannot be built is skipped (appended to ``skipped`` as (sha, reason))."""
     import git
 
     repo = git.Repo(repo_path, search_parent_directories=True)
@@ -205,35 +208,50 @@ def build_cases(repo_path: Path, opts: ReplayOptions) -> list[Case]:
             break
         if len(commit.parents) != 1:
             continue
-        parent = commit.parents[0]
-        changed: dict[str, tuple[str, str]] = {}
-        for d in parent.diff(commit):
-            if d.change_type not in ("M", "R", "A") or not d.b_path:
-                continue
-            if Path(d.b_path).suffix.lower() not in LANGUAGES:
-                continue
-            old, new = ("" if d.change_type == "A" else _text(d.a_blob)), _text(d.b_blob)
-            if old is not None and new is not None and old != new:
-                changed[d.b_path] = (old, new)
-        if not changed:
+        try:
+            new = _commit_cases(name, commit, opts)
+        except Exception as e:  # noqa: BLE001 - one odd commit must not lose the others
+            log.warning("commit %s skipped: %s", commit.hexsha[:12], e)
+            if skipped is not None:
+                skipped.append((commit.hexsha, f"{type(e).__name__}: {e}"))
+            continue
+        if new is None:
             continue
         used += 1
-        rng = random.Random(f"{opts.seed}:{commit.hexsha}")
-        per_file = {p: hunks_of(p, o, n) for p, (o, n) in sorted(changed.items())}
-        fims = [c for p, hs in per_file.items()
-                for c in fim_cases(name, commit.hexsha, p, changed[p][0], hs, rng, opts.fim_per_commit)]
-        cases += rng.sample(fims, min(len(fims), opts.fim_per_commit))
-        all_hunks = [h for hs in per_file.values() for h in hs]
-        olds = {p: o for p, (o, _) in changed.items()}
-        cases += next_edit_cases(name, commit.hexsha, olds, all_hunks, rng, opts.next_per_commit)
-        parent_files = {}
-        if opts.quiet_per_commit:
-            blobs = [b for b in parent.tree.traverse() if b.type == "blob"
-                     and Path(b.path).suffix.lower() in LANGUAGES and b.path not in changed]
-            for b in rng.sample(blobs, min(len(blobs), 4)):
-                t = _text(b)
-                if t:
-                    parent_files[b.path] = t
-        cases += quiet_cases(name, commit.hexsha, parent_files, changed, all_hunks, rng,
-                             opts.quiet_per_commit, opts.far)
+        cases += new
+    return cases
+
+
+def _commit_cases(name: str, commit, opts: ReplayOptions) -> list[Case] | None:
+    """The cases of one commit (None: it changes no text file we replay)."""
+    parent = commit.parents[0]
+    changed: dict[str, tuple[str, str]] = {}
+    for d in parent.diff(commit):
+        if d.change_type not in ("M", "R", "A") or not d.b_path:
+            continue
+        if Path(d.b_path).suffix.lower() not in LANGUAGES:
+            continue
+        old, new = ("" if d.change_type == "A" else _text(d.a_blob)), _text(d.b_blob)
+        if old is not None and new is not None and old != new:
+            changed[d.b_path] = (old, new)
+    if not changed:
+        return None
+    rng = random.Random(f"{opts.seed}:{commit.hexsha}")
+    per_file = {p: hunks_of(p, o, n) for p, (o, n) in sorted(changed.items())}
+    fims = [c for p, hs in per_file.items()
+            for c in fim_cases(name, commit.hexsha, p, changed[p][0], hs, rng, opts.fim_per_commit)]
+    cases = rng.sample(fims, min(len(fims), opts.fim_per_commit))
+    all_hunks = [h for hs in per_file.values() for h in hs]
+    olds = {p: o for p, (o, _) in changed.items()}
+    cases += next_edit_cases(name, commit.hexsha, olds, all_hunks, rng, opts.next_per_commit)
+    parent_files = {}
+    if opts.quiet_per_commit:
+        blobs = [b for b in parent.tree.traverse() if b.type == "blob"
+                 and Path(b.path).suffix.lower() in LANGUAGES and b.path not in changed]
+        for b in rng.sample(blobs, min(len(blobs), 4)):
+            t = _text(b)
+            if t:
+                parent_files[b.path] = t
+    cases += quiet_cases(name, commit.hexsha, parent_files, changed, all_hunks, rng,
+                         opts.quiet_per_commit, opts.far)
     return cases

@@ -86,13 +86,16 @@ def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]
         "config": config, "summary": summary, "by_language": by_lang, "by_category": by_cat,
         "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
     cols = ["n", "shown_rate", "accept_rate", "partial_mean", "precision_when_shown",
-            "no_edit_correct", "latency_ms_p50", "latency_ms_p95", "errors"]
+            "no_edit_correct", "latency_ms_p50", "latency_ms_p95", "errors", "bad_cases"]
     md = [f"# Edit cases ({config.get('source')})", "",
           f"model `{config.get('model')}`, device `{config.get('device')}`, gate "
           f"{'on' if config.get('gate') else 'off (baseline)'}", "",
           _table({"all": summary}, cols), "", "## By category", "", _table(by_cat, cols), "",
           "## By language", "", _table(by_lang, cols), "",
           "![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
+    bad = [r for r in records if r.get("bad_case")]
+    if bad:
+        md += ["## Bad cases (not run)", "", *(f"- `{r['id']}`: {r['error']}" for r in bad), ""]
     (out / "summary.md").write_text("\n".join(md))
     _plot_latency(records, out / "latency.png", "request latency")
     _plot_sweep(sweep, out / "precision_coverage.png", "gate threshold sweep")

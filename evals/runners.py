@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -15,6 +16,22 @@ from evals.lsp_client import LspClient, offset_of, server_command, utf16_positio
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
+log = logging.getLogger(__name__)
+
+
+class BadCase(Exception):
+    """The case itself cannot be run (its history does not apply, its files cannot be written)."""
+
+
+def error_record(case_id: str, reason: str, case: Case | None = None, *, bad: bool = True) -> dict[str, Any]:
+    """A finished case that failed: a bad case (``bad``: left out of the rates, counted as
+    ``bad_cases``) or a failed run of a good one (a miss, counted in ``errors``)."""
+    return {"id": case_id, "kind": case.kind if case else "unknown",
+            "language": case.language if case else "unknown",
+            "category": str(case.meta.get("category", case.kind if case.expected else "no-edit")) if case else "bad",
+            "quiet_case": bool(case and case.expected is None), "shown": False, "accepted": False,
+            "partial": 0.0, "correct": False, "score": None, "latency_ms": None, "error": reason[:500],
+            "bad_case": bad, "suggestion": []}
 
 
 def change_event(old: str, new: str) -> dict[str, Any]:
@@ -91,16 +108,34 @@ class CaseRunner:
             self.client = None
 
     async def run_case(self, case: Case) -> dict[str, Any]:
+        """One case: a record; ``BadCase`` when the case cannot be run. A failure after the server
+        saw the case is recorded as an error (a miss) and the server is restarted for the next one;
+        a server that cannot start raises (``LspError``)."""
+        try:  # everything that can fail on the case's own data, before the server sees it
+            states = history_states(case)
+            base = self.root / _case_dir(case)
+            uris: dict[str, str] = {}
+            for path, text in case.files.items():
+                f = base / path
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_text(text, encoding="utf-8")
+                uris[path] = f.resolve().as_uri()
+        except (ValueError, OSError, KeyError) as e:
+            raise BadCase(f"{type(e).__name__}: {e}") from e
         client = await self._ensure()
-        base = self.root / _case_dir(case)
-        uris: dict[str, str] = {}
-        for path, text in case.files.items():
-            f = base / path
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(text, encoding="utf-8")
-            uris[path] = f.resolve().as_uri()
+        try:
+            return await self._run(client, case, states, uris)
+        except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
+            log.warning("case %s failed: %s", case.id, e)
+            try:
+                await self.close()  # a fresh server for the next case (no half-open documents)
+            except Exception:  # noqa: BLE001 - it is being replaced anyway
+                self.client = None
+            return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
+
+    async def _run(self, client: LspClient, case: Case, states: dict[str, list[str]],
+                   uris: dict[str, str]) -> dict[str, Any]:
         paths = {u: p for p, u in uris.items()}
-        states = history_states(case)
         versions = dict.fromkeys(case.files, 1)
         current = {p: (states[p][0] if p in states else t) for p, t in case.files.items()}
         for path, text in current.items():
@@ -174,7 +209,12 @@ async def _run_all(cases: list[Case], store: ResultStore, runner: CaseRunner,
                    progress: Callable[[Iterable], Iterable]) -> None:
     try:
         for case in progress([c for c in cases if not store.done(c.id)]):
-            store.add(await runner.run_case(case))
+            try:
+                rec = await runner.run_case(case)
+            except BadCase as e:  # reported with its reason; the run goes on
+                log.warning("bad case %s: %s", case.id, e)
+                rec = error_record(case.id, str(e), case)
+            store.add(rec)
     finally:
         await runner.close()
 
