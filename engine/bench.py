@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=64, help="tokens to generate (canvas length)")
     p.add_argument("--threshold", default="0.9",
                    help="confidence threshold(s), comma-separated for a sweep (default: %(default)s)")
+    p.add_argument("--modes", default="block,adaptive",
+                   help="diffusion decode modes per threshold: block (the trained 32-position step), "
+                        "adaptive (window), an int (fixed window), comma-separated (default: %(default)s)")
     p.add_argument("--contexts", default=None,
                    help="prefill context lengths, comma-separated (default: 512,2048 on CPU, "
                         "512,2048,8192,32768 on CUDA)")
@@ -132,7 +135,7 @@ def _median(xs: list[float]) -> float:
 
 
 def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[float],
-                   repeats: int) -> dict[str, Any]:
+                   repeats: int, modes: tuple[str | int, ...] = ("block",)) -> dict[str, Any]:
     from engine.types import CanvasSpec, SamplerConfig
 
     prompt = prompt_ids(eng, n_prompt)
@@ -143,19 +146,20 @@ def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[floa
     ar_ms = _median([a["decode_ms"] for a in ar])
     rows = []
     eng.generate(prompt, CanvasSpec(eng.block_size), SamplerConfig(threshold=0.0))  # warm-up
-    for tau in thresholds:
-        cfg = SamplerConfig(threshold=tau)
-        _progress(f"diffusion decoding, threshold {tau}")
-        runs = [eng.generate(prompt, spec, cfg) for _ in range(repeats)]
-        r = runs[0]
-        dec_ms = _median([x.timings["decode_ms"] for x in runs])
-        rows.append({
-            "threshold": tau, "tokens": len(r.tokens), "steps": r.steps, "forwards": r.forwards,
-            "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3),
-            "mean_confidence": round(r.mean_confidence, 4),
-            "decode_ms": round(dec_ms, 2), "tokens_per_s": round(len(r.tokens) / dec_ms * 1e3, 1),
-            "speedup_vs_ar": round(ar_ms / dec_ms, 3),
-        })
+    for tau, mode in [(t, m) for t in thresholds for m in modes]:
+      cfg = SamplerConfig(threshold=tau, window=mode)  # type: ignore[arg-type]
+      _progress(f"diffusion decoding, threshold {tau}, {mode}")
+      runs = [eng.generate(prompt, spec, cfg) for _ in range(repeats)]
+      r = runs[0]
+      dec_ms = _median([x.timings["decode_ms"] for x in runs])
+      rows.append({
+          "threshold": tau, "mode": str(mode), "tokens": len(r.tokens), "steps": r.steps,
+          "forwards": r.forwards, "positions": int(r.timings.get("decode_positions", 0)),
+          "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3),
+          "mean_confidence": round(r.mean_confidence, 4),
+          "decode_ms": round(dec_ms, 2), "tokens_per_s": round(len(r.tokens) / dec_ms * 1e3, 1),
+          "speedup_vs_ar": round(ar_ms / dec_ms, 3),
+      })
     return {"prompt_tokens": n_prompt, "ar": {"tokens": n_tokens, "tokens_per_forward": 1.0,
                                               "decode_ms": round(ar_ms, 2),
                                               "tokens_per_s": round(n_tokens / ar_ms * 1e3, 1)},
@@ -217,10 +221,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         contexts = [512, 2048] if dev.type == "cpu" else [512, 2048, 8192, 32768]
     thresholds = [float(x) for x in str(args.threshold).split(",") if x.strip()]
+    modes = tuple(int(m) if m.strip().isdigit() else m.strip() for m in args.modes.split(",") if m.strip())
     t0 = time.perf_counter()
     report = {
         "model": eng.info, "machine": machine(dev),
-        "decoding": bench_decoding(eng, args.prompt, args.tokens, thresholds, args.repeats),
+        "decoding": bench_decoding(eng, args.prompt, args.tokens, thresholds, args.repeats, modes),
         "prefill": bench_prefill(eng, contexts, args.repeats),
     }
     report["memory"] = peak_memory(dev)
@@ -240,13 +245,13 @@ def format_report(r: dict[str, Any]) -> str:
              f"machine {mach.get('gpu') or mach.get('cpu')} / {mach['cpu_count']} cores, "
              f"torch {mach['torch']} ({mach['torch_threads']} threads)", "",
              f"decoding {dec['ar']['tokens']} tokens after a {dec['prompt_tokens']}-token prompt",
-             f"{'mode':<22}{'tok/fwd':>9}{'steps':>7}{'ms':>10}{'tok/s':>9}{'vs AR':>8}",
-             f"{'autoregressive':<22}{1.0:>9.2f}{dec['ar']['tokens']:>7}{dec['ar']['decode_ms']:>10.1f}"
-             f"{dec['ar']['tokens_per_s']:>9.1f}{1.0:>8.2f}"]
+             f"{'mode':<32}{'tok/fwd':>9}{'steps':>7}{'positions':>10}{'ms':>10}{'tok/s':>9}{'vs AR':>8}",
+             f"{'autoregressive':<32}{1.0:>9.2f}{dec['ar']['tokens']:>7}{dec['ar']['tokens']:>10}"
+             f"{dec['ar']['decode_ms']:>10.1f}{dec['ar']['tokens_per_s']:>9.1f}{1.0:>8.2f}"]
     for d in dec["diffusion"]:
-        lines.append(f"{'diffusion tau=' + str(d['threshold']):<22}{d['tokens_per_step']:>9.2f}"
-                     f"{d['steps']:>7}{d['decode_ms']:>10.1f}{d['tokens_per_s']:>9.1f}"
-                     f"{d['speedup_vs_ar']:>8.2f}")
+        name = f"diffusion tau={d['threshold']} {d.get('mode', '')}"
+        lines.append(f"{name:<32}{d['tokens_per_step']:>9.2f}{d['steps']:>7}{d.get('positions', 0):>10}"
+                     f"{d['decode_ms']:>10.1f}{d['tokens_per_s']:>9.1f}{d['speedup_vs_ar']:>8.2f}")
     if "random" in str(m["label"]):
         lines.append("(random weights: confidences are near-uniform, so threshold decoding "
                      "unmasks ~1 token per step; speed only)")

@@ -25,6 +25,7 @@ from engine.attention import attention_path, causal_mask
 from engine.cache import KVCache, PrefixCache, Slot, common_prefix
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
+from engine.decode import WindowDecoder, decode_bidirectional, default_sampler, resolve, scope_rule
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
@@ -62,7 +63,7 @@ class _Job:
 class Engine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
                  meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
-                 approx_cache: bool = True) -> None:
+                 approx_cache: bool = True, sampler: SamplerConfig | None = None) -> None:
         self.model = model.eval()
         self.args: ModelArgs = model.args
         self.tokenizer = tokenizer
@@ -77,6 +78,8 @@ class Engine:
                           sp.region_end, sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        # used for requests without a sampler; its None fields are filled for those with one
+        self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"))
         self.info: dict[str, Any] = {
             "model": name, "label": self.meta.get("label", name), "device": str(self.device),
             "dtype": str(self.dtype).replace("torch.", ""), "attention": attention_path(self.device),
@@ -84,6 +87,7 @@ class Engine:
             "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
             "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
             "params": sum(t.numel() for t in model.parameters()),
+            "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
         }
         log.info("engine ready: %s", self.info)
 
@@ -147,9 +151,14 @@ class Engine:
 
     def _call_request(self, c: Call) -> GenerateRequest:
         b = self._block(c.sampler)
+        cfg = resolve(c.sampler, self.sampler)
         if isinstance(c, InfillCall):
             ids = render_fim(self.tokenizer, c.prompt).ids
-            spec = CanvasSpec(-(-c.max_tokens // b) * b, single_line=c.single_line)
+            line = c.prompt.prefix.rsplit("\n", 1)[-1]
+            scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
+                line.expandtabs(4).lstrip(" "))
+            spec = CanvasSpec(-(-c.max_tokens // b) * b, single_line=c.single_line, keep=c.max_tokens,
+                              scope_indent=scope)
         else:
             ids = render_edit(self.tokenizer, c.prompt).ids
             spec = CanvasSpec(edit_canvas_length(len(self.tokenizer.encode(c.prompt.region)), block_size=b))
@@ -195,12 +204,13 @@ class Engine:
     def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> _Job:
         if not req.prompt_tokens:
             raise ValueError("generate needs at least one prompt token")
-        cfg = req.sampler or SamplerConfig()
+        cfg = resolve(req.sampler, self.sampler)
         sp = self.tokenizer.special
+        scope = req.canvas.scope_indent
         den = Denoiser(req.canvas, cfg, mask_id=sp.mask, end_ids=sp.end_ids,
                        newline_ids=self.newline_ids if req.canvas.single_line else (),
-                       block_size=self._block(cfg),
-                       suppress_ids=self._suppress)
+                       block_size=self._block(cfg), suppress_ids=self._suppress,
+                       stop_rule=None if scope is None else scope_rule(self.tokenizer.decode_content, scope))
         return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step)
 
     @torch.no_grad()
@@ -213,7 +223,12 @@ class Engine:
                     for j in jobs:
                         self._prefill(j)
                     t1 = time.perf_counter()
-                    self._decode_block_causal(jobs)
+                    blocks = [j for j in jobs if j.den.cfg.window in (None, "block")]
+                    for j in jobs:  # window mode: one at a time, the same result as alone
+                        if j.den.cfg.window not in (None, "block"):
+                            WindowDecoder(self, j).run()
+                    if blocks:
+                        self._decode_block_causal(blocks)
                     t2 = time.perf_counter()
                 finally:  # the prompt KV stays valid even if decoding failed
                     for j in jobs:
@@ -224,7 +239,7 @@ class Engine:
             else:
                 for j in jobs:
                     t1 = time.perf_counter()
-                    self._decode_bidirectional(j)
+                    decode_bidirectional(self, j)
                     j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
             total = (time.perf_counter() - t0) * 1e3
             out = []
@@ -353,38 +368,10 @@ class Engine:
                     j.last_hidden = h[r, pres[r] - 1]
                     j.ctx += pres[r]
                 j.forwards += 1
+                j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + len(blocks[r])
                 self._step_logits(j, h[r, pres[r]:], j.last_hidden)
                 if not j.den.finished and j.den.block_done():
                     s, e = j.den.block_range()
                     clean = j.den.canvas[s:e]
                     if j.den.next_block():
                         pending[id(j)] = clean
-
-    # -- bidirectional: approximate dual cache -------------------------------------------------
-    def _decode_bidirectional(self, j: _Job) -> None:
-        n = len(j.prompt)
-        total = n + j.den.spec.length
-        kv = KVCache.for_model(self.args, 1, total, self.dtype, self.device) if self.approx_cache else None
-        fresh = True
-        block = -1
-        while not j.den.finished:
-            if j.abort is not None and j.abort.aborted:
-                j.den.abort()
-                break
-            s, e = j.den.block_range()
-            if j.den.block != block or not self.approx_cache or fresh:
-                block, fresh = j.den.block, False
-                ids = torch.tensor([j.prompt + j.den.canvas], device=self.device)
-                if kv is not None:
-                    kv.length = 0
-                h = self.model(ids, cache=kv, logits_slice=slice(0, 0))[0]
-                if kv is not None:
-                    kv.length = total
-                prev, hb = h[n + s - 1], h[n + s: n + e]
-            else:
-                ids = torch.tensor([j.den.block_ids()], device=self.device)
-                hb = self.model(ids, offset=n + s, cache=kv, logits_slice=slice(0, 0))[0]
-            j.forwards += 1
-            self._step_logits(j, hb, prev)
-            if not j.den.finished and j.den.block_done():
-                j.den.next_block()

@@ -12,12 +12,17 @@ Scores: ``confidence`` (prob of the chosen token), ``margin`` (top1 − top2), `
 generator. Variable length: positions after the first decided end/pad token are never decoded
 and the canvas finishes once everything before it is decided; single-line mode does the same at
 the first token containing a newline.
+
+Window mode (`set_window`): the engine chooses the active positions (the first masked position and
+a few after it) instead of a fixed block; ``step(..., force_first=True)`` always decides the leftmost
+one, so the decided prefix grows every step and can be committed to the KV cache. A ``stop_rule``
+sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -78,7 +83,8 @@ class Denoiser:
 
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
                  newline_ids: Iterable[int] = (), block_size: int = 32,
-                 suppress_ids: Iterable[int] = ()) -> None:
+                 suppress_ids: Iterable[int] = (),
+                 stop_rule: Callable[[list[int]], int | None] | None = None) -> None:
         if spec.length <= 0:
             raise ValueError("canvas length must be positive")
         self.spec, self.cfg = spec, cfg
@@ -94,8 +100,12 @@ class Denoiser:
         self.steps = 0
         self.block_steps = 0
         self.finish: FinishReason | None = None
-        self._stop = spec.length  # canvas positions >= this are not needed
+        self._stop = min(spec.length, spec.keep or spec.length)  # positions >= this are not needed
         self._stop_kind: FinishReason | None = None
+        self.stop_rule = stop_rule  # decided prefix ids -> tokens to keep (None: go on)
+        self.prefix = 0  # length of the decided prefix (every position before it is decided)
+        self.window: tuple[int, int] | None = None  # window mode: the active positions
+        self.confident = 0  # candidates of the last step with confidence >= threshold
         self.generator: torch.Generator | None = None  # created on the logits' device
 
     # ---- geometry --------------------------------------------------------------------------
@@ -104,6 +114,8 @@ class Denoiser:
         return -(-self.spec.length // self.block_size)
 
     def block_range(self, b: int | None = None) -> tuple[int, int]:
+        if b is None and self.window is not None:
+            return self.window
         b = self.block if b is None else b
         s = b * self.block_size
         return s, min(s + self.block_size, self.spec.length)
@@ -111,6 +123,15 @@ class Denoiser:
     def block_ids(self) -> list[int]:
         s, e = self.block_range()
         return self.canvas[s:e]
+
+    def set_window(self, lo: int, hi: int) -> None:
+        """Window mode: the active positions are ``[lo, hi)`` (clipped to the needed canvas)."""
+        self.window = (lo, max(lo, min(hi, self._stop)))
+
+    @property
+    def needed(self) -> int:
+        """Canvas positions that still matter (``keep``, first end token, newline, scope)."""
+        return self._stop
 
     def candidates(self) -> list[int]:
         """Block-relative indices of masked positions that still matter."""
@@ -134,8 +155,11 @@ class Denoiser:
 
     # ---- one step ----------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, logits: Tensor, rows: list[int] | None = None) -> int:
-        """``logits`` (M, V) predict block positions ``rows`` (default: `candidates()`)."""
+    def step(self, logits: Tensor, rows: list[int] | None = None, force_first: bool = False,
+             take_all: bool = False) -> int:
+        """``logits`` (M, V) predict block positions ``rows`` (default: `candidates()`);
+        ``force_first``: the first row is decided whatever its score (window mode); ``take_all``:
+        every row is (verified drafts)."""
         cand = self.candidates() if rows is None else rows
         if not cand:
             return 0
@@ -147,7 +171,9 @@ class Denoiser:
             left = max(1, self.cfg.max_steps - self.block_steps)
             minimum = math.ceil(len(cand) / left)
         picked = select_positions(conf.cpu(), score.cpu(), self.cfg, minimum)
-        picked = sorted({*picked, *self._end_run(cand, tokens, conf)})
+        picked = sorted({*picked, *self._end_run(cand, tokens, conf), *([0] if force_first else []),
+                         *(range(len(cand)) if take_all else [])})
+        self.confident = int((conf >= self.cfg.threshold).sum())
         s, _ = self.block_range()
         tok_l, conf_l = tokens.tolist(), conf.tolist()  # one device sync
         for j in picked:
@@ -193,11 +219,17 @@ class Denoiser:
             if self.decided[i] and self.canvas[i] in self.newline_ids:
                 self._stop, self._stop_kind = i + 1, "newline"
                 break
-        if all(self.decided[: self._stop]):
-            if self._stop_kind is not None:
-                self.finish = self._stop_kind
-            elif self._stop == self.spec.length:
-                self.finish = "length"
+        p = self.prefix
+        while p < self._stop and self.decided[p]:
+            p += 1
+        if p > self.prefix:
+            self.prefix = p
+            if self.stop_rule is not None:
+                cut = self.stop_rule(self.canvas[:p])
+                if cut is not None and cut < self._stop:
+                    self._stop, self._stop_kind = max(0, cut), "scope"
+        if self.prefix >= self._stop:
+            self.finish = self._stop_kind or "length"
 
     def next_block(self) -> bool:
         """Move to the next block; False when there is none (finish = "length")."""
@@ -218,7 +250,7 @@ class Denoiser:
         """Decided ids up to the first end token / newline token (inclusive) / still-masked slot."""
         ids: list[int] = []
         confs: list[float] = []
-        for i in range(self.spec.length):
+        for i in range(self._stop if self._stop_kind == "scope" else self.spec.length):
             if not self.decided[i] or self.canvas[i] in self.end_ids:
                 break
             ids.append(self.canvas[i])

@@ -7,6 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+# (confidences of the decided output so far, positions still open) -> stop now?
+GiveUp = Callable[[list[float], int], bool]
+
 
 @dataclass
 class SamplerConfig:
@@ -19,6 +22,20 @@ class SamplerConfig:
                  "entropy" (negative entropy).
     temperature: 0 = greedy; > 0 samples (with ``top_p``) using ``seed``.
     block_size:  canvas is decoded block by block, left to right (semi-autoregressive).
+    window:      positions a step computes, for block-causal models: "block" = the whole current
+                 block (the trained layout, batched), an int = a fixed window of that many
+                 positions after the decided prefix (1 = autoregressive cost), "adaptive" = a window
+                 that halves when a step unmasks one token and doubles when every position was
+                 confident (between 1 and ``window_max``, ``single_line_window`` for single-line
+                 canvases). In window modes the leftmost masked position is decided every step and
+                 the decided prefix is committed to the KV cache (causally) as it grows. None = the
+                 engine's default (adaptive on a CPU, block elsewhere).
+    speculate:   window modes at width 1: verify up to this many draft tokens per forward, copied
+                 from the prompt where its last tokens occur there (prompt lookup; greedy only,
+                 output identical to decoding without it). None = the engine's default.
+    give_up:     called after each step with the confidences of the decided output so far and the
+                 number of positions still open; True stops the request (finish "gave_up") — the
+                 gate's "this can no longer reach the show threshold".
     """
 
     strategy: Literal["threshold", "topk"] = "threshold"
@@ -33,6 +50,12 @@ class SamplerConfig:
     # commit a trailing run of predicted end/pad tokens at once when its mean confidence >= this
     # (None = off: pads are unmasked like any other token, one threshold decision each)
     end_run_threshold: float | None = 0.5
+    window: int | Literal["block", "adaptive"] | None = None
+    window_max: int | None = None  # None = the model's block size
+    single_line_window: int = 8
+    speculate: int | None = None
+    stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
+    give_up: GiveUp | None = None
 
 
 @dataclass
@@ -42,6 +65,10 @@ class CanvasSpec:
     length: int  # number of mask tokens (upper bound of the output length)
     single_line: bool = False  # stop at the first newline
     stop_at_end: bool = True  # the canvas ends at the first end/pad token
+    keep: int | None = None  # positions >= keep are never decoded (the response is cut there)
+    # multi-line: stop before the first non-blank line after the first one that is indented less than
+    # this many columns (tabs = 4), or that follows two blank lines (the cursor's block ended)
+    scope_indent: int | None = None
 
 
 class AbortSignal:
@@ -58,7 +85,8 @@ class AbortSignal:
         return self._event.is_set()
 
 
-FinishReason = Literal["end", "length", "newline", "aborted"]
+FinishReason = Literal["end", "length", "newline", "aborted", "scope", "gave_up"]
+
 
 
 @dataclass

@@ -19,11 +19,15 @@ def test_bench_engine_json(capsys: pytest.CaptureFixture[str]) -> None:
     r = json.loads(capsys.readouterr().out)
     dec = r["decoding"]
     assert dec["ar"]["tokens"] == 16 and dec["ar"]["tokens_per_forward"] == 1.0
-    strict, loose = dec["diffusion"]
-    assert strict["tokens"] == loose["tokens"] == 16
+    rows = {(d["threshold"], d["mode"]): d for d in dec["diffusion"]}
+    assert set(rows) == {(0.9, "block"), (0.9, "adaptive"), (0.0, "block"), (0.0, "adaptive")}
+    strict, loose = rows[0.9, "block"], rows[0.0, "block"]
+    assert all(d["tokens"] == 16 for d in rows.values())
     assert strict["steps"] == 16  # random weights: ~1 token per step at tau 0.9
     assert loose["steps"] == 16 // 8 and loose["tokens_per_step"] == 8.0  # tau 0: a block per step
     assert loose["speedup_vs_ar"] > 0 and strict["tokens_per_s"] > 0
+    # the window computes fewer positions than whole blocks when ~1 token is unmasked per step
+    assert rows[0.9, "adaptive"]["positions"] < strict["positions"]
     ctx = {p["context"]: p for p in r["prefill"]}
     assert set(ctx) == {128, 512}
     for p in ctx.values():  # a 1-token edit at the end recomputes one token

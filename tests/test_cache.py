@@ -48,7 +48,8 @@ def reference_decode(eng: Engine, prompt: list[int], spec: CanvasSpec, cfg: Samp
     return d.output()[0]
 
 
-@pytest.mark.parametrize("cfg", [SamplerConfig(), SamplerConfig(strategy="topk", tokens_per_step=3)])
+@pytest.mark.parametrize("cfg", [SamplerConfig(window="block"),
+                                 SamplerConfig(strategy="topk", tokens_per_step=3, window="block")])
 def test_cached_decoding_equals_full_recompute(eng: Engine, cfg: SamplerConfig) -> None:
     prompt = text_ids(eng, 40)
     spec = CanvasSpec(20, stop_at_end=False)
@@ -178,18 +179,23 @@ def test_bidirectional_exact_mode_equals_recompute_and_dual_cache_runs() -> None
     assert a.tokens == d.output()[0]
 
 
-def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("window", ["block", "adaptive"])
+def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest.MonkeyPatch, window: str) -> None:
     eng.cache.clear()
     prompt = text_ids(eng, 40, seed=9)
     spec = CanvasSpec(8)
+    monkeypatch.setattr(eng, "sampler", SamplerConfig(window=window, speculate=0))  # type: ignore[arg-type]
     eng.generate(prompt, spec, cache_key="f")
 
-    def boom(jobs: object) -> None:
+    def boom(*_: object) -> None:
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(eng, "_decode_block_causal", boom)
-    with pytest.raises(RuntimeError, match="out of memory"):
-        eng.generate(prompt + [70], spec, cache_key="f")
-    monkeypatch.undo()
+    with monkeypatch.context() as m:
+        if window == "block":
+            m.setattr(eng, "_decode_block_causal", boom)
+        else:
+            m.setattr(engine_mod.WindowDecoder, "run", boom)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            eng.generate(prompt + [70], spec, cache_key="f")
     r = eng.generate(prompt + [70, 71], spec, cache_key="f")
     assert r.cached_tokens == 41 and r.tokens == eng.generate(prompt + [70, 71], spec).tokens

@@ -158,7 +158,7 @@ def test_canvas_steps_run_without_a_mask(eng: Engine, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(model_mod, "attend", spy)
     prompt = eng.tokenizer.encode("def f(x):\n    return x * 2\n")
-    r = eng.generate(prompt, CanvasSpec(24, stop_at_end=False))
+    r = eng.generate(prompt, CanvasSpec(24, stop_at_end=False), SamplerConfig(window="block"))
     n_layers, b = eng.args.n_layers, eng.block_size
     per_forward = [calls[i] for i in range(0, len(calls), n_layers)]
     assert len(per_forward) == r.forwards == r.steps + 1

@@ -1,0 +1,183 @@
+"""Window decoding (engine.decode): exact vs. a no-cache recomputation, AR at width 1, prompt-lookup
+drafts change nothing, stop rules (keep, scope, give_up), the decode setting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
+from engine.decode import Lookup, parse_decode, resolve, scope_cut, scope_rule
+from engine.sampler import Denoiser
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def eng() -> Engine:
+    return Engine.load("tiny-random", device="cpu")
+
+
+def text_ids(n: int, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(32, 127, (n,), generator=g).tolist()
+
+
+def denoiser(eng: Engine, spec: CanvasSpec, cfg: SamplerConfig) -> Denoiser:
+    sp = eng.tokenizer.special
+    return Denoiser(spec, cfg, mask_id=sp.mask, end_ids=sp.end_ids, block_size=eng.block_size,
+                    suppress_ids=eng._suppress)
+
+
+@torch.no_grad()
+def reference_window(eng: Engine, prompt: list[int], spec: CanvasSpec, cfg: SamplerConfig, w: int) -> list[int]:
+    """No KV cache: every step runs prompt + decided prefix (causal) + the window's masked inputs
+    (seeing everything) and decides the window's first position plus the confident ones."""
+    d = denoiser(eng, spec, cfg)
+    n = len(prompt)
+    while not d.finished:
+        start = d.prefix
+        d.set_window(start, start + w)
+        lo, hi = d.block_range()
+        seq = prompt + d.canvas[:start] + d.canvas[lo:lo + max(0, hi - lo - 1)]
+        ctx, t = n + start, len(prompt) + start + max(0, hi - lo - 1)
+        q = torch.arange(t)
+        mask = torch.arange(t)[None, :] < torch.where(q < ctx, q + 1, torch.full_like(q, t))[:, None]
+        h = eng.model(torch.tensor([seq]), mask=mask, logits_slice=slice(0, 0))[0]
+        cand = d.candidates()
+        d.step(eng.model.logits(h[[ctx + c - 1 for c in cand]][None])[0], cand, force_first=True)
+    return d.output()[0]
+
+
+@torch.no_grad()
+def reference_ar(eng: Engine, prompt: list[int], n: int) -> list[int]:
+    """Greedy left-to-right decoding with a plain causal forward over everything, every token."""
+    out: list[int] = []
+    sup = torch.tensor(eng._suppress)
+    for _ in range(n):
+        logits = eng.model(torch.tensor([prompt + out]), is_causal=True)[0, -1].float()
+        out.append(int(logits.index_fill(0, sup, float("-inf")).argmax()))
+    return out
+
+
+@pytest.mark.parametrize("w", [1, 3, 8])
+def test_window_decoding_equals_recompute(eng: Engine, w: int) -> None:
+    prompt = text_ids(30, seed=w)
+    spec = CanvasSpec(20, stop_at_end=False)
+    cfg = SamplerConfig(window=w, speculate=0, threshold=0.05)  # low tau: several positions per step
+    got = eng.generate(prompt, spec, cfg)
+    assert got.tokens == reference_window(eng, prompt, spec, cfg, w) and len(got.tokens) == 20
+    assert got.timings["decode_positions"] > 0
+
+
+def test_width_one_is_autoregressive_and_drafts_change_nothing(eng: Engine) -> None:
+    prompt = text_ids(12, seed=3) * 3  # repeats: the lookup has drafts to offer
+    spec = CanvasSpec(24, stop_at_end=False)
+    ar = eng.generate(prompt, spec, SamplerConfig(window=1, speculate=0))
+    assert ar.tokens == reference_ar(eng, prompt, 24)
+    assert ar.steps == 24 and ar.forwards == 24  # prefill + 23 (the first token needs no forward)
+    spec_run = eng.generate(prompt, spec, SamplerConfig(window=1, speculate=6))
+    assert spec_run.tokens == ar.tokens
+    assert spec_run.timings["decode_drafted"] > 0 and spec_run.forwards <= ar.forwards
+
+
+def test_adaptive_window_and_batch_equal_alone(eng: Engine) -> None:
+    reqs = [text_ids(25, seed=s) for s in (5, 6)]
+    spec = CanvasSpec(16, stop_at_end=False)
+    cfg = SamplerConfig(window="adaptive", threshold=0.02)
+    from engine import GenerateRequest
+
+    batch = eng.generate_batch([GenerateRequest(p, spec, cfg) for p in reqs])
+    alone = [eng.generate(p, spec, cfg) for p in reqs]
+    assert [b.tokens for b in batch] == [a.tokens for a in alone]
+    assert all(len(a.tokens) == 16 for a in alone)
+
+
+def test_keep_limits_decoded_positions(eng: Engine) -> None:
+    prompt = text_ids(20, seed=8)
+    for window in ("block", 4):
+        r = eng.generate(prompt, CanvasSpec(16, stop_at_end=False, keep=5), SamplerConfig(window=window))
+        assert len(r.tokens) == 5 and r.finish_reason == "length"
+        assert r.steps <= 5
+
+
+def test_give_up_hook_stops(eng: Engine) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def give_up(confs: list[float], left: int) -> bool:
+        seen.append((len(confs), left))
+        return len(confs) >= 3
+
+    r = eng.generate(text_ids(20), CanvasSpec(16, stop_at_end=False), SamplerConfig(window=2, give_up=give_up))
+    assert r.finish_reason == "gave_up" and 3 <= len(r.tokens) < 16
+    assert seen[0][0] + seen[0][1] == 16
+
+
+def test_scope_cut_matches_the_gate() -> None:
+    from edit_server.selectivity.gate import _cut_at_scope_end
+
+    cases = ["x = 1\n    y = 2\nz = 3\n", "a\n\n\n    b\n", "a\n        b\n    c\n  d", "a\n    b", "\tx\n\ty\nz"]
+    for text in cases:
+        for base in (0, 4):
+            line_prefix = " " * base
+            cut = scope_cut(text, base)
+            mine = (text if cut is None else text[:cut]).rstrip("\n").count("\n")
+            # the gate expands tabs first (the prefix is indented with spaces), then cuts
+            want = _cut_at_scope_end(text.replace("\t", "    "), line_prefix).rstrip("\n").count("\n")
+            assert mine == want, (text, base)
+    assert scope_cut("if x:\n        a\n    b", 8) == len("if x:\n        a\n")
+    assert scope_cut("a\n    ", 4) is None  # the next line's indent is not known yet
+
+
+def test_scope_rule_keeps_tokens_up_to_the_cut(eng: Engine) -> None:
+    tok = eng.tokenizer
+    ids = tok.encode("    y = 2\n    z = 3\nprint(y)\n")
+    rule = scope_rule(tok.decode_content, 4)
+    k = rule(ids)
+    assert k is not None and tok.decode_content(ids[:k]).startswith("    y = 2\n    z = 3\n")
+    assert "print" not in tok.decode_content(ids[:k - 1])
+    assert rule(tok.encode("    y = 2\n    z")) is None
+
+
+def test_infill_multi_line_stops_when_the_scope_closes(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A canvas that leaves the cursor's block stops there (finish "scope")."""
+    tok = eng.tokenizer
+    script = tok.encode("x\n    y\nz = 1\nmore text that is never needed\n")
+    real = Denoiser.step
+
+    def scripted(self: Denoiser, logits: torch.Tensor, rows: list[int] | None = None, **kw: object) -> int:
+        cand = self.candidates() if rows is None else rows
+        s, _ = self.block_range()
+        fake = torch.full_like(logits, -30.0)
+        for r, c in enumerate(cand):
+            fake[r, script[s + c] if s + c < len(script) else tok.special.eom] = 30.0
+        return real(self, fake, rows, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Denoiser, "step", scripted)
+    r = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=40, sampler=SamplerConfig(window=4, speculate=0))
+    assert r.finish_reason == "scope" and "more" not in r.text and r.text.startswith("x\n    y\n")
+    off = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=40,
+                     sampler=SamplerConfig(window=4, speculate=0, stop_at_scope=False))
+    assert "more" in off.text
+
+
+def test_lookup_drafts_follow_the_last_ngram() -> None:
+    lk = Lookup([1, 2, 3, 4, 5, 6, 1, 2])
+    assert lk.draft(3) == [3, 4, 5]
+    lk.push([3, 9])
+    assert lk.draft(2) == []  # (2, 3, 9) / (3, 9) never seen before
+    lk.push([5, 6])
+    assert lk.draft(4) == [1, 2, 3, 9]  # the latest occurrence of (5, 6)
+    assert Lookup([7]).draft(3) == []
+
+
+def test_decode_setting() -> None:
+    assert parse_decode("ar") == {"window": 1, "speculate": 0}
+    assert parse_decode("adaptive,spec=4") == {"window": "adaptive", "speculate": 4}
+    assert parse_decode("8") == {"window": 8}
+    with pytest.raises(ValueError):
+        parse_decode("fast")
+    base = SamplerConfig(window="adaptive", speculate=8)
+    assert resolve(None, base) is base
+    got = resolve(SamplerConfig(threshold=0.5, window=2), base)
+    assert (got.threshold, got.window, got.speculate) == (0.5, 2, 8)
