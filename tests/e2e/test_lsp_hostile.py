@@ -1,0 +1,125 @@
+"""Hostile and careless clients over raw stdio: bad frames, message order, bad params, signals.
+Each of these failed before the server had its own framing and protocol rules (issue: hardening)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.raw_client import RawServer, frame
+
+pytestmark = pytest.mark.e2e
+TEXT = "def add(a, b):\n    return \n"
+URI = "file:///tmp/edit-server-hostile/h.py"
+
+
+def _open(s: RawServer, text: str = TEXT) -> None:
+    s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": URI, "languageId": "python", "version": 1, "text": text}}})
+
+
+def _inline(s: RawServer, rid: Any, line: int = 1, ch: int = 11) -> dict[str, Any]:
+    return s.request(rid, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": URI}, "position": {"line": line, "character": ch}, "context": {"triggerKind": 1}})
+
+
+BAD_FRAMES = [
+    b"Content-Length: 1000000000000000\r\n\r\n{}",  # over the cap: no allocation, answered, skipped
+    b"Content-Length: 1e15\r\n\r\n",
+    b"Content-Length: -5\r\n\r\n",
+    b"Content-Length: 0\r\n\r\n",
+    b"Content-Type: application/json\r\n\r\n",  # no length at all
+    b"Garbage header without colon\r\n\r\n",
+    b"Content-Length: 12\r\n\r\nnot json!!!!",
+    b"Content-Length: 2\r\n\r\n[]",  # valid JSON, not a message
+    b"X-Long: " + b"x" * 100_000 + b"\r\n\r\n",
+]
+
+
+def test_bad_frames_are_answered_and_the_server_keeps_reading() -> None:
+    s = RawServer()
+    try:
+        s.initialize()
+        for i, bad in enumerate(BAD_FRAMES):
+            s.send(bad)
+            err = s.wait_for(lambda m: "error" in m and m.get("id") is None, timeout=30)
+            assert err["error"]["code"] in (-32700, -32600), (i, err)
+            _open(s)
+            res = _inline(s, f"after-{i}")  # still reading, still in sync
+            assert res["result"]["items"][0]["insertText"] == "a + b", (i, res)
+        # lowercase header name and bare \n line ends are accepted
+        body = frame({"jsonrpc": "2.0", "id": "lf", "method": "shutdown"}).split(b"\r\n\r\n", 1)[1]
+        s.send(b"content-length: %d\n\n" % len(body) + body)
+        assert s.response("lf")["result"] is None
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        assert s.close() == 0
+    finally:
+        s.proc.kill()
+
+
+def test_message_order_rules_and_exit_status() -> None:
+    s = RawServer()
+    try:
+        early = s.request(1, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}, "context": {"triggerKind": 1}})
+        assert early["error"]["code"] == -32002  # before initialize
+        s.initialize()
+        again = s.request(2, "initialize", {"capabilities": {}})
+        assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
+        _open(s)
+        assert _inline(s, 3)["result"]["items"][0]["insertText"] == "a + b"  # completions still alive
+        assert s.request(4, "shutdown")["result"] is None
+        late = _inline(s, 5)
+        assert late["error"]["code"] == -32600 and "shutting down" in late["error"]["message"]
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        assert s.close() == 0
+    finally:
+        s.proc.kill()
+    s = RawServer()
+    try:
+        s.initialize()
+        s.send({"jsonrpc": "2.0", "method": "exit"})  # exit without shutdown: status 1 (LSP)
+        assert s.close() == 1
+    finally:
+        s.proc.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_the_server_while_stdin_stays_open(sig: int) -> None:
+    s = RawServer()
+    try:
+        s.initialize()
+        t0 = time.monotonic()
+        s.proc.send_signal(sig)
+        assert s.close() == 128 + sig and time.monotonic() - t0 < 5
+    finally:
+        s.proc.kill()
+
+
+def test_nested_message_lookalikes_and_non_string_text() -> None:
+    s = RawServer()
+    try:
+        s.initialize()
+        _open(s)
+        nested = {"jsonrpc": "2.0", "id": 99, "method": "textDocument/copilotInlineEdit",
+                  "params": {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}}}
+        s.send({"jsonrpc": "2.0", "id": 7, "method": "workspace/executeCommand",
+                "params": {"command": "editServer.accept", "arguments": [{"id": "x", "payload": nested}]}})
+        s.response(7)
+        assert _inline(s, 8)["result"]["items"]
+        assert not [m for m in s.seen if m.get("id") == 99]  # the nested object was never a message
+        # a non-string text is rejected and the document keeps its last good text
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": None}]}})
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": URI, "languageId": "python", "version": 3, "text": 12345}}})
+        s.wait_for(lambda m: m.get("method") == "window/logMessage" and "rejected" in m["params"]["message"])
+        res = _inline(s, 9)
+        item = res["result"]["items"][0]  # positions resolve against the intact text: (1, 11) exists
+        assert item["range"]["start"] == {"line": 1, "character": 11}
+        assert item["command"]["arguments"][0]["version"] == 1
+    finally:
+        s.proc.kill()
