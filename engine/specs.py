@@ -74,6 +74,8 @@ def _random_args(shape: str, tok: Tokenizer) -> tuple[ModelArgs, str]:
     from engine.loading.archs import args_from_dict
 
     args, arch = args_from_dict(dict(entry.shape, architectures=[entry.architecture]))
+    args.attention, args.shifted_logits = entry.attention, entry.shifted_logits  # the registry's regime
+    args.block_size, args.block_align = entry.block_size, entry.block_align
     args.vocab_size = max(args.vocab_size, tok.vocab_size)
     args.special_tokens = special
     return args, f"{entry.name} shape ({arch})"

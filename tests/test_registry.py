@@ -85,6 +85,10 @@ def test_random_config_spec(tmp_path: Path) -> None:
     args, label = _random_args("Dream-org/Dream-Coder-v0-Instruct-7B", Tokenizer.byte_level())
     assert (args.dim, args.n_layers, args.vocab_size, args.attention) == (3584, 28, 152064, "bidirectional")
     assert "Dream-Coder" in label
+    od, _ = _random_args("fredzzp/open-dcoder-0.5B", Tokenizer.byte_level())
+    assert (od.attention, od.shifted_logits, od.tie_embeddings) == ("bidirectional", True, True)
+    sdar, _ = _random_args("JetLM/SDAR-8B-Chat", Tokenizer.byte_level())
+    assert (sdar.block_size, sdar.block_align, sdar.head_dim, sdar.qk_norm) == (4, "absolute", 128, True)
     cfg = {"architectures": ["SDARForCausalLM"], "hidden_size": 32, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
            "vocab_size": 300, "max_position_embeddings": 512}
