@@ -29,6 +29,7 @@ class FakeHub:
     def __init__(self, files: dict[str, bytes], *, fail_after: dict[str, int] | None = None) -> None:
         self.files = files
         self.requests: list[tuple[str, str]] = []
+        self.auth: list[str | None] = []  # Authorization header of every request
         self.fail_after = dict(fail_after or {})  # file -> serve only this many bytes once
         hub = self
 
@@ -52,6 +53,7 @@ class FakeHub:
 
             def do_HEAD(self) -> None:  # noqa: N802
                 hub.requests.append(("HEAD", self.path))
+                hub.auth.append(self.headers.get("Authorization"))
                 f = self._file()
                 if f is None:
                     self.send_response(404)
@@ -62,6 +64,7 @@ class FakeHub:
 
             def do_GET(self) -> None:  # noqa: N802
                 hub.requests.append(("GET", self.path))
+                hub.auth.append(self.headers.get("Authorization"))
                 path = self.path.split("?")[0]
                 if path.startswith(f"/api/models/{REPO}/revision/"):
                     rev = path.rsplit("/", 1)[1]
@@ -265,3 +268,11 @@ def test_spec_loader_routes_hub_ids(model_files: dict[str, bytes], hub_env: Path
         seen: list[int] = []
         ck = load_checkpoint_spec(REPO, progress=lambda d, t, m: seen.append(d))
     assert ck.meta["revision"] == COMMIT and seen
+
+
+def test_hf_token_is_sent(model_files: dict[str, bytes], hub_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token_123")
+    with FakeHub(model_files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        fetch(REPO)
+    assert hub.auth and all(a == "Bearer hf_test_token_123" for a in hub.auth)
