@@ -156,9 +156,10 @@ def _pem_inline(body: str) -> list[tuple[int, int]]:
 
 
 def redact_lines(lines: Sequence[str], path: str | None = None, max_line: int | None = None, *,
-                 diff: bool = False) -> list[str]:
-    """Redacted ``lines`` (newlines kept), private-key blocks across lines included. ``diff``: each
-    line starts with a one-character diff marker, kept as it is."""
+                 diff: bool = False, blocks: bool = True) -> list[str]:
+    """Redacted ``lines`` (newlines kept), private-key blocks across lines included (``blocks``;
+    False: each line on its own, as ``redact_line``, for lines that are not neighbours). ``diff``:
+    each line starts with a one-character diff marker, kept as it is."""
     heads = [ln[:1] if diff else "" for ln in lines]
     bodies = [_clip(ln[len(h):], max_line) for ln, h in zip(lines, heads, strict=True)]
     text = "".join(bodies)
@@ -167,7 +168,7 @@ def redact_lines(lines: Sequence[str], path: str | None = None, max_line: int | 
     spans = scan(text, rules_for(path))
     pem: set[int] = set()
     if "PRIVATE KEY" in text or "PuTTY" in text:
-        pem = _pem_lines(bodies)
+        pem = _pem_lines(bodies) if blocks else set()
         starts = [0]
         for b in bodies:
             starts.append(starts[-1] + len(b))

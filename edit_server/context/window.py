@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edit_server.context.budget import TokenCounter
-from edit_server.context.secrets import cap, pem_rows, redact_line, split_redacted, whole_line
+from edit_server.context.secrets import cap, pem_rows, redact_line, redact_lines, split_redacted, whole_line
 from edit_server.context.syntax import Document
 
 
@@ -58,13 +58,15 @@ class LineCosts:
         self._sum()
 
     def _redact(self, lines: list[str]) -> list[str]:
-        out, cache = [], self.cache
-        for line in lines:
-            r = cache.get(line)
-            if r is None:
-                r = cache[line] = redact_line(line, self.path, self.max_line)
-            out.append(r)
-        return out
+        cache = self.cache
+        missing = list(dict.fromkeys(line for line in lines if line not in cache))
+        if len(missing) > 4:  # one scan of them all (a document just opened)
+            for line, red in zip(missing, redact_lines(missing, self.path, self.max_line, blocks=False), strict=True):
+                cache[line] = red
+        else:
+            for line in missing:
+                cache[line] = redact_line(line, self.path, self.max_line)
+        return [cache[line] for line in lines]
 
     def _sum(self) -> None:
         self.sums = np.zeros(len(self.costs) + 1, dtype=np.int64)

@@ -15,6 +15,7 @@ from edit_server.context import collect
 from edit_server.context.exclusions import Exclusions
 from edit_server.context.gitctx import GitContext
 from edit_server.context.options import ContextOptions, check_roots
+from edit_server.context.secret_scan import all_rules
 from edit_server.context.secrets import FileRules, cap, redact, redact_line, redact_window
 from edit_server.context.symbols import SymbolIndex, extract
 from edit_server.context.syntax import Document, Edit, infer_edit
@@ -52,6 +53,7 @@ class Workspace:
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-bg")
         self._pending: list[Future] = []
+        self._submit(all_rules)  # load the secret rules off the first build's path
         if problems:
             log.warning("context builder degraded: %s", self.degraded)
         if self.options.index_workspace and self.roots and not self.current_only:
