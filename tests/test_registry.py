@@ -265,3 +265,36 @@ def test_bench_engine_random_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     r = json.loads(capsys.readouterr().out)
     assert r["model"]["regime"] == "bidirectional" and "DreamModel shape" in r["model"]["label"]
     assert r["decoding"]["diffusion"][0]["tokens"] == 8
+
+
+def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
+    """A block-causal chat model (SDAR layout) prompted through its registry format, end to end."""
+    from engine.engine import Engine
+    from engine.formats.run import cut_at_stops, run_layout
+    from tests.crosscheck_util import save_checkpoint
+    from tests.test_loading_hf import N_BASE
+
+    cfg = {"architectures": ["SDARForCausalLM"], "hidden_size": 32, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
+           "vocab_size": N_BASE + 3, "max_position_embeddings": 512, "mask_token_id": N_BASE}
+    args, _ = args_from_dict(cfg)
+    from engine.loading.common import expected_shapes
+
+    g = torch.Generator().manual_seed(0)
+    sd = {k: torch.randn(s, generator=g) * 0.05 for k, s in expected_shapes(args).items()}
+    root = save_checkpoint(tmp_path / "SDAR-1.7B-Chat", sd, cfg, extra_tokens=("<|MASK|>", "<|im_start|>", "<|im_end|>"))
+    from engine.loading.hf import load_hf
+
+    ck = load_hf(root)
+    assert ck.meta["registry"] == "JetLM/SDAR-1.7B-Chat"  # found by the directory name
+    eng = Engine.from_checkpoint(ck, device="cpu")
+    fmt = for_model(eng.tokenizer, eng.meta)
+    lay = fmt.fim(FimPrompt(PREFIX, SUFFIX), 6)
+    res = run_layout(eng, lay, max_tokens=6, cache_key="doc")
+    assert len(res.tokens) <= 6 and res.steps > 0
+    im_end = tid(eng.tokenizer, "<|im_end|>")
+    res.tokens, res.confidences = [5, 6, im_end, 7], [0.9] * 4
+    assert cut_at_stops(eng, res, lay.stop_ids, False).tokens == [5, 6]
+    with pytest.raises(FormatNotSupported, match="in-place"):
+        run_layout(eng, for_model(eng.tokenizer, {"registry": "fredzzp/open-dcoder-0.5B"}).fim(
+            FimPrompt(PREFIX, SUFFIX), 6))
