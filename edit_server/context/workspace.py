@@ -83,6 +83,9 @@ class Workspace:
                 self._outlines.clear()
             if new.git != old.git:
                 self._git.clear()
+            if new.max_doc_chars != old.max_doc_chars:
+                for doc in self.docs.values():
+                    doc.max_parse = new.max_doc_chars
             reindex = new.exclude != old.exclude or new.index_workspace and not old.index_workspace
         if reindex and new.index_workspace and self.roots and not self.current_only:
             self._submit(self._scan)
