@@ -6,7 +6,8 @@ treated as one, and ``exit`` always ends with status 0. Here:
 
 * header lines are case-insensitive, ``\\n`` or ``\\r\\n``, at most 8 KiB each (longer ones are drained);
 * a frame without a usable ``Content-Length``, or over ``limits.maxMessageBytes``, is answered with a
-  JSON-RPC error (id null) and skipped without buffering it: reading resumes at the next header block;
+  JSON-RPC error (id null) and skipped without buffering it: reading resumes at the next header block
+  (found even when the skipped body has no line end and runs into it);
 * a body that is not a JSON object is answered -32700 / -32600 (id null); only the top-level object
   is a message;
 * the reader is a daemon thread, so ``exit`` (status 0 after ``shutdown``, else 1 — as LSP says) and
@@ -111,6 +112,9 @@ def read_frame(stdin: Any, max_bytes: int) -> Frame:
         if not line:
             return Frame()  # EOF
         text = line.strip()
+        at = text.lower().rfind(b"content-length:")
+        if at > 0:  # the tail of a skipped body glued to the next header: resynchronise on it
+            text = text[at:]
         if not text:
             if seen:
                 break
