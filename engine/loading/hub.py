@@ -12,7 +12,9 @@ not cached), ``HF_TOKEN`` (gated / private models), ``HF_ENDPOINT`` (mirrors, te
 ``HF_HUB_CACHE`` / ``HF_HOME`` (cache location).
 
 Progress: a tqdm bar on stderr and, when given, ``progress(done_bytes, total_bytes, message)``
-(called from the downloading thread; ``total_bytes`` is known from the start).
+(called from the downloading thread, at most every 0.25 s and at the end of every file;
+``total_bytes`` is known from the start, ``done_bytes`` only grows and ends equal to it; a model
+already complete in the cache gives one call ``(total, total, "<model>: cached")``; offline: none).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json")  # one of them is needed (voc
 _SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[\w.\-/]+))?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TRUE = {"1", "true", "yes", "on"}
+PROGRESS_EVERY_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class _Tracker:
 
         self.total, self.label, self.progress = total, label, progress
         self.done_files = 0
+        self.last = 0.0
         self.active: dict[int, int] = {}
         self.lock = threading.Lock()
         disable = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").lower() in _TRUE
@@ -150,17 +155,20 @@ class _Tracker:
     def done(self) -> int:
         return self.done_files + sum(self.active.values())
 
-    def report(self, message: str) -> None:
+    def report(self, message: str, force: bool = False) -> None:
+        """Update the bar; call ``progress`` at most every ``PROGRESS_EVERY_S`` (always at a file end)."""
         d = self.done()
         self.bar.update(max(0, d - self.bar.n))
-        if self.progress is not None:
+        now = time.monotonic()
+        if self.progress is not None and (force or now - self.last >= PROGRESS_EVERY_S):
+            self.last = now
             self.progress(min(d, self.total), self.total, message)
 
     def file_done(self, size: int, name: str) -> None:
         with self.lock:
             self.done_files += size
             self.active.clear()
-            self.report(f"{self.label}: {name}")
+            self.report(f"{self.label}: {name}", force=True)
 
     def bar_class(self, name: str) -> type:
         """A tqdm stand-in that hf_hub_download drives for one file."""
