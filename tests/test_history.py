@@ -85,3 +85,76 @@ def test_open_is_the_hunk_under_the_cursor() -> None:
     assert [x.open for x in h.recent(6, cursor=("/w/a.py", 3))] == [True, False]
     assert [x.open for x in h.recent(6, cursor=("/w/a.py", 30))] == [False, True]
     assert [x.open for x in h.recent(6, cursor=("/w/b.py", 3))] == [False, False]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from engine.textdiff import unified_diff  # noqa: E402
+
+_LINES = st.lists(st.sampled_from(["a\n", "b\n", "def f():\n", "    return 1\n", "\n", "x = [\n", "]\n"]),
+                  min_size=0, max_size=60)
+_EDIT = st.tuples(st.floats(0, 1), st.floats(0, 1), st.sampled_from(["", "z", "q\n", "\n", "    ", "a\nb\n"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_LINES, st.lists(_EDIT, min_size=1, max_size=6), st.booleans())
+def test_windowed_hunk_diff_is_an_exact_patch(lines: list[str], edits: list, final_nl: bool) -> None:
+    """A hunk diffs only its changed span plus context lines; the diff is exact: applied to the
+    document before the hunk it gives the document after, hunk headers numbered for the whole file."""
+    text = "".join(lines) + ("" if final_nl else "tail")
+    docs, h = DocumentStore(), EditHistory(near_lines=10_000, pause_s=1e9)
+    docs.open("u", "/w/a.py", text, 1)
+    for i, (fa, fb, new) in enumerate(edits):
+        cur = docs.get("u").text  # type: ignore[union-attr]
+        a, b = sorted((int(fa * len(cur)), int(fb * len(cur))))
+        h.record(docs.apply("u", a, b, new, now=float(i)))
+    final = docs.get("u").text  # type: ignore[union-attr]
+    hunks = h.recent(100)
+    if final == text:  # typed and undone: no hunk, or an empty one
+        assert all(not x.diff for x in hunks)
+        return
+    assert len(hunks) == 1
+    assert _apply(text, hunks[0].diff) == final
+    assert unified_diff("/w/a.py", text, final).splitlines()[:2] == hunks[0].diff.splitlines()[:2]
+
+
+def _apply(old: str, diff: str) -> str:
+    """Apply a unified diff (our renderer's output, with git's no-newline marker) to ``old``."""
+    src = old.splitlines(keepends=True)
+    out: list[str] = []
+    pos = 0
+    lines = diff.splitlines(keepends=True)[2:]
+    i = 0
+    while i < len(lines):
+        head = lines[i]
+        assert head.startswith("@@ -"), head
+        start = int(head.split()[1][1:].split(",")[0])
+        count = int(head.split()[1].split(",")[1]) if "," in head.split()[1] else 1
+        start = start - 1 if count else start
+        out += src[pos:start]
+        pos = start
+        i += 1
+        while i < len(lines) and not lines[i].startswith("@@ "):
+            tag, body = lines[i][0], lines[i][1:]
+            if i + 1 < len(lines) and lines[i + 1].startswith("\\ No newline"):
+                body = body[:-1]
+                i += 1
+            if tag in " -":
+                assert src[pos] == body, (src[pos], body)
+                pos += 1
+            if tag in " +":
+                out.append(body)
+            i += 1
+    return "".join(out + src[pos:])
+
+
+def test_big_document_diff_looks_only_at_the_changed_lines() -> None:
+    big = "".join(f"row {i}\n" for i in range(200_000))  # ~2 MB
+    docs, h = DocumentStore(), EditHistory()
+    docs.open("u", "/w/big.py", big, 1)
+    off = big.index("row 150000\n")
+    h.record(docs.apply("u", off, off + 3, "ROW", now=0.0))
+    [hunk] = h.recent(6)
+    assert hunk.diff.splitlines()[2] == "@@ -149998,7 +149998,7 @@"
+    assert "-row 150000" in hunk.diff and "+ROW 150000" in hunk.diff and len(hunk.diff) < 300

@@ -22,8 +22,30 @@ class Hunk:
     open: bool  # still being typed (the most recent hunk, no pause since)
 
 
+CONTEXT_LINES = 3
+
+
+def _line_window(text: str, start: int, end: int, context: int) -> tuple[int, int]:
+    """[start, end) widened to whole lines plus ``context`` lines each side (char offsets)."""
+    a = text.rfind("\n", 0, start) + 1
+    for _ in range(context):
+        if a == 0:
+            break
+        a = text.rfind("\n", 0, a - 1) + 1
+    b = end
+    for _ in range(context + 1):
+        nl = text.find("\n", b)
+        if nl < 0:
+            return a, len(text)
+        b = nl + 1
+    return a, b
+
+
 @dataclass
 class _Open:
+    """One hunk. ``before`` / ``after`` are references to whole documents (no copies); they are equal
+    outside [start, len - tail), so the diff only ever looks at that span and a few lines around it."""
+
     path: str
     before: str  # document before the hunk's first edit
     after: str  # document after its latest edit
@@ -31,11 +53,17 @@ class _Open:
     hi: int  # last changed line (in ``after``)
     started: float
     last: float
+    start: int = 0  # first changed character (same in both)
+    tail: int = 0  # length of the common suffix
     diff_cache: str | None = field(default=None)
 
     def diff(self) -> str:
         if self.diff_cache is None:
-            self.diff_cache = unified_diff(self.path, self.before, self.after)
+            b0, b1 = _line_window(self.before, self.start, len(self.before) - self.tail, CONTEXT_LINES)
+            a1 = len(self.after) - (len(self.before) - b1)  # same suffix: same window end
+            first = self.before.count("\n", 0, b0)
+            self.diff_cache = unified_diff(self.path, self.before[b0:b1], self.after[b0:a1],
+                                           context=CONTEXT_LINES, first_line=first)
         return self.diff_cache
 
 
@@ -71,6 +99,8 @@ class EditHistory:
                 and ev.time - last.last <= self.pause_s
                 and line <= last.hi + self.near_lines and old_end >= last.lo - self.near_lines):
             last.after = ev.after
+            last.start = min(last.start, ev.start)
+            last.tail = min(last.tail, len(ev.after) - ev.start - len(ev.new))
             last.hi = max(last.hi + (delta if line <= last.hi else 0), new_end)
             last.lo = min(last.lo, line)
             last.last = ev.time
@@ -82,7 +112,8 @@ class EditHistory:
         if prev is not None and prev.after == ev.before and ev.after == prev.before:
             self._hunks.remove(prev)  # undo of the previous hunk in this file
             return
-        self._hunks.append(_Open(ev.path, ev.before, ev.after, line, new_end, ev.time, ev.time))
+        self._hunks.append(_Open(ev.path, ev.before, ev.after, line, new_end, ev.time, ev.time,
+                                 ev.start, len(ev.after) - ev.start - len(ev.new)))
 
     def recent(self, n: int = 6, now: float | None = None,
                cursor: tuple[str, int] | None = None) -> list[Hunk]:

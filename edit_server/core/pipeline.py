@@ -85,12 +85,20 @@ class Pipeline:
     def open_document(self, uri: str, path: str, text: str, version: int, language_id: str = "") -> None:
         self.docs.open(uri, path, text, version, language_id)
 
+    def _too_big(self, text: str) -> bool:
+        """Documents over ``limits.maxDocumentChars`` stay in sync but get no history and no suggestions."""
+        return len(text) > self.settings.limits.max_document_chars
+
     def change_document(self, uri: str, start: int, end: int, new: str) -> None:
         """One content change, in character offsets of the current text (apply changes in order)."""
-        self.history.record(self.docs.apply(uri, start, end, new, time.monotonic()))
+        ev = self.docs.apply(uri, start, end, new, time.monotonic())
+        if not self._too_big(ev.before) and not self._too_big(ev.after):
+            self.history.record(ev)
 
     def replace_document(self, uri: str, text: str) -> None:
-        self.history.record(self.docs.replace_all(uri, text, time.monotonic()))
+        ev = self.docs.replace_all(uri, text, time.monotonic())
+        if not self._too_big(ev.before) and not self._too_big(ev.after):
+            self.history.record(ev)
 
     def changed(self, uri: str, version: int) -> None:
         """After a batch of changes: new version, in-flight work for the document stops, feedback."""
@@ -154,7 +162,7 @@ class Pipeline:
     async def inline_completion(self, uri: str, offset: int, invoked: bool = True) -> InlineAnswer | None:
         """A FIM suggestion at ``offset`` of an open document (None: nothing worth showing)."""
         doc = self.docs.get(uri)
-        if doc is None:
+        if doc is None or self._too_big(doc.text):
             return None
         text, version = doc.text, doc.version
         hit = self.cache.lookup(uri, text, offset)
@@ -184,7 +192,7 @@ class Pipeline:
     async def next_edit(self, uri: str, offset: int) -> EditAnswer | None:
         """Rewrite the editable region around ``offset`` given the recent edits (None: no edit)."""
         doc = self.docs.get(uri)
-        if doc is None or not self.ready or not self.settings.next_edit.enabled:
+        if doc is None or not self.ready or not self.settings.next_edit.enabled or self._too_big(doc.text):
             return None
         text, version = doc.text, doc.version
         req = EditRequest(uri, doc.path, text, version, offset, self._history(doc.path, text, offset))
