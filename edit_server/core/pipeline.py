@@ -28,7 +28,7 @@ from edit_server.core.requests import (
 from edit_server.core.results import edit_result, fim_result, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker, Job, Outcome, StatusFn
+from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
@@ -46,7 +46,8 @@ def open_feedback(settings: Settings) -> FeedbackStore:
 
 class Pipeline:
     def __init__(self, settings: Settings, on_status: StatusFn, roots: list[Path] | None = None,
-                 feedback: FeedbackStore | None = None, engine: EngineAPI | None = None) -> None:
+                 feedback: FeedbackStore | None = None, engine: EngineAPI | None = None,
+                 on_progress: ProgressFn | None = None) -> None:
         """``engine``: an engine already loaded (embedding, tests); else ``settings.model`` is loaded on
         the worker thread (status: loading → ready / degraded / error)."""
         self.settings = settings
@@ -54,7 +55,7 @@ class Pipeline:
         self.history = EditHistory()
         self.cache = SuggestCache(ttl_s=settings.suggestion_ttl_s)
         self.feedback = feedback if feedback is not None else open_feedback(settings)
-        self.worker = EngineWorker(on_status, roots)
+        self.worker = EngineWorker(on_status, roots, on_progress)
         self.loaded: tuple[str, str] | None = None
         self._generation: dict[tuple[str, str], int] = {}
         if engine is not None:

@@ -30,6 +30,7 @@ from engine.types import AbortSignal, GenerateResult
 
 log = logging.getLogger(__name__)
 StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
+ProgressFn = Callable[[int, int, str], None]  # (done bytes, total bytes, message) while a model downloads
 FACTORY_ENV = "EDIT_SERVER_ENGINE_FACTORY"  # "module:callable(spec, device)", for tests and embedding
 
 
@@ -94,14 +95,15 @@ class Outcome:
         return list(self.result.confidences)
 
 
-def load_engine(spec: str, device: str) -> EngineAPI:
+def load_engine(spec: str, device: str, progress: ProgressFn | None = None) -> EngineAPI:
     factory = os.environ.get(FACTORY_ENV)
     if factory:
         mod, _, fn = factory.partition(":")
         return getattr(importlib.import_module(mod), fn)(spec, device)
     from engine import Engine
+    from engine.specs import load_checkpoint_spec
 
-    return Engine.load(spec, device=device)
+    return Engine.from_checkpoint(load_checkpoint_spec(spec, progress=progress), device=device)
 
 
 def engine_call(job: Job, built: Built) -> Call:
@@ -115,8 +117,10 @@ def engine_call(job: Job, built: Built) -> Call:
 
 
 class EngineWorker:
-    def __init__(self, on_status: StatusFn, roots: list[Path] | None = None) -> None:
+    def __init__(self, on_status: StatusFn, roots: list[Path] | None = None,
+                 on_progress: ProgressFn | None = None) -> None:
         self.on_status = on_status
+        self.on_progress = on_progress
         self.roots = roots or []
         self.engine: EngineAPI | None = None
         self.ready = threading.Event()
@@ -206,13 +210,17 @@ class EngineWorker:
                 import torch
 
                 torch.set_num_threads(item.settings.threads)
-            eng = item.engine if item.engine is not None else load_engine(item.spec, item.device)
+            eng = item.engine if item.engine is not None else load_engine(item.spec, item.device,
+                                                                          self.on_progress)
             self._ctx = make_context(item.settings, self.roots, eng)
             self.engine = eng
             self.error = None
             self.degraded = self._ctx.degraded
             self.ready.set()
             info = getattr(eng, "info", None) or {}
+            rev = (getattr(eng, "meta", None) or {}).get("revision")
+            if rev and "revision" not in info:  # a hub model: the pinned commit
+                info["revision"] = rev
             msg = (f"{info.get('model', item.spec)} ({info.get('label', '')}) on "
                    f"{info.get('device', item.device)}, loaded in {time.perf_counter() - t0:.1f}s")
             if self.degraded:

@@ -140,6 +140,7 @@ class EditServer(LanguageServer):
         self.pipeline: Pipeline | None = None
         self.initialized = False
         self._stopped = False
+        self._download_token: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.state = "loading"
 
@@ -156,6 +157,29 @@ class EditServer(LanguageServer):
         kind = {"error": "Error", "degraded": "Warning"}.get(state, "Normal")
         self.protocol.notify(COPILOT_STATUS, {"busy": state in ("loading", "busy"), "message": message,
                                               "kind": kind})
+
+    def progress(self, done: int, total: int, message: str) -> None:
+        """Thread-safe: a model download's progress as LSP work-done progress (and a loading status)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._progress, done, total, message)
+
+    def _progress(self, done: int, total: int, message: str) -> None:
+        pct = int(100 * done / total) if total else 0
+        caps = self.protocol.client_capabilities
+        supported = bool(caps and caps.window and caps.window.work_done_progress)
+        if supported and self._download_token is None and done < total:
+            self._download_token = f"edit-server-download-{id(self)}"
+            self.work_done_progress.create(self._download_token)
+            self.work_done_progress.begin(self._download_token, lsp.WorkDoneProgressBegin(
+                title="edit-server: downloading model", message=message, percentage=pct, cancellable=False))
+        elif self._download_token is not None:
+            if done >= total:
+                self.work_done_progress.end(self._download_token, lsp.WorkDoneProgressEnd(message=message))
+                self._download_token = None
+            else:
+                self.work_done_progress.report(self._download_token,
+                                               lsp.WorkDoneProgressReport(message=message, percentage=pct))
+        self._status("loading", f"{message} ({pct}%)")
 
     def stop(self) -> None:
         """shutdown / exit / signal / end of input: stop the engine, settle feedback (idempotent)."""
@@ -199,7 +223,7 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
-        ls.pipeline = Pipeline(ls.settings, ls.status, roots)
+        ls.pipeline = Pipeline(ls.settings, ls.status, roots, on_progress=ls.progress)
         ls.initialized = True
 
     @ls.feature(lsp.SHUTDOWN)
