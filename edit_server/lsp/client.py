@@ -84,12 +84,16 @@ class LspClient:
             self.notifications.append((STATUS, self.status))
             self._status.set()
 
-        for method in ("didChangeStatus", "window/showMessage", "window/logMessage"):
+        for method in ("didChangeStatus", "window/showMessage", "window/logMessage", "$/progress"):
             self.client.feature(method)(self._recorder(method))
 
         @self.client.feature("workspace/configuration")
         def _configuration(_c: LanguageClient, params: Any) -> list[None]:
             return [None for _ in getattr(params, "items", [])]
+
+        @self.client.feature("window/workDoneProgress/create")
+        def _progress_create(_c: LanguageClient, params: Any) -> None:
+            self.notifications.append(("window/workDoneProgress/create", plain(params, conv)))
 
     def _recorder(self, method: str) -> Any:
         conv = self.client.protocol._converter
@@ -121,6 +125,7 @@ class LspClient:
             "capabilities": {"textDocument": {"synchronization": {"didSave": True},
                                               "inlineCompletion": {"dynamicRegistration": False}},
                              "workspace": {"workspaceFolders": True, "configuration": True},
+                             "window": {"workDoneProgress": True},
                              "general": {"positionEncodings": ["utf-16"]}},
             "clientInfo": {"name": "edit-server-client", "version": "1"},
         }, timeout=timeout)
