@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -342,3 +343,64 @@ def test_edit_server_http_subprocess(tmp_path: Any) -> None:
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+# ---- guards: a web page or a careless client cannot drive or stall the server ---------------------
+async def test_only_json_from_loopback_hosts_and_origins(fake: tuple[TestClient, FakeEngine]) -> None:
+    client, eng = fake
+    r = await client.post("/v1/completions", data=json.dumps({"prompt": QWEN}),
+                          headers={"Content-Type": "text/plain"})  # a "simple" cross-site form post
+    assert r.status == 415 and (await r.json())["error"]["type"] == "invalid_request_error"
+    r = await client.post("/v1/completions", json={"prompt": QWEN}, headers={"Host": "evil.example:8377"})
+    assert r.status == 403 and "Host" in (await r.json())["error"]["message"]  # DNS rebinding
+    r = await client.post("/v1/completions", json={"prompt": QWEN}, headers={"Origin": "https://evil.example"})
+    assert r.status == 403 and "Origin" in (await r.json())["error"]["message"]
+    r = await client.post("/v1/completions", json={"prompt": QWEN}, headers={"Origin": "http://localhost:3000"})
+    assert r.status == 200
+    assert len(eng.calls) == 1  # nothing refused reached the engine
+
+
+async def test_allow_lists_admit_named_hosts_and_origins() -> None:
+    from edit_server.core.settings import Http
+
+    eng = FakeEngine()
+    settings_kw = {"http": Http(allowed_hosts=["box.lan"], allowed_origins=["https://ide.example"])}
+    async with TestClient(TestServer(app(eng, **settings_kw))) as client:
+        r = await client.post("/v1/completions", json={"prompt": QWEN},
+                              headers={"Host": "box.lan:8377", "Origin": "https://ide.example"})
+        assert r.status == 200
+
+
+async def test_body_and_prompt_limits() -> None:
+    from edit_server.core.settings import Http
+
+    eng = FakeEngine()
+    async with TestClient(TestServer(app(eng, http=Http(max_body_bytes=4096, max_prompt_tokens=64)))) as client:
+        r = await client.post("/v1/completions", json={"prompt": QWEN + "x" * 8000})
+        assert r.status == 413
+        r = await client.post("/v1/completions", json={
+            "prompt": "<|fim_prefix|>" + "y = 1\n" * 800 + "<|fim_suffix|><|fim_middle|>"})
+        assert r.status == 413 and "maxBodyBytes" in (await r.json())["error"]["message"]
+        long_prompt = "<|fim_prefix|>" + "z" * 2000 + "<|fim_suffix|><|fim_middle|>"  # < 4 KB, > 64 tokens
+        r = await client.post("/v1/completions", json={"prompt": long_prompt})
+        assert r.status == 413 and "maxPromptTokens" in (await r.json())["error"]["message"]
+        assert eng.calls == []
+
+
+async def test_full_queue_is_503_with_retry_after_and_disconnect_cancels() -> None:
+    from edit_server.core.settings import Http
+
+    eng = FakeEngine()
+    eng.gate = threading.Event()
+    async with TestClient(TestServer(app(eng, http=Http(max_queue=1)), handler_cancellation=True)) as client:
+        first = asyncio.ensure_future(client.post("/v1/completions", json={"prompt": QWEN}))
+        assert await asyncio.to_thread(eng.started.wait, 5)
+        r = await client.post("/v1/completions", json={"prompt": ZETA2})
+        assert r.status == 503 and r.headers["Retry-After"] == "1"
+        first.cancel()  # the client goes away: its generation is aborted between steps
+        for _ in range(100):
+            if eng.calls[0][2]["abort"].aborted:
+                break
+            await asyncio.sleep(0.02)
+        assert eng.calls[0][2]["abort"].aborted
+        eng.gate.set()
