@@ -42,3 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
     items.sort(key=lambda it: 1 if "e2e" in it.keywords else 0)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="long fuzzing runs (tests/fuzz: 10,000 sessions instead of the CI bound)")

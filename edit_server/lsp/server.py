@@ -7,6 +7,7 @@ pipeline; context building and generation run on its engine worker thread, await
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ STATUS = "$/editServer/status"
 COPILOT_STATUS = "didChangeStatus"
 ACCEPT = "editServer.accept"
 CLEAR_HISTORY = "editServer.clearHistory"
+DOCUMENT_STATE = "editServer.documentState"
 RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT}
 _DROPPED = object()
 
@@ -281,6 +283,17 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         """Forget the edit history and cached suggestions (evals isolate cases with this)."""
         if ls.pipeline is not None:
             ls.pipeline.clear_history()
+
+    @ls.command(DOCUMENT_STATE)
+    def document_state(ls: EditServer, item: Any = None) -> dict[str, Any] | None:
+        """{version, length, sha256} of the server's copy of a document (UTF-8, surrogates passed
+        through): a client can check that it and the server agree, without any text on the wire."""
+        uri = item.get("uri") if isinstance(item, dict) else None
+        doc = ls.pipeline.docs.get(uri) if ls.pipeline is not None and isinstance(uri, str) else None
+        if doc is None:
+            return None
+        digest = hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest()
+        return {"version": doc.version, "length": convert.utf16_len(doc.text), "sha256": digest}
 
     @ls.feature(DID_SHOW_COMPLETION)
     def did_show_completion(ls: EditServer, params: Any) -> None:

@@ -70,3 +70,33 @@ def slow(spec: str, device: str) -> Slow:
 
 def scripted(spec: str, device: str) -> Scripted:
     return Scripted(_base(spec))
+
+
+class Instant(OneByOne):
+    """No model work at all (fuzzing the protocol and document sync fast): FIM → "pass", edit → the
+    region unchanged. Tokenizer and shape of the real tiny-random model (the context builder counts)."""
+
+    label = "instant test engine"
+
+    def __init__(self, eng: Any) -> None:
+        from engine.types import GenerateResult
+
+        self._result = GenerateResult
+        self.tokenizer, self.args = eng.tokenizer, eng.args
+        self.info = dict(eng.info, label=self.label)
+
+    def _out(self, text: str, abort: Any) -> Any:
+        aborted = abort is not None and abort.aborted
+        return self._result(text="" if aborted else text, tokens=[] if aborted else [1] * len(text),
+                            confidences=[] if aborted else [0.9] * len(text), steps=1, forwards=1,
+                            prompt_tokens=1, cached_tokens=0, finish_reason="aborted" if aborted else "end")
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        return self._out("pass", kw.get("abort"))
+
+    def rewrite(self, prompt: Any, **kw: Any) -> Any:
+        return self._out(prompt.region, kw.get("abort"))
+
+
+def instant(spec: str, device: str) -> Instant:
+    return Instant(_base(spec))
