@@ -57,11 +57,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.set_defaults(func=run_http)
 
 
+class RedactingFilter(logging.Filter):
+    """Every log record passes the prompt's secret redaction: even a DEBUG log of whole messages
+    (document text) holds no secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from edit_server.context.secrets import redact
+
+        msg = record.getMessage()
+        clean = redact(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return True
+
+
 def setup_logging(args: argparse.Namespace) -> None:
-    """Logs go to stderr or --log-file: stdout belongs to the stdio transport."""
+    """Logs go to stderr or --log-file: stdout belongs to the stdio transport. INFO carries sizes and
+    timings; message contents only at DEBUG — and secrets never (``RedactingFilter``)."""
     handler: logging.Handler = (logging.FileHandler(args.log_file) if args.log_file
                                 else logging.StreamHandler(sys.stderr))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(args.log_level)

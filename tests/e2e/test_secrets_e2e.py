@@ -1,0 +1,55 @@
+"""Planted secrets through the real server: after a session over documents full of secrets (every format
+of tests/test_secrets_planted.py, in the open document and a neighbour), no secret byte is in the log —
+not even at DEBUG, where whole messages are logged — nor in the feedback store."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from edit_server.lsp.client import LspClient, server_command, utf16_position
+from tests.e2e.raw_client import ENV
+from tests.test_secrets_planted import formats, planted
+
+pytestmark = pytest.mark.e2e
+
+
+def test_no_secret_in_logs_or_feedback_store(tmp_path: Path) -> None:
+    fmts = formats(random.Random(7))
+    root = tmp_path / "ws"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "app.py").write_text(planted("py", fmts, "neighbour"))
+    doc = planted("py", fmts, "open") + "\n\ndef total(a, b):\n    return \n"
+    (root / "main.py").write_text(doc)
+    log, db = tmp_path / "server.log", tmp_path / "feedback.sqlite3"
+
+    async def session() -> None:
+        cmd = server_command("tiny-random", "cpu", ["--log-level", "DEBUG", "--log-file", str(log)])
+        client = LspClient(cmd, env=ENV, stderr_path=tmp_path / "stderr.log")  # scripted engine: "a + b"
+        await client.start(root, {"feedbackDb": str(db), "gate": {"enabled": False}})
+        try:
+            await client.wait_ready(120)
+            uri = (root / "main.py").as_uri()
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": doc}})
+            end = len(doc) - 1
+            res = await client.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri}, "position": utf16_position(doc, end), "context": {"triggerKind": 1}})
+            item = res["items"][0]
+            await client.request("workspace/executeCommand", {"command": "editServer.accept",
+                                                              "arguments": item["command"]["arguments"]})
+            await client.request("textDocument/copilotInlineEdit", {
+                "textDocument": {"uri": uri, "version": 1}, "position": utf16_position(doc, end)})
+        finally:
+            await client.stop()
+
+    asyncio.run(session())
+    logged = log.read_bytes()
+    stored = db.read_bytes()
+    assert b"textDocument/didOpen" in logged and len(logged) > len(doc)  # DEBUG logged whole messages
+    leaks = [(fmt, part) for fmt, _n, _v, parts in fmts for part in parts
+             if part.encode() in logged or part.encode() in stored]
+    assert leaks == []
