@@ -32,11 +32,11 @@ from engine.train.trainer import TrainConfig, train
 from tests.test_train_smoke import synth_tree
 
 NOT_ON_GPU = ("pygls", "lsprotocol", "msgspec", "git", "gitdb", "gguf", "cattrs", "aiohttp")
-STEPS, SAVE_EVERY, KILL_AFTER = 40, 4, 8
-CONFIG: dict[str, Any] = dict(model="tiny", seq_len=160, block_size=8, max_canvas=32, chars_per_token=1.0,
+STEPS, SAVE_EVERY, KILL_AFTER = 32, 4, 8
+CONFIG: dict[str, Any] = dict(model="tiny", seq_len=192, block_size=8, max_canvas=32, chars_per_token=1.0,
                               batch_size=2, steps=STEPS, lr=5e-3, embed_lr=5e-3, warmup=4, rank=4, alpha=8,
-                              val_every=20, val_examples=2, save_every=SAVE_EVERY, threads=1,
-                              mix={"fim": 0.5, "edit": 0.25, "noedit": 0.1, "continue": 0.15})
+                              val_every=16, val_examples=2, save_every=SAVE_EVERY, threads=1,
+                              mix={"fim": 0.5, "edit": 0.2, "noedit": 0.1, "continue": 0.2})
 
 
 def _blocker(d: Path) -> dict[str, str]:
@@ -59,7 +59,7 @@ def _wait(work: Path, until: Any, timeout: float = 120.0) -> dict[str, Any]:
         st = status(work)
         if until(st):
             return st
-        time.sleep(0.02)
+        time.sleep(0.05)
     raise AssertionError(f"timed out waiting; last status {status(work)}\n{_log(work)}")
 
 
@@ -86,10 +86,15 @@ def test_cycle_kill_collect_resume_equals_uninterrupted(packed: tuple[Path, Path
     w1 = tmp_path / "gpu1"
     assert receive(w1, [up])["installed"] == ["boot.tar.xz"]
     pid = start(w1, env=env)["pid"]
+    os.killpg(pid, signal.SIGSTOP)  # the job runs only in short slices: the kill lands mid-run for sure
     with pytest.raises(RecipeError, match="already running"):
         start(w1, env=env)
-    st = _wait(w1, lambda s: (s["ckpt_step"] or 0) >= KILL_AFTER or not s["running"])
-    assert st["running"] and st["phase"] == "train", f"job ended before the kill: {st}\n{_log(w1)}"
+    t0 = time.time()
+    while (st := status(w1))["running"] and (st["ckpt_step"] or 0) < KILL_AFTER and time.time() - t0 < 120:
+        os.killpg(pid, signal.SIGCONT)
+        time.sleep(0.05)
+        os.killpg(pid, signal.SIGSTOP)
+    assert st["running"] and st["phase"] == "train", f"no checkpoint before the kill: {st}\n{_log(w1)}"
     os.killpg(pid, signal.SIGKILL)
     st = _wait(w1, lambda s: not s["running"], 20)
     assert st["phase"] == "died (train)" and KILL_AFTER <= st["ckpt_step"] < STEPS
@@ -219,3 +224,34 @@ def test_status_is_one_json_line_and_back_limits(tmp_path: Path, capsys: pytest.
     (tmp_path / "out" / "a" / "b" / "c").mkdir()
     (tmp_path / "out" / "a" / "b" / "c" / "deep").write_bytes(b"x")
     assert any("too deep" in x for x in back_limits(tmp_path / "out"))
+
+
+def test_fim_examples_take_the_prompt_order_from_the_templates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training renders FIM with FimPrompt's default layout (the server's), never an order of its own."""
+    import dataclasses
+
+    import engine.train.tasks as tasks
+    from engine.templates import FimPrompt, render_fim
+    from engine.train.corpus import Doc
+    from engine.train.trainer import ExampleStream
+
+    tok = Tokenizer.byte_level()
+    text = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(12))
+    docs = [Doc("m.py", "python", text, len(text))]
+    budget = TrainConfig(seq_len=400, block_size=8, max_canvas=48, chars_per_token=1.0).budget()
+
+    def fim_examples() -> list:
+        stream = ExampleStream(docs, tok, budget, {"fim": 0.7, "continue": 0.3}, seed=3)
+        return stream.take(24)
+
+    def rendered(m: dict, **kw: str) -> list[int]:
+        return render_fim(tok, FimPrompt(m["prefix"], m["suffix"], path=m["path"], **kw)).ids
+
+    exs = fim_examples()
+    assert {e.kind.split(":")[0] for e in exs} == {"fim", "continue"}
+    assert all(e.prompt == rendered(e.meta) for e in exs)
+    other = "psm" if FimPrompt("", "").layout == "spm" else "spm"
+    monkeypatch.setattr(tasks, "FimPrompt", dataclasses.make_dataclass(
+        "Other", [("layout", str, dataclasses.field(default=other))], bases=(FimPrompt,), frozen=True))
+    swapped = [e for e in fim_examples() if e.kind.startswith("fim") and e.meta["suffix"]]
+    assert swapped and all(e.prompt == rendered(e.meta, layout=other) != rendered(e.meta) for e in swapped)

@@ -84,6 +84,8 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
             waiting.append({"file": e["name"], "parts": len(e["parts"]), "missing": len(lack),
                             "uploads": sorted({p["upload"] for p in e["parts"]})})
             continue
+        if e["install"] == "boot" and alive((read_json(w.job) or {}).get("pid")):
+            raise RecipeError("a job is running from the installed boot bundle: `stop` it before a new pack")
         joined = join(w.parts, e, w.root / "incoming" / e["name"])
         _install(w, e, joined)
         marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
