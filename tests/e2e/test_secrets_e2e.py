@@ -53,3 +53,29 @@ def test_no_secret_in_logs_or_feedback_store(tmp_path: Path) -> None:
     leaks = [(fmt, part) for fmt, _n, _v, parts in fmts for part in parts
              if part.encode() in logged or part.encode() in stored]
     assert leaks == []
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "INFO"])
+def test_log_records_pass_the_redaction(tmp_path: Path, level: str) -> None:
+    """Defence in depth: whatever a record carries (a message dump at DEBUG), secrets are cut."""
+    import argparse
+    import logging
+
+    from edit_server.cli_serve import setup_logging
+
+    fmts = formats(random.Random(11))
+    log = tmp_path / "x.log"
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging(argparse.Namespace(log_file=str(log), log_level=level))
+        body = planted("py", fmts, "dump")
+        logging.getLogger("pygls.protocol.json_rpc").warning("Sending data: %s", {"text": body})
+        logging.getLogger("edit_server.x").warning("plain %s", body)
+        for h in root.handlers:
+            h.flush()
+    finally:
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+    text = log.read_text()
+    assert "helper_dump" in text and "[REDACTED]" in text
+    assert [part for _f, _n, _v, parts in fmts for part in parts if part in text] == []
