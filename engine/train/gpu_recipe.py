@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,11 @@ def _sets(items: list[str]) -> dict[str, Any]:
     return parse_overrides(items)
 
 
+def humaneval_dir() -> Path:
+    """``<shared>/data/humaneval-infilling``, found as `evals.datasets.shared_dir` finds it."""
+    return Path(os.environ.get("EDIT_SERVER_SHARED") or ROOT.parent / "shared") / "data" / "humaneval-infilling"
+
+
 def run_pack(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.collect import checkpoint_bytes
     from engine.train.recipe.pack import SOURCES, fetch_wheels, pack
@@ -45,11 +51,9 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
 
         base = a.gguf or fetch_base()
     wheels = [] if a.no_wheels else fetch_wheels(a.wheels)
-    from evals.datasets import default_data_dir
-
     opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
     plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
-                eval_splits=a.eval_split, eval_limit=a.eval_limit, data=default_data_dir(),
+                eval_splits=a.eval_split, eval_limit=a.eval_limit, data=humaneval_dir(),
                 upload_limit=a.upload_limit, tree=a.tree_bytes)
     plan["checkpoint_bytes"] = checkpoint_bytes(config)
     return plan

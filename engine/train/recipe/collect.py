@@ -29,13 +29,21 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
     w = Work(work)
     to.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"status": status(work), "collected": time.time()}
-    ck = latest_checkpoint(w.run / "ckpt")
-    if ck is not None:
+    for attempt in range(3):  # the trainer may prune the file we read (it keeps the last two)
+        ck = latest_checkpoint(w.run / "ckpt")
+        if ck is None:
+            break
         d = to / "ckpt"
         if d.exists():
             shutil.rmtree(d)
-        entry = split(ck, d, part_bytes)
-        state = read_state(ck)
+        try:
+            entry = split(ck, d, part_bytes)
+            state = read_state(ck)
+            break
+        except (FileNotFoundError, PartsError):
+            if attempt == 2:
+                raise
+    if ck is not None:
         recipe = read_json(w.boot / "recipe.json") or {}
         manifest = {"format": FORMAT, "step": state["step"], "checkpoint": entry, "config": state["config"],
                     "val": state["val"], "tokens": state["tokens"], "seconds": state["seconds"],

@@ -68,14 +68,15 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
     for d in dirs:
         manifest = json.loads((Path(d) / "manifest.json").read_text())
         for e in manifest["files"]:
-            got += copy_parts(Path(d), w.parts, e)
+            if not _marker(w, e).is_file():
+                got += copy_parts(Path(d), w.parts, e)
         _write(w.parts / "manifest.json", manifest)
     manifest = manifest or read_json(w.parts / "manifest.json")
     if manifest is None:
         raise RecipeError(f"nothing received in {w.parts} yet (pass the upload folders)")
     installed, waiting = [], []
     for e in manifest["files"]:
-        marker = w.root / f".installed-{e['name']}-{e['sha256'][:16]}"
+        marker = _marker(w, e)
         if marker.is_file():
             installed.append(e["name"])
             continue
@@ -94,6 +95,10 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
             (w.parts / p["name"]).unlink(missing_ok=True)
         installed.append(e["name"])
     return {"received": got, "installed": installed, "waiting": waiting, "work": str(w.root)}
+
+
+def _marker(w: Work, entry: dict[str, Any]) -> Path:
+    return w.root / f".installed-{entry['name']}-{entry['sha256'][:16]}"
 
 
 def _install(w: Work, entry: dict[str, Any], path: Path) -> None:
