@@ -10,7 +10,7 @@ mixture-of-experts MLP is ``mlp.gate`` (router), ``mlp.experts.E.{gate,up,down}_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Attention = Literal["block_causal", "bidirectional"]
@@ -76,9 +76,6 @@ class ModelArgs:
                + 3 * d * self.shared_expert_size)
         layers = sum(attn + (moe if self.is_moe_layer(i) else dense) for i in range(self.n_layers))
         return layers + self.vocab_size * d * (1 if self.tie_embeddings else 2) + d
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelArgs:
