@@ -101,7 +101,8 @@ def test_cycle_kill_collect_resume_equals_uninterrupted(packed: tuple[Path, Path
     # -- collect as every poll does, keep here -----------------------------------------------------
     got = collect(w1, tmp_path / "out1", part_bytes=40_000)
     assert got["warnings"] == [] and got["checkpoint"]["parts"] >= 2
-    parts = sorted((tmp_path / "out1" / "ckpt").glob("*.part*"))
+    assert [d.name for d in (tmp_path / "out1").glob("ckpt-*")] == [got["checkpoint"]["dir"]]
+    parts = sorted((tmp_path / "out1" / got["checkpoint"]["dir"]).glob("*.part*"))
     assert len(parts) == got["checkpoint"]["parts"] and all(p.stat().st_size <= 40_000 for p in parts)
     step = got["checkpoint"]["step"]
     assert step >= st["ckpt_step"] and step % SAVE_EVERY == 0
@@ -109,7 +110,7 @@ def test_cycle_kill_collect_resume_equals_uninterrupted(packed: tuple[Path, Path
     assert kept["kept"] and kept["step"] == step and kept["committable"]
     bad = tmp_path / "bad"
     shutil.copytree(tmp_path / "out1", bad)
-    part = next((bad / "ckpt").glob("*.part001"))
+    part = next(bad.glob("ckpt-*/*.part001"))
     part.write_bytes(b"x" + part.read_bytes()[1:])
     with pytest.raises(PartsError, match="sha256"):
         restore(bad, tmp_path / "gpu-bad")
@@ -146,7 +147,13 @@ def test_cycle_kill_collect_resume_equals_uninterrupted(packed: tuple[Path, Path
     assert abs(sum(t.numel() * t.element_size() for k, t in ta.items() if not k.startswith("rng/"))
                - checkpoint_bytes(CONFIG)) < 1024  # + a 4-byte AdamW step per parameter
     # -- after the last poll: the adapter comes out of the collected checkpoint ---------------------
-    collect(w2, tmp_path / "out2")
+    from engine.train.gpu_recipe import main
+
+    collect(w1, tmp_path / "out2")  # an older step there first: the poll's collect replaces it
+    assert main(["poll", "--work", str(w2), "--wait", "0", "--to", str(tmp_path / "out2")]) == 0
+    assert [d.name for d in (tmp_path / "out2").glob("ckpt-*")] == [f"ckpt-{STEPS:06d}"]
+    final = json.loads((tmp_path / "out2" / "status.json").read_text())
+    assert final["status"]["phase"] == "done" and [s for s, _ in final["loss_curve"]] == list(range(1, STEPS + 1))
     st_js, meta_js = export(tmp_path / "out2", tmp_path / "exported" / "default")
     c = load_file(str(st_js))
     assert all(torch.equal(a[k], c[k]) for k in a) and sorted(a) == sorted(c)

@@ -4,7 +4,7 @@
     receive   (GPU)   take upload folders' parts; install each file once all its parts are there
     start     (GPU)   the detached job: corpus → wait for the base → train (resumes) → eval
     status            one JSON line: phase, step, loss, tokens/s, ETA, newest checkpoint
-    poll      (GPU)   keep the machine busy for --wait seconds (status lines), then collect to --to
+    poll      (GPU)   keep the machine busy for --wait seconds (status lines), collecting each new checkpoint
     stop      (GPU)   checkpoint + export after the current step; the job then evaluates
     collect   (GPU)   newest checkpoint in ≤ 15 MiB parts + sha256 manifest, status.json, log tail
     keep      (here)  verify collected parts, store them under engine/weights/gpu-ckpt (committable)
@@ -64,9 +64,12 @@ def run_poll(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.job import status
 
     t0 = time.time()
-    last = 0.0
+    last, collected = 0.0, None
     while True:
         st = status(a.work)
+        if a.to and st["ckpt_step"] != collected:  # each new checkpoint at once: a kill at the time
+            collect(a.work, a.to)                   # limit still returns it ($OUT comes back then too)
+            collected = st["ckpt_step"]
         if time.time() - last >= a.every:
             print(json.dumps(st), flush=True)
             last = time.time()

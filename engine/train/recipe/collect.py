@@ -1,8 +1,10 @@
 """Checkpoints off the GPU and back on: collect (GPU → ``$OUT``), keep (here → engine/weights/gpu-ckpt),
 restore/resume (any later window), export (checkpoint → adapter pair), and the checkpoint's size.
 
-A collected folder: ``manifest.json`` (step, config, validation curve, the checkpoint file's sha256 and
-its parts' sha256) + ``<step file>.partNNN`` (≤ 15 MiB each). Parts are byte ranges of the one
+A collected folder ``ckpt-NNNNNN/``: ``manifest.json`` (step, config, validation curve, the checkpoint
+file's sha256 and its parts' sha256; written last) + ``<step file>.partNNN`` (≤ 15 MiB each). A new step
+gets a new folder and the old one goes only after it is whole, so a command killed mid-collect still
+returns a whole checkpoint. Parts are byte ranges of the one
 safetensors checkpoint (`engine.train.train_state`), so joining them gives that file bit for bit.
 """
 
@@ -23,35 +25,44 @@ FORMAT = "edit-server-collected-ckpt/1"
 
 
 def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: int = 200_000) -> dict[str, Any]:
-    """Newest checkpoint in parts + manifest → ``to/ckpt/``; ``to/status.json``; ``to/job.log`` (tail)."""
+    """Newest checkpoint in parts + manifest → ``to/ckpt-NNNNNN/`` (kept if already there), ``to/status.json``,
+    ``to/job.log`` (tail)."""
     from engine.train.train_state import latest_checkpoint, read_state
 
     w = Work(work)
     to.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"status": status(work), "collected": time.time()}
+    ck = None
     for attempt in range(3):  # the trainer may prune the file we read (it keeps the last two)
         ck = latest_checkpoint(w.run / "ckpt")
         if ck is None:
             break
-        d = to / "ckpt"
-        if d.exists():
-            shutil.rmtree(d)
         try:
-            entry = split(ck, d, part_bytes)
             state = read_state(ck)
+            d = to / f"ckpt-{state['step']:06d}"
+            old = read_json(d / "manifest.json") or {}
+            if old.get("checkpoint", {}).get("name") != ck.name:  # not collected yet (else: nothing to do)
+                shutil.rmtree(d, ignore_errors=True)
+                entry = split(ck, d, part_bytes)
+                recipe = read_json(w.boot / "recipe.json") or {}
+                (d / "manifest.json").write_text(json.dumps({  # written last: a folder with it is whole
+                    "format": FORMAT, "step": state["step"], "checkpoint": entry, "config": state["config"],
+                    "val": state["val"], "tokens": state["tokens"], "seconds": state["seconds"],
+                    "corpus": state["corpus"], "code": recipe.get("code"), "collected": result["collected"]},
+                    indent=1))
             break
         except (FileNotFoundError, PartsError):
             if attempt == 2:
                 raise
     if ck is not None:
-        recipe = read_json(w.boot / "recipe.json") or {}
-        manifest = {"format": FORMAT, "step": state["step"], "checkpoint": entry, "config": state["config"],
-                    "val": state["val"], "tokens": state["tokens"], "seconds": state["seconds"],
-                    "corpus": state["corpus"], "code": recipe.get("code"), "collected": result["collected"]}
-        (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        for other in to.glob("ckpt-*"):
+            if other != d:
+                shutil.rmtree(other)
+        entry = json.loads((d / "manifest.json").read_text())["checkpoint"]
         hist = state["history"]
         every = max(1, len(hist) // 200)
-        result["checkpoint"] = {"step": state["step"], "parts": len(entry["parts"]), "bytes": entry["size"]}
+        result["checkpoint"] = {"step": state["step"], "dir": d.name, "parts": len(entry["parts"]),
+                                "bytes": entry["size"]}
         result["loss_curve"] = [[h["step"], round(h["loss"], 5)] for h in hist[::every]]
         result["val"] = state["val"]
     evals = {}
@@ -82,22 +93,28 @@ def back_limits(out: Path) -> list[str]:
     return warn
 
 
-def _manifest(src: Path) -> dict[str, Any]:
-    src = src / "ckpt" if (src / "ckpt" / "manifest.json").is_file() else src
-    m = read_json(src / "manifest.json")
-    if not m or m.get("format") != FORMAT:
-        raise PartsError(f"{src / 'manifest.json'}: not a collected checkpoint manifest")
-    m["_dir"] = str(src)
-    return m
+def _manifests(src: Path) -> list[dict[str, Any]]:
+    """Collected checkpoint manifests in ``src`` (itself, or its ``ckpt-NNNNNN`` folders), newest first."""
+    dirs = [src] if (src / "manifest.json").is_file() else sorted(src.glob("ckpt-*"), reverse=True)
+    out = []
+    for d in dirs:
+        m = read_json(d / "manifest.json")
+        if m and m.get("format") == FORMAT:
+            out.append({**m, "_dir": str(d)})
+    if not out:
+        raise PartsError(f"{src}: no collected checkpoint (manifest.json) in it")
+    return out
 
 
 def verify(src: Path) -> dict[str, Any]:
-    """The manifest of a collected folder whose every part is intact (else PartsError)."""
-    m = _manifest(src)
-    bad = missing(Path(m["_dir"]), m["checkpoint"])
-    if bad:
-        raise PartsError("; ".join(bad))
-    return m
+    """The newest collected checkpoint in ``src`` whose every part is intact (else PartsError)."""
+    why = []
+    for m in _manifests(src):
+        bad = missing(Path(m["_dir"]), m["checkpoint"])
+        if not bad:
+            return m
+        why += bad
+    raise PartsError("; ".join(why))
 
 
 def keep(src: Path, dest: Path = KEEP_DIR, *, force: bool = False) -> dict[str, Any]:
