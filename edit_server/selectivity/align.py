@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sqlite3
 import sys
 import zlib
@@ -108,7 +109,7 @@ def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibratio
     train = [o for o in data if not _held_out(o)] or list(data)
     test = [o for o in data if _held_out(o)] or list(data)
     points = isotonic([o.score for o in train], [float(o.accepted) for o in train])
-    threshold = 1.0 + 1e-9  # show nothing unless some threshold reaches the target
+    threshold = math.inf  # show nothing unless some threshold reaches the target (any score scale)
     for x, _ in points:  # increasing x: the first that reaches the target keeps the most coverage
         if (_precision_coverage(train, x)[0] >= target_precision
                 and _precision_coverage(test, x)[0] >= target_precision):
