@@ -248,3 +248,24 @@ def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
     assert [b.result.tokens for b in batched] == [a.result.tokens for a in alone]
     assert [b.text for b in batched] == [a.text for a in alone]
     assert all(len(b.result.tokens) > 0 for b in batched)
+
+
+def test_feedback_writes_never_wait_for_the_disk(tmp_path: Path) -> None:
+    """The writer thread owns the connection: with it stuck (a slow disk), logging events returns at
+    once; an accept's future completes only once the event is committed."""
+    fb = FeedbackStore(tmp_path / "fb.sqlite3", ttl_s=10)
+    stuck = threading.Event()
+    fb._writer.call(lambda db: stuck.wait(30))  # the "disk" hangs
+    fb.offered("a", "fim", "u", 0.9)
+    fb.shown("a")
+    fb.typed_over("other")
+    done = fb.accepted("a")
+    assert not done.done()  # not acknowledged while not on disk
+    stuck.set()
+    done.result(10)
+    assert fb.events("a") == ["shown", "accepted"]
+    fb.close()
+    import sqlite3
+
+    rows = sqlite3.connect(tmp_path / "fb.sqlite3").execute("SELECT event FROM events").fetchall()
+    assert [r[0] for r in rows] == ["shown", "accepted"]  # committed, visible to another connection

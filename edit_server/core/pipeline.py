@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import msgspec
@@ -81,6 +82,7 @@ class Pipeline:
     def stop(self) -> None:
         self.worker.stop()
         self.feedback.expire(now=float("inf"))
+        self.feedback.close()  # commits what is queued
 
     # -- documents -------------------------------------------------------------------------------
     def open_document(self, uri: str, path: str, text: str, version: int, language_id: str = "") -> None:
@@ -132,10 +134,11 @@ class Pipeline:
                                    cursor=(path, text.count("\n", 0, offset)))
 
     # -- feedback ------------------------------------------------------------------------------
-    def accepted(self, sid: str, kind: str, uri: str, score: float) -> None:
-        self.feedback.accepted(sid, kind, uri, score)
+    def accepted(self, sid: str, kind: str, uri: str, score: float) -> Future:
+        """Done once the accept is committed to the feedback store (acknowledge the client then)."""
         if kind == "fim":
             self.cache.drop(uri)
+        return self.feedback.accepted(sid, kind, uri, score)
 
     def shown(self, sid: str) -> None:
         self.feedback.shown(sid)
@@ -234,7 +237,8 @@ class Pipeline:
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:
             self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
-            self.feedback.offered(sug.id, "fim", uri, sug.score)
+            self.feedback.offered(sug.id, "fim", uri, sug.score, prompt=out.built, completion=out.text,
+                                  shown_text=sug.text)
         return sug
 
     async def _edit(self, req: EditRequest, built: EditBuilt | None, uri: str) -> EditAnswer | None:
@@ -249,5 +253,6 @@ class Pipeline:
         r = out.result
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:
-            self.feedback.offered(sug.id, "edit", uri, sug.score)
+            self.feedback.offered(sug.id, "edit", uri, sug.score, prompt=out.built.prompt, completion=out.text,
+                                  shown_text=sug.text)
         return EditAnswer(sug, edits, req.text, req.version)

@@ -272,11 +272,16 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         return await _inline_edit(ls, _validate_inline_edit(params))
 
     @ls.command(ACCEPT)
-    def accept(ls: EditServer, item: Any = None) -> None:
+    async def accept(ls: EditServer, item: Any = None) -> None:
+        """Answered once the accept is on disk (the store's writer thread commits it)."""
         if isinstance(item, dict) and isinstance(item.get("id"), str) and ls.pipeline is not None:
             score = item.get("score", 0.0)
-            ls.pipeline.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
-                                 float(score) if isinstance(score, int | float) else 0.0)
+            done = ls.pipeline.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
+                                        float(score) if isinstance(score, int | float) else 0.0)
+            try:
+                await asyncio.wrap_future(done)
+            except Exception as e:  # logged by the store; the client still gets its answer
+                log.warning("accept not stored: %s", e)
 
     @ls.command(CLEAR_HISTORY)
     def clear_history(ls: EditServer, *_: Any) -> None:

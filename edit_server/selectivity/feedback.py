@@ -17,9 +17,12 @@ import logging
 import os
 import sqlite3
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from edit_server.selectivity.dbwriter import DbWriter
 
 log = logging.getLogger(__name__)
 
@@ -92,28 +95,42 @@ class FeedbackStore:
         self.path = target
         self.ttl_s = ttl_s
         self.keep_text = keep_text
-        self._db = sqlite3.connect(target, check_same_thread=False)
-        migrate(self._db)
+        def connect() -> sqlite3.Connection:
+            db = sqlite3.connect(target, check_same_thread=False)
+            migrate(db)
+            return db
+
+        self._writer = DbWriter(connect)  # the loop never waits on disk (dbwriter.py)
         self._pending: dict[str, Outstanding] = {}
+        self.last_write: Future | None = None  # completes when the latest event is committed
+
+    @property
+    def _db(self) -> _ReadOnly:
+        """Reads (after every queued write) for tests and the align CLI: ``store._db.execute(...)``."""
+        return _ReadOnly(self._writer)
 
     def close(self) -> None:
-        self._db.close()
+        self._writer.close()
 
-    def _log(self, o: Outstanding, event: str, **extra: Any) -> None:
-        self._db.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?)",
-                         (time.time(), o.id, o.kind, event, o.score, o.uri,
-                          json.dumps(extra) if extra else None))
-        self._db.commit()
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every event logged so far is committed."""
+        self._writer.read(lambda db: None, timeout)
+
+    def _log(self, o: Outstanding, event: str, **extra: Any) -> Future:
+        fut = self._writer.write("INSERT INTO events VALUES (?,?,?,?,?,?,?)",
+                                 (time.time(), o.id, o.kind, event, o.score, o.uri,
+                                  json.dumps(extra) if extra else None))
+        self.last_write = fut
         if event in TERMINAL:
             self._pending.pop(o.id, None)
+        return fut
 
     def _save_text(self, o: Outstanding) -> None:
         if o.text is None or o.text_saved or not self.keep_text:
             return
         prompt, completion, shown_text = o.text
-        self._db.execute("INSERT OR REPLACE INTO suggestion_text VALUES (?,?,?,?,?,?)",
-                         (o.id, o.kind, prompt, completion, shown_text, time.time()))
-        self._db.commit()
+        self._writer.write("INSERT OR REPLACE INTO suggestion_text VALUES (?,?,?,?,?,?)",
+                           (o.id, o.kind, prompt, completion, shown_text, time.time()))
         o.text_saved = True
 
     def offered(self, sid: str, kind: str, uri: str, score: float, *, prompt: Any = None,
@@ -133,10 +150,11 @@ class FeedbackStore:
             self._save_text(o)
             self._log(o, "shown")
 
-    def accepted(self, sid: str, kind: str = "", uri: str = "", score: float = 0.0) -> None:
+    def accepted(self, sid: str, kind: str = "", uri: str = "", score: float = 0.0) -> Future:
+        """Returns a Future done once the event is committed (answer the client after it)."""
         o = self._pending.get(sid) or Outstanding(sid, kind or "fim", uri, score, time.monotonic())
         self._save_text(o)
-        self._log(o, "accepted")
+        return self._log(o, "accepted")
 
     def partial(self, sid: str, accepted_length: int) -> None:
         o = self._pending.get(sid)
@@ -175,10 +193,31 @@ class FeedbackStore:
 
     def purge_text(self) -> int:
         """Delete every stored prompt / completion; returns how many there were."""
-        n = self._db.execute("DELETE FROM suggestion_text").rowcount
-        self._db.commit()
-        return int(n)
+        def run(db: sqlite3.Connection) -> int:
+            n = db.execute("DELETE FROM suggestion_text").rowcount
+            db.commit()
+            return int(n)
+
+        return self._writer.read(run)
 
     def events(self, sid: str) -> list[str]:
-        rows = self._db.execute("SELECT event FROM events WHERE suggestion=? ORDER BY rowid", (sid,))
+        rows = self._db.execute("SELECT event FROM events WHERE suggestion=? ORDER BY rowid", (sid,)).fetchall()
         return [r[0] for r in rows]
+
+
+class _ReadOnly:
+    """``execute(sql, params)`` on the writer thread, results fetched there (a list of rows)."""
+
+    def __init__(self, writer: DbWriter) -> None:
+        self._writer = writer
+
+    def execute(self, sql: str, params: tuple = ()) -> _Rows:
+        return _Rows(self._writer.read(lambda db: db.execute(sql, params).fetchall()))
+
+
+class _Rows(list):
+    def fetchall(self) -> list:
+        return list(self)
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
