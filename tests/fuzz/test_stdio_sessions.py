@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edit_server.lsp.convert import offset_to_position, utf16_len
-from tests.e2e.raw_client import ENV, RawServer, frame
+from tests.e2e.raw_client import ENV, RawServer
 
 pytestmark = pytest.mark.e2e
 
