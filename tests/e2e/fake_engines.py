@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.api import OneByOne
 
-STEP_S = 0.05
+STEP_S = 0.1
 
 
 class _Wrapped(OneByOne):
@@ -58,6 +58,21 @@ class Scripted(_Wrapped):
         return r
 
 
+class ScriptedSplit(Scripted):
+    """Like ``scripted``, but the FIM tokens are "a + b" followed by the first byte of "é": a UTF-8
+    character split by the canvas end, decoded by the engine's own tokenizer (tiny-random: byte level)."""
+
+    label = "scripted split-utf8 test engine"
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        r = _Wrapped.infill(self, prompt, **kw)
+        if not r.aborted:
+            tok = self.tokenizer
+            r.tokens = tok.encode("a + b") + tok.encode("é")[:1]
+            r.text, r.confidences = tok.decode_content(r.tokens), [0.8] * len(r.tokens)
+        return r
+
+
 def _base(spec: str) -> Any:
     from engine import Engine
 
@@ -70,6 +85,10 @@ def slow(spec: str, device: str) -> Slow:
 
 def scripted(spec: str, device: str) -> Scripted:
     return Scripted(_base(spec))
+
+
+def scripted_split(spec: str, device: str) -> ScriptedSplit:
+    return ScriptedSplit(_base(spec))
 
 
 class Instant(OneByOne):
