@@ -82,7 +82,6 @@ def test_replay_build_only_writes_the_case_format(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_eval_cases_through_the_real_server(tmp_path: Path) -> None:
-    pytest.importorskip("edit_server.lsp.server")
     _eval("cases", str(FIXTURE), "--model", "tiny-random", "--device", "cpu", "--no-gate",
           "--max-tokens", "8", "--context-budget", "256", "--timeout", "120", "--out", str(tmp_path),
           "--restart-every", "2", timeout=280)
@@ -105,7 +104,6 @@ def test_eval_cases_through_the_real_server(tmp_path: Path) -> None:
 @pytest.mark.e2e
 @needs_data
 def test_humaneval_via_lsp(tmp_path: Path) -> None:
-    pytest.importorskip("edit_server.lsp.server")
     _eval("humaneval-infill", "--via-lsp", "--model", "tiny-random", "--device", "cpu", "--limit", "2",
           "--max-tokens", "8", "--timeout", "120", "--data", str(HUMANEVAL_DIR), "--out", str(tmp_path),
           timeout=280)
@@ -118,7 +116,6 @@ def test_humaneval_via_lsp(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_server_that_cannot_load_its_model_is_a_clear_error(tmp_path: Path) -> None:
-    pytest.importorskip("edit_server.lsp.server")
     cmd = [sys.executable, "-m", "edit_server.cli", "eval", "cases", str(FIXTURE), "--model",
            str(tmp_path / "missing.gguf"), "--device", "cpu", "--limit", "1", "--timeout", "60",
            "--out", str(tmp_path / "out"), "--no-progress"]

@@ -173,7 +173,6 @@ def test_humaneval_a_task_that_breaks_is_recorded_and_the_rest_run(tmp_path: Pat
 
 @pytest.mark.e2e
 def test_eval_cases_with_a_bad_case_through_the_real_server(tmp_path: Path) -> None:
-    pytest.importorskip("edit_server.lsp.server")
     f = tmp_path / "c.jsonl"
     good = FIXTURE.read_text().splitlines()[0]
     f.write_text(good + "\n" + dumps(_case("bad-diff", [BAD_DIFF])) + "\n")
