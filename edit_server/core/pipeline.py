@@ -33,6 +33,7 @@ from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, Stat
 from edit_server.selectivity.feedback import FeedbackStore
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
+from engine.types import StepCallback
 
 log = logging.getLogger(__name__)
 
@@ -208,26 +209,29 @@ class Pipeline:
             return None  # nothing to change, hidden by the gate, or the document moved on
         return answer
 
-    async def infill_prompt(self, key: str, prompt: FimPrompt, max_tokens: int) -> Suggestion | None:
+    async def infill_prompt(self, key: str, prompt: FimPrompt, max_tokens: int,
+                            on_step: StepCallback | None = None) -> Suggestion | None:
         """A FIM prompt the client built itself (HTTP front end): same worker, gate and feedback. The
-        suggestion comes back even when the gate hides it (``show`` False: the front end sends nothing)."""
+        suggestion comes back even when the gate hides it (``show`` False: the front end sends nothing).
+        ``on_step``: called on the worker thread after each denoising step."""
         text = prompt.prefix + prompt.suffix
         req = FimRequest(key, prompt.path, text, 0, len(prompt.prefix), True)
         settings = msgspec.structs.replace(self.settings, max_tokens=max_tokens)  # the client's, capped by it
-        return await self._fim(req, prompt, key, settings)
+        return await self._fim(req, prompt, key, settings, on_step)
 
-    async def rewrite_prompt(self, key: str, prompt: EditPrompt) -> EditAnswer | None:
+    async def rewrite_prompt(self, key: str, prompt: EditPrompt,
+                             on_step: StepCallback | None = None) -> EditAnswer | None:
         """An edit prompt the client built itself (HTTP front end)."""
         start = len(prompt.before)
         text = prompt.before + prompt.region + prompt.after
         req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
-        return await self._edit(req, EditBuilt(prompt, start, start + len(prompt.region)), key)
+        return await self._edit(req, EditBuilt(prompt, start, start + len(prompt.region)), key, on_step)
 
     async def _fim(self, req: FimRequest, built: Built | None, uri: str,
-                   settings: Settings | None = None) -> Suggestion | None:
+                   settings: Settings | None = None, on_step: StepCallback | None = None) -> Suggestion | None:
         """The suggestion, shown or hidden by the gate (``show``); None when there is nothing at all."""
         settings = settings or self.settings
-        out = await self._run(Job(uri, req, settings, built))
+        out = await self._run(Job(uri, req, settings, built, on_step=on_step))
         if out is None:
             return None
         sug = fim_result(req, out.text, out.confidences, settings)
@@ -241,9 +245,10 @@ class Pipeline:
                                   shown_text=sug.text)
         return sug
 
-    async def _edit(self, req: EditRequest, built: EditBuilt | None, uri: str) -> EditAnswer | None:
+    async def _edit(self, req: EditRequest, built: EditBuilt | None, uri: str,
+                    on_step: StepCallback | None = None) -> EditAnswer | None:
         """The edit, shown or hidden by the gate (``suggestion.show``); None when nothing changes."""
-        out = await self._run(Job(uri, req, self.settings, built))
+        out = await self._run(Job(uri, req, self.settings, built, on_step=on_step))
         if out is None:
             return None
         assert isinstance(out.built, EditBuilt)

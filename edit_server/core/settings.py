@@ -46,6 +46,14 @@ class Http(msgspec.Struct, rename="camel", kw_only=True):
     # Host / Origin values accepted besides loopback (DNS-rebinding and CSRF protection)
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
+    # team server: bearer keys, "KEY" or "NAME:KEY" (NAME labels logs and /metrics; keys are never logged).
+    # With none here, in apiKeyFile or in EDIT_SERVER_HTTP_TOKEN, no key is required.
+    api_keys: list[str] = msgspec.field(default_factory=list)
+    api_key_file: str = ""  # one key per line, same forms, '#' comments; re-read when the file changes
+    # requests per minute per key (per client address when no keys are set); 0 = no limit; over → 429
+    rate_limit_per_minute: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    rate_limit_burst: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0  # bucket size; 0 = one minute's worth
+    metrics_auth: bool = True  # /metrics needs a key when keys are configured (/health never does)
 
 
 class Settings(msgspec.Struct, rename="camel", kw_only=True):

@@ -26,7 +26,7 @@ from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
-from engine.types import AbortSignal, GenerateResult
+from engine.types import AbortSignal, GenerateResult, StepCallback
 
 log = logging.getLogger(__name__)
 StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
@@ -46,6 +46,7 @@ class Job:
     abort: AbortSignal = field(default_factory=AbortSignal)
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.monotonic)
+    on_step: StepCallback | None = None  # per denoising step, on the worker thread (HTTP "diffusing")
 
     @property
     def kind(self) -> str:
@@ -111,9 +112,9 @@ def engine_call(job: Job, built: Built) -> Call:
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
         return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=is_single_line(job.req),
-                          cache_key=job.key, abort=job.abort)
+                          cache_key=job.key, abort=job.abort, on_step=job.on_step)
     assert isinstance(built, EditBuilt)
-    return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort)
+    return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
 
 
 class EngineWorker:
