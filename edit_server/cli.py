@@ -21,7 +21,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("eval", "evals.cli"),
     ("align", "edit_server.selectivity.align"),
 ]
-BENCH: list[str] = ["engine.bench", "edit_server.context.bench"]
+BENCH: list[str] = ["engine.bench", "edit_server.context.bench", "edit_server.bench_lsp"]
 
 
 def build_parser() -> argparse.ArgumentParser:

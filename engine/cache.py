@@ -130,7 +130,10 @@ class Slot:
 
 
 class PrefixCache:
-    """LRU of `Slot`s under a byte budget. ``take`` removes a slot while a request uses it."""
+    """LRU of `Slot`s under a byte budget. ``take`` removes a slot while a request uses it; ``best``
+    finds another slot to copy a shared prefix from (a document's FIM and next-edit prompts share
+    their context, then differ: the engine keeps one slot per kind and seeds a new one from the
+    other)."""
 
     def __init__(self, budget_bytes: int = 1 << 30) -> None:
         self.budget = budget_bytes
@@ -151,6 +154,16 @@ class PrefixCache:
         with self._lock:
             return self._slots.pop(key, None)
 
+    def best(self, group: str, tokens: Sequence[int]) -> tuple[Slot, int] | None:
+        """The slot among keys starting with ``group`` sharing the longest token prefix with
+        ``tokens``, and that length (the slot stays in the cache: copy from it, don't keep it)."""
+        with self._lock:
+            found = [(common_prefix(s.tokens, tokens), s) for k, s in self._slots.items() if k.startswith(group)]
+        if not found:
+            return None
+        n, slot = max(found, key=lambda t: t[0])
+        return slot, n
+
     def put(self, key: str, slot: Slot) -> None:
         with self._lock:
             self._slots[key] = slot
@@ -164,8 +177,10 @@ class PrefixCache:
                 self._slots.pop(key, None)
 
     def clear(self, key: str | None = None) -> None:
+        """Everything, or the slots of ``key`` (its per-kind slots ``key#...`` included)."""
         with self._lock:
             if key is None:
                 self._slots.clear()
             else:
-                self._slots.pop(key, None)
+                for k in [k for k in self._slots if k == key or k.startswith(key + "#")]:
+                    del self._slots[k]

@@ -277,15 +277,10 @@ class Engine:
         t0 = time.perf_counter()
         n = len(j.prompt)
         need = n + j.den.spec.length + self.block_size
-        slot = self.cache.take(j.cache_key) if j.cache_key else None
-        reuse = 0
-        if slot is not None:
-            lcp = common_prefix(slot.tokens, j.prompt)
-            full_hit = lcp == n == len(slot.tokens) and slot.last_hidden is not None
-            reuse = n if full_hit else min(lcp, n - 1)
-            slot.kv.ensure(need)
-        else:
-            slot = Slot([], KVCache.for_model(self.args, 1, need, self.dtype, self.device))
+        slot = self._take_slot(j, need)
+        lcp = common_prefix(slot.tokens, j.prompt)
+        full_hit = lcp == n == len(slot.tokens) and slot.last_hidden is not None
+        reuse = n if full_hit else min(lcp, n - 1)
         kv = slot.kv
         if reuse == n:
             last = slot.last_hidden
@@ -304,11 +299,34 @@ class Engine:
         j.slot, j.kv, j.ctx, j.last_hidden, j.cached = slot, kv, n, last, reuse
         j.timings["prefill_ms"] = (time.perf_counter() - t0) * 1e3
 
+    def _slot_key(self, j: _Job) -> str | None:
+        """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
+        if not j.cache_key:
+            return None
+        return j.cache_key + ("#edit" if self.tokenizer.special.region_start in j.prompt else "#fim")
+
+    def _take_slot(self, j: _Job, need: int) -> Slot:
+        key = self._slot_key(j)
+        slot = self.cache.take(key) if key else None
+        if slot is not None:
+            slot.kv.ensure(need)
+            return slot
+        slot = Slot([], KVCache.for_model(self.args, 1, need, self.dtype, self.device))
+        donor = self.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
+        if donor is not None and donor[1] >= 16:  # seed it with the other kind's shared prefix
+            src, n = donor
+            for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
+                for t, o in zip(dst, old, strict=True):
+                    t[:, :, :n] = o[:, :, :n]
+            slot.tokens = src.tokens[:n]
+        return slot
+
     def _release(self, j: _Job) -> None:
         assert j.slot is not None and j.kv is not None
         j.kv.length = len(j.prompt)
-        if j.cache_key:
-            self.cache.put(j.cache_key, j.slot)
+        key = self._slot_key(j)
+        if key:
+            self.cache.put(key, j.slot)
 
     def _decode_block_causal(self, jobs: list[_Job]) -> None:
         """Denoise all jobs' canvases; one batched forward per step.

@@ -115,6 +115,25 @@ def test_documents_keep_their_own_slots_lru(eng: Engine) -> None:
     assert len(eng.cache) == 2 and eng.cache.nbytes > 0
 
 
+def test_a_document_keeps_a_slot_per_prompt_kind(eng: Engine) -> None:
+    """FIM and next-edit prompts of one document share only the context: each kind keeps its own
+    slot, and a new kind's slot starts from the other's shared prefix."""
+    eng.cache.clear()
+    spec = CanvasSpec(8)
+    region = eng.tokenizer.special.region_start
+    shared = text_ids(eng, 20, seed=11)
+    fim, edit = shared + text_ids(eng, 30, seed=12), shared + [region] + text_ids(eng, 30, seed=13)
+    eng.generate(fim, spec, cache_key="doc")
+    seeded = eng.generate(edit, spec, cache_key="doc")
+    assert seeded.cached_tokens == 20  # the shared context, copied from the FIM slot
+    assert seeded.tokens == eng.generate(edit, spec).tokens  # decodes as if computed
+    assert len(eng.cache) == 2
+    assert eng.generate(fim + [66], spec, cache_key="doc").cached_tokens == 50
+    assert eng.generate(edit + [66], spec, cache_key="doc").cached_tokens == 51
+    eng.cache.clear("doc")
+    assert len(eng.cache) == 0
+
+
 def test_prefix_cache_byte_budget_evicts_least_recent() -> None:
     def slot() -> Slot:
         return Slot([1, 2, 3], KVCache(2, 1, 2, 8, 256, torch.float32, "cpu"))

@@ -1,0 +1,404 @@
+"""`edit-server bench lsp`: drive the real stdio server like an editor and time what the user waits for.
+
+A scripted session over real files (this package's own sources, copied to a temp workspace):
+``initialize`` → ready, a warm-up request on a scratch file, then per file: open it and ask once
+(the cold request: no cached prompt for this document), and at a few statement lines: clear the
+line and ask (inline completion at an empty line), retype it character by character at editor
+speed with the editor's auto-closed brackets, asking after every keystroke, accept the last
+suggestion, then rename a parameter and ask for the next edit. Gate off, so every suggestion
+counts.
+
+The session runs twice in one invocation: with the engine's default decoding and with
+autoregressive decoding of the same weights (``EDIT_SERVER_DECODE=ar``) — the ratio between the two
+is the figure to quote on a shared machine. Per request kind: p50 / p95 of the client's round trip,
+model steps, prompt tokens recomputed (from the server's INFO line per model call), and the server's
+peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("load", "cold", "single-line", "empty-line", "end-of-line", "next-edit")
+GOALS_MS = {"load": (3000, None), "cold": (2000, None), "single-line": (300, 800),
+            "empty-line": (1000, 2000), "next-edit": (1500, 3000)}  # issue 14, 2-core CPU
+FILES = ("engine/sampler.py", "engine/cache.py")  # ~2.5K and ~1.8K SmolLM2 tokens
+CALL = re.compile(r"\b(fim|edit) (\S+): (\d+) prompt tokens \((\d+) cached\), (\d+) steps, (\d+) forwards, "
+                  r"(\w+); prefill (\d+) ms, decode (\d+) ms")
+PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lsp", help="a scripted typing session against the real stdio server, vs AR decoding")
+    p.add_argument("--model", default="default")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="server torch threads (0 = torch's default)")
+    p.add_argument("--files", type=int, default=2, help=f"files of {FILES} to use")
+    p.add_argument("--sites", type=int, default=2, help="lines retyped per file")
+    p.add_argument("--renames", type=int, default=2, help="next-edit requests per file")
+    p.add_argument("--max-chars", type=int, default=60, help="longest statement line to use")
+    p.add_argument("--eol-chars", type=int, default=16, help="characters typed at the end of a new line")
+    p.add_argument("--typing-ms", type=float, default=60.0, help="pause between keystrokes")
+    p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
+    p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+# ---- the script (plain text, no LSP) --------------------------------------------------------------
+def source_files(n: int) -> list[Path]:
+    root = Path(__file__).resolve().parent.parent
+    return [root / f for f in FILES[:max(1, n)] if (root / f).is_file()]
+
+
+def split_point(line: str) -> int | None:
+    """Where to stop retyping ``line`` so that the rest is what an editor's automatic inline
+    completion still asks about mid-line: 2-8 non-space characters, not only closers, starting
+    with a separator (``x = f(a, | b)``, ``return a | + b``)."""
+    from edit_server.selectivity.gate import single_line_mode
+
+    start = len(line) - len(line.lstrip()) + 1
+    for c in range(start, len(line) - 1):  # the longest such rest
+        rest = line[c:]
+        if rest.lstrip()[:1] in tuple(",+-*/<>=.[") and line[c - 1] not in " ,(" \
+                and 2 <= len(rest.replace(" ", "")) <= 8 and single_line_mode(rest):
+            return c
+    return None
+
+
+def sites(text: str, k: int, max_chars: int) -> list[int]:
+    """Line numbers of ``k`` indented statements with a mid-line split point, spread over the file."""
+    lines = text.split("\n")
+    ok = [i for i, ln in enumerate(lines) if re.match(r"^ {4,}(?!def |class )[a-z_]", ln) and 16 <= len(ln.strip()) <= max_chars
+          and "#" not in ln and '"' not in ln and "'" not in ln and split_point(ln) is not None]
+    if not ok or k <= 0:
+        return []
+    return sorted({ok[(2 * j + 1) * len(ok) // (2 * k)] for j in range(k)})
+
+
+def renames(text: str, k: int) -> list[tuple[int, str]]:
+    """(offset, name) of ``k`` function parameters that the body uses."""
+    out = []
+    for m in re.finditer(r"def \w+\(self, (\w+)", text):
+        name, body = m.group(1), text[m.end(): m.end() + 2000]
+        if len(name) > 2 and re.search(rf"\b{name}\b", body):
+            out.append((m.start(1), name))
+    step = max(1, len(out) // max(1, k))
+    return out[::step][:k]
+
+
+# ---- the client (small functions over the project's one LSP client) -------------------------------
+async def start_server(model: str, device: str, root: Path, log: Path, decode: str, threads: int,
+                       timeout: float) -> tuple[Any, float]:
+    from edit_server.lsp.client import LspClient, server_command
+
+    env = {"EDIT_SERVER_DECODE": decode} if decode else {}
+    cmd = server_command(model, device, ["--log-file", str(log), "--log-level", "INFO"])
+    client = LspClient(cmd, cwd=root, env=env, name="edit-server-bench")
+    t0 = time.perf_counter()
+    await client.start(root, {"gate": {"enabled": False}, "feedbackDb": ":memory:", "threads": threads},
+                       timeout=timeout)
+    await client.wait_ready(timeout)
+    return client, (time.perf_counter() - t0) * 1e3
+
+
+async def open_doc(client: Any, uri: str, text: str) -> None:
+    await client.notify("textDocument/didOpen", {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}})
+
+
+async def change(client: Any, uri: str, version: int, text: str, start: int, end: int, new: str) -> None:
+    from edit_server.lsp.client import utf16_position
+
+    await client.notify("textDocument/didChange", {
+        "textDocument": {"uri": uri, "version": version},
+        "contentChanges": [{"range": {"start": utf16_position(text, start), "end": utf16_position(text, end)},
+                            "text": new}]})
+
+
+async def inline(client: Any, uri: str, text: str, offset: int, invoked: bool, timeout: float) -> Any:
+    from edit_server.lsp.client import utf16_position
+
+    return await client.request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
+        "context": {"triggerKind": 1 if invoked else 2}}, timeout=timeout)
+
+
+async def next_edit(client: Any, uri: str, version: int, text: str, offset: int, timeout: float) -> Any:
+    from edit_server.lsp.client import utf16_position
+
+    return await client.request("textDocument/copilotInlineEdit", {
+        "textDocument": {"uri": uri, "version": version}, "position": utf16_position(text, offset)},
+        timeout=timeout)
+
+
+async def accept(client: Any, item: dict[str, Any]) -> None:
+    cmd = item.get("command") or {}
+    if cmd.get("command"):
+        await client.request("workspace/executeCommand",
+                             {"command": cmd["command"], "arguments": cmd.get("arguments", [])})
+
+
+def rss_mb(client: Any) -> dict[str, float]:
+    """The server process' current and peak resident memory (Linux /proc)."""
+    out: dict[str, float] = {}
+    proc = client.proc
+    try:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = int(line.split()[1]) / 1024
+    except (OSError, AttributeError, ValueError):
+        pass
+    return out
+
+
+# ---- one session ---------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    kind: str
+    ms: float
+    shown: bool = False
+    call: dict[str, Any] | None = None  # the server's log line for the model call, if one ran
+
+
+@dataclass
+class Doc:
+    uri: str
+    text: str
+    version: int = 1
+
+
+@dataclass
+class Session:
+    client: Any
+    log: Path
+    timeout: float
+    typing_s: float
+    samples: list[Sample] = field(default_factory=list)
+    _pos: int = 0
+
+    def _calls(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.log, encoding="utf-8", errors="replace") as f:
+                f.seek(self._pos)
+                chunk = f.read()
+                self._pos = f.tell()
+        except OSError:
+            return []
+        keys = ("call", "uri", "prompt_tokens", "cached_tokens", "steps", "forwards", "finish",
+                "prefill_ms", "decode_ms")
+        return [dict(zip(keys, (m[0], m[1], *map(int, m[2:6]), m[6], *map(int, m[7:9])), strict=True))
+                for m in CALL.findall(chunk)]
+
+    def _record(self, kind: str, t0: float, shown: bool) -> Sample:
+        calls = self._calls()
+        s = Sample(kind, (time.perf_counter() - t0) * 1e3, shown, calls[-1] if calls else None)
+        self.samples.append(s)
+        return s
+
+    async def edit(self, d: Doc, start: int, end: int, new: str) -> None:
+        d.version += 1
+        await change(self.client, d.uri, d.version, d.text, start, end, new)
+        d.text = d.text[:start] + new + d.text[end:]
+
+    async def complete(self, d: Doc, offset: int, kind: str | None = None, invoked: bool = False) -> dict | None:
+        from edit_server.selectivity.gate import single_line_mode
+
+        if kind is None:
+            line_start = d.text.rfind("\n", 0, offset) + 1
+            line_end = d.text.find("\n", offset)
+            suffix = d.text[offset: len(d.text) if line_end < 0 else line_end]
+            kind = ("single-line" if single_line_mode(suffix)
+                    else "empty-line" if not d.text[line_start:offset].strip() else "end-of-line")
+        t0 = time.perf_counter()
+        res = await inline(self.client, d.uri, d.text, offset, invoked, self.timeout)
+        items = (res or {}).get("items", []) if isinstance(res, dict) else (res or [])
+        self._record(kind, t0, bool(items))
+        return items[0] if items else None
+
+    async def type_text(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
+        """Type ``text`` at ``cur`` with auto-closed brackets, asking after every change."""
+        item = None
+        for ch in text:
+            await asyncio.sleep(self.typing_s)
+            if ch in PAIRS.values() and d.text[cur:cur + 1] == ch:
+                cur += 1  # typing over the auto-closed bracket: no change, no request
+                continue
+            await self.edit(d, cur, cur, ch + PAIRS.get(ch, ""))
+            cur += 1
+            item = await self.complete(d, cur) or item
+        return cur, item
+
+    async def retype(self, d: Doc, line_no: int, eol_chars: int) -> None:
+        """At ``x = f(a, b)``: delete ``x = f(a`` and type it back (mid-line: single-line requests),
+        accept the last suggestion; then Enter at the end of the line (an empty line), type the
+        start of a similar statement there (end-of-line requests) and remove that line again."""
+        start = sum(len(ln) + 1 for ln in d.text.split("\n")[:line_no])
+        line = d.text.split("\n")[line_no]
+        indent = len(line) - len(line.lstrip())
+        head = line[indent:split_point(line)]
+        await self.edit(d, start + indent, start + indent + len(head), "")
+        item = await self.complete(d, start + indent)
+        _, typed = await self.type_text(d, start + indent, head)
+        if typed or item:
+            await accept(self.client, typed or item)  # type: ignore[arg-type]
+        end = start + len(line)
+        await self.edit(d, end, end, "\n" + line[:indent])
+        await self.complete(d, end + 1 + indent)
+        cur, _ = await self.type_text(d, end + 1 + indent, line[indent:indent + eol_chars])
+        await self.edit(d, end, d.text.find("\n", end + 1) if "\n" in d.text[end + 1:] else len(d.text), "")
+
+    async def rename(self, d: Doc, offset: int, name: str) -> None:
+        await self.edit(d, offset, offset + len(name), name + "_2")
+        t0 = time.perf_counter()
+        res = await next_edit(self.client, d.uri, d.version, d.text, offset + len(name) + 2, self.timeout)
+        self._record("next-edit", t0, bool((res or {}).get("edits")))
+
+
+async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="edit-server-bench-lsp-"))
+    log = root / "server.log"
+    files = source_files(args.files)
+    try:
+        for f in files:
+            shutil.copy(f, root / f.name)
+        (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
+        client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
+                                             args.timeout)
+        s = Session(client, log, args.timeout, args.typing_ms / 1e3)
+        s.samples.append(Sample("load", load_ms))
+        try:
+            scratch = Doc((root / "scratch.py").as_uri(), (root / "scratch.py").read_text())
+            await open_doc(client, scratch.uri, scratch.text)
+            await s.complete(scratch, len(scratch.text) - 1, kind="warm-up", invoked=True)
+            for f in files:
+                d = Doc((root / f.name).as_uri(), (root / f.name).read_text(encoding="utf-8"))
+                await open_doc(client, d.uri, d.text)
+                lines = sites(d.text, args.sites, args.max_chars)
+                first = lines[0] if lines else 0
+                cold_at = d.text.find("(", sum(len(ln) + 1 for ln in d.text.split("\n")[:first])) + 1
+                await s.complete(d, max(1, cold_at), kind="cold", invoked=True)
+                for ln in lines:
+                    await s.retype(d, ln, args.eol_chars)
+                for off, name in renames(d.text, args.renames):
+                    await s.rename(d, off, name)
+            mem = rss_mb(client)
+        finally:
+            await client.stop()
+        return {"decode": decode or "engine default", "files": [f.name for f in files],
+                "memory": mem, **summarize(s.samples),
+                "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, **(x.call or {})}
+                            for x in s.samples]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- numbers -------------------------------------------------------------------------------------
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))], 1)
+
+
+def summarize(samples: list[Sample]) -> dict[str, Any]:
+    kinds: dict[str, Any] = {}
+    for kind in KINDS:
+        got = [s for s in samples if s.kind == kind]
+        timed = [s for s in got if s.call is not None or s.shown or kind == "load"]
+        calls = [s.call for s in got if s.call is not None]
+        kinds[kind] = {
+            "n": len(got), "timed": len(timed), "model_calls": len(calls),
+            "p50_ms": _pct([s.ms for s in timed], 0.5), "p95_ms": _pct([s.ms for s in timed], 0.95),
+            "steps_mean": round(statistics.mean(c["steps"] for c in calls), 1) if calls else None,
+            "recomputed_mean": round(statistics.mean(c["prompt_tokens"] - c["cached_tokens"] for c in calls), 1)
+            if calls else None,
+            "prompt_tokens_mean": round(statistics.mean(c["prompt_tokens"] for c in calls)) if calls else None,
+            "prefill_ms_p50": _pct([float(c["prefill_ms"]) for c in calls], 0.5),
+        }
+    typing = [s.call for s in samples if s.kind in ("single-line", "end-of-line") and s.call is not None]
+    rec = sorted(c["prompt_tokens"] - c["cached_tokens"] for c in typing)
+    return {"kinds": kinds, "keystrokes": {
+        "requests": sum(1 for s in samples if s.kind in ("single-line", "end-of-line")),
+        "model_calls": len(typing), "recomputed_p50": _pct([float(x) for x in rec], 0.5),
+        "recomputed_p95": _pct([float(x) for x in rec], 0.95),
+        "recomputed_max": rec[-1] if rec else None}}
+
+
+def ratios(main: dict[str, Any], ar: dict[str, Any]) -> dict[str, float | None]:
+    """AR p50 / main p50 per kind (> 1: the main decoding is faster)."""
+    out: dict[str, float | None] = {}
+    for k in KINDS:
+        a, m = ar["kinds"][k]["p50_ms"], main["kinds"][k]["p50_ms"]
+        out[k] = round(a / m, 2) if a and m else None
+    return out
+
+
+def format_table(r: dict[str, Any]) -> str:
+    runs = [("main", r["main"])] + ([("ar", r["ar"])] if r.get("ar") else [])
+    lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
+             f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}", ""]
+    head = f"{'kind':<13}{'goal p50/p95':>14}"
+    for name, _ in runs:
+        head += f"{name + ' n':>8}{'p50 ms':>9}{'p95 ms':>9}{'steps':>7}{'recomp':>8}"
+    if r.get("ratio"):
+        head += f"{'AR/main':>9}"
+    lines.append(head)
+    for k in KINDS:
+        g = GOALS_MS.get(k)
+        goal = f"{g[0]}/{g[1] or '-'}" if g else "-"
+        row = f"{k:<13}{goal:>14}"
+        for _, run in runs:
+            x = run["kinds"][k]
+            row += (f"{x['timed']:>8}{x['p50_ms'] if x['p50_ms'] is not None else '-':>9}"
+                    f"{x['p95_ms'] if x['p95_ms'] is not None else '-':>9}"
+                    f"{x['steps_mean'] if x['steps_mean'] is not None else '-':>7}"
+                    f"{x['recomputed_mean'] if x['recomputed_mean'] is not None else '-':>8}")
+        if r.get("ratio"):
+            v = r["ratio"].get(k)
+            row += f"{v if v is not None else '-':>9}"
+        lines.append(row)
+    lines.append("")
+    for name, run in runs:
+        ks, mem = run["keystrokes"], run["memory"]
+        lines.append(f"{name} ({run['decode']}): {ks['requests']} keystroke requests, {ks['model_calls']} model calls, "
+                     f"prompt tokens recomputed per keystroke p50 {ks['recomputed_p50']} / p95 "
+                     f"{ks['recomputed_p95']} / max {ks['recomputed_max']}; server RSS "
+                     f"{mem.get('rss_mb', 0):.0f} MB (peak {mem.get('peak_rss_mb', 0):.0f} MB)")
+    lines += [f"wall {r['wall_s']} s", ""]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.bench import machine
+
+    class _Dev:
+        type = args.device
+
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(_Dev()),
+                              "settings": {k: getattr(args, k) for k in (
+                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "threads")}}
+    report["main"] = asyncio.run(run_session(args, args.decode))
+    if not args.no_ar:
+        report["ar"] = asyncio.run(run_session(args, "ar"))
+        report["ratio"] = ratios(report["main"], report["ar"])
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_table(report))
+    return 0

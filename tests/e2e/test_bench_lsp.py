@@ -1,0 +1,48 @@
+"""`edit-server bench lsp` stays runnable: the real stdio server on tiny-random, main + AR runs.
+
+No timing asserts: the fields, the request counts of the scripted session, and the prompt-order
+invariant (a keystroke re-prefills only the typed tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edit_server.bench_lsp import KINDS, format_table, renames, sites, split_point
+from edit_server.cli import build_parser
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_script_picks_lines_and_parameters() -> None:
+    text = "class A:\n    def f(self, count, y):\n        total = count + y * 2\n        return total\n"
+    assert sites(text, 1, 60) == [2]
+    line = text.split("\n")[2]
+    assert line[split_point(line):] == " + y * 2"  # type: ignore[misc]
+    assert renames(text, 1) == [(text.index("count"), "count")]
+
+
+def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(
+        ["bench", "lsp", "--model", "tiny-random", "--device", "cpu", "--files", "1", "--sites", "1",
+         "--renames", "1", "--eol-chars", "3", "--typing-ms", "0", "--timeout", "240", "--json"])
+    assert args.func(args) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["ratio"]) == set(KINDS)
+    for run in (r["main"], r["ar"]):
+        k = run["kinds"]
+        assert set(k) == set(KINDS)
+        assert k["load"]["n"] == k["cold"]["n"] == k["next-edit"]["n"] == 1
+        assert k["cold"]["model_calls"] == k["next-edit"]["model_calls"] == 1
+        assert k["single-line"]["model_calls"] >= 3 and k["empty-line"]["model_calls"] == 1
+        assert k["end-of-line"]["n"] == 3
+        for kind in ("cold", "single-line", "next-edit"):
+            assert k[kind]["p50_ms"] > 0 and k[kind]["steps_mean"] >= 1
+        ks = run["keystrokes"]
+        assert ks["model_calls"] >= 4 and ks["recomputed_p50"] <= 4  # typing appends: SPM
+        assert run["memory"]["peak_rss_mb"] > 0
+        assert {s["kind"] for s in run["samples"]} >= {"load", "cold", "single-line", "next-edit"}
+    assert r["ar"]["decode"] == "ar" and r["main"]["decode"] == "engine default"
+    table = format_table(r)
+    assert "single-line" in table and "AR/main" in table and "recomputed per keystroke" in table
