@@ -199,6 +199,8 @@ def _context(chunks: list[str], history_name: str) -> tuple[tuple[Section, ...],
     history: tuple[str, ...] = ()
     for chunk in chunks:
         name, _, text = chunk.partition("\n")
+        if history_name == Z_HISTORY and text.endswith("\n\n"):  # seed-coder: a blank line ends a section
+            text = text[:-1]
         if name.strip() == history_name:
             history += split_diffs(text)
         elif name.strip() or text.strip():
@@ -284,7 +286,7 @@ def parse_zeta1(prompt: str) -> tuple[EditPrompt, bool]:
         raise PromptError("zeta prompt must mark the region <|editable_region_start|>\\n…\\n<|editable_region_end|>")
     before, after = body[:i], body[j + 1 + len(Z1_END):]
     region, cursor = _region(body[i + len(Z1_START) + 1:j].replace(Z1_CURSOR, Z_CURSOR))
-    added = after.startswith("\n")
+    added = after.startswith("\n") and not region.endswith("\n")
     if added:  # the region is whole lines: it owns the newline before the end marker
         region, after = region + "\n", after[1:]
     return EditPrompt(before=before, region=region, after=after, cursor=cursor, path=path.strip(),
