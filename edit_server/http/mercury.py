@@ -223,34 +223,49 @@ _MARKER = re.compile(r"^\s*(?:(?://|#|--|;|\*|/\*|<!--|\{/\*|'|%)\s*)?(?:\.\.\.|
                      r"(?:existing|rest\b|remaining|unchanged|previous|other|more|same|keep)", re.I)
 
 
-def _key(line: str) -> str:
-    return line.rstrip()
+_CLOSER = re.compile(r"^\s*(?:[}\])]|end\b|</|fi\b|done\b|esac\b)")
 
 
-def _anchor(olines: list[str], chunk: list[str], pos: int) -> tuple[int, int] | None:
-    """Where ``chunk`` goes in ``olines[pos:]``: the original span [start, end) it replaces, from its
-    first and last lines that occur (indentation included) in the original. None: no line anchors."""
-    index: dict[str, list[int]] = {}
-    for n in range(pos, len(olines)):
-        if _key(olines[n]):
-            index.setdefault(_key(olines[n]), []).append(n)
-    first = next(((i, index[_key(c)][0]) for i, c in enumerate(chunk) if _key(c) in index), None)
-    if first is None:
-        return None
-    i, start = first
-    end = start
-    for c in reversed(chunk[i + 1:]):
-        later = [n for n in index.get(_key(c), []) if n > start]
-        if later:
-            end = later[0]
-            break
-    return start, end + 1
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _blocks(lines: list[str]) -> list[list[str]]:
+    """Split snippet lines into blocks: a line at the snippet's smallest indentation starts one; deeper
+    lines, blank lines and a closing line (``}``, ``)``, ``end``, …) at that indentation belong to it."""
+    base = min((_indent(ln) for ln in lines if ln.strip()), default=0)
+    blocks: list[list[str]] = []
+    for ln in lines:
+        if blocks and (not ln.strip() or _indent(ln) > base or _CLOSER.match(ln)):
+            blocks[-1].append(ln)
+        elif ln.strip():
+            blocks.append([ln])
+    return blocks
+
+
+def _block_end(olines: list[str], s: int) -> int:
+    """End (exclusive, trailing blank lines left out) of the original block whose first line is ``s``."""
+    base, last, e = _indent(olines[s]), s + 1, s + 1
+    while e < len(olines):
+        ln = olines[e]
+        e += 1
+        if not ln.strip():
+            continue
+        if _indent(ln) > base:
+            last = e
+            continue
+        if _indent(ln) == base and _CLOSER.match(ln):
+            last = e
+        break
+    return last
 
 
 def merge_snippet(original: str, snippet: str) -> str | None:
-    """Deterministic apply: the snippet's code between ``... existing code ...`` markers replaces the
-    original span between the first and last of its lines found in the original (text outside every
-    span is kept, in order). None when a chunk has no line in the original (the caller asks the model)."""
+    """Deterministic apply of a lazy edit snippet. Between ``... existing code ...`` markers the snippet is
+    split into blocks (a line at its outer indentation and what is nested under it); a block whose first
+    line occurs in the original (indentation included, in order) replaces that line's block there, the
+    others are inserted next to the blocks they follow or precede; original text no block replaces is
+    kept. None when a chunk between markers has no block found in the original (the caller asks the model)."""
     if not original.strip():
         return snippet
     olines = [ln if ln.endswith("\n") else ln + "\n" for ln in original.splitlines(keepends=True)]
@@ -263,11 +278,23 @@ def merge_snippet(original: str, snippet: str) -> str | None:
     out: list[str] = []
     pos = 0
     for chunk in (c for c in chunks if any(ln.strip() for ln in c)):
-        span = _anchor(olines, chunk, pos)
-        if span is None:
+        pending: list[str] = []
+        placed = False
+        for block in _blocks(chunk):
+            head = block[0].rstrip()
+            s = next((n for n in range(pos, len(olines)) if olines[n].rstrip() == head), None)
+            if s is None:
+                pending += block
+                continue
+            e = _block_end(olines, s) if sum(1 for ln in block if ln.strip()) > 1 else s + 1  # a bare header
+            if e < len(olines) and not olines[e].strip():  # keep the original's spacing after the block
+                while len(block) > 1 and not block[-1].strip():
+                    block = block[:-1]
+            out += olines[pos:s] + pending + block
+            pending, pos, placed = [], e, True
+        if not placed:
             return None
-        out += olines[pos:span[0]] + chunk
-        pos = span[1]
+        out += pending
     merged = "".join(out + olines[pos:])
     return merged if original.endswith("\n") else merged.removesuffix("\n")
 
