@@ -9,6 +9,8 @@ from tokenizers import decoders, models, pre_tokenizers
 
 from engine.tokens import SPECIAL_TOKENS, SpecialIds
 
+REPLACEMENT = "\ufffd"  # what invalid UTF-8 decodes to
+
 
 class Tokenizer:
     """Encodes without adding BOS/EOS; decodes skipping nothing but our special tokens' text."""
@@ -77,8 +79,12 @@ class Tokenizer:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def decode_content(self, ids: list[int]) -> str:
-        """Decode dropping our special tokens (used for model output)."""
-        return self.decode([i for i in ids if i not in self._special_set])
+        """Decode model output, dropping our special tokens and every U+FFFD: a byte-level or
+        byte-fallback tokenizer decodes a multi-byte character cut by the end of the output to the
+        replacement character (the text is cut before it), and invalid bytes a model unmasked inside
+        the output too (dropped). Neither may reach an editor."""
+        text = self.decode([i for i in ids if i not in self._special_set])
+        return text.replace(REPLACEMENT, "") if REPLACEMENT in text else text
 
     def token_text(self, i: int) -> str:
         return self.hf.id_to_token(int(i)) or ""

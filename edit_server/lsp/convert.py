@@ -89,12 +89,46 @@ def accept_command(sid: str, kind: str, score: float, uri: str, version: int) ->
     )
 
 
+def line_rest_end(text: str, offset: int) -> int:
+    """Offset of the end of the line ``offset`` is on (before its line break)."""
+    ends = [i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0]
+    return min(ends) if ends else len(text)
+
+
 def inline_item(text: str, uri: str, version: int, cursor: int, sug: Any) -> lsp.InlineCompletionItem:
-    """An inline completion item inserting ``sug.text`` at the cursor (a one-line range)."""
-    pos = to_position(text, cursor)
+    """An inline completion item for ``sug.text`` inserted at the cursor. LSP: ``insertText`` replaces
+    ``range``; the range runs from the cursor to the end of its line and the insert text carries the
+    rest of that line after the suggestion, so clients that draw the item over the range (Neovim's
+    overlay, lsp-mode) show the final line, never the suggestion drawn over the code right of the
+    cursor."""
+    end = line_rest_end(text, cursor)
     return lsp.InlineCompletionItem(
-        insert_text=sug.text,
-        range=lsp.Range(start=pos, end=pos),
+        insert_text=sug.text + text[cursor:end],
+        range=to_range(text, cursor, end),
+        command=accept_command(sug.id, "fim", sug.score, uri, version),
+    )
+
+
+def completion_item(text: str, uri: str, version: int, cursor: int, sug: Any) -> lsp.CompletionItem:
+    """The FIM suggestion as a completion item, for clients without inline completion (Helix, Sublime,
+    LSP4IJ): a ``textEdit`` from the start of the word before the cursor (clients filter items by that
+    word) to the cursor, whose new text is that word + the suggestion; a one-line range, as LSP asks."""
+    start = cursor
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    new = text[start:cursor] + sug.text
+    first, _, more = new.partition("\n")
+    label = first.strip() or new.strip()
+    return lsp.CompletionItem(
+        label=(label[:77] + "…" if len(label) > 78 else label) + (" …" if more.strip() else ""),
+        kind=lsp.CompletionItemKind.Snippet,
+        detail="edit-server",
+        documentation=lsp.MarkupContent(kind=lsp.MarkupKind.PlainText, value=new) if more.strip() else None,
+        filter_text=first,
+        sort_text="0",
+        preselect=True,
+        insert_text_format=lsp.InsertTextFormat.PlainText,
+        text_edit=lsp.TextEdit(range=to_range(text, start, cursor), new_text=new),
         command=accept_command(sug.id, "fim", sug.score, uri, version),
     )
 

@@ -25,8 +25,10 @@ from pygls.uris import to_fs_path
 
 from edit_server import __version__
 from edit_server.core.pipeline import Pipeline
+from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
-from edit_server.lsp import convert
+from edit_server.lsp import convert, suggest
+from edit_server.lsp.features import ReportingPipeline, declares_inline_completion, hidden_reason
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +71,12 @@ class EditProtocol(LanguageServerProtocol):
     else 1; no traceback in a reply's ``error.data`` (it goes to the log); UTF-16 positions always."""
 
     transport: Any = None  # edit_server.lsp.stdio.StdioServer, when serving
+    client_inline = False  # the client declares textDocument.inlineCompletion: no completion items
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         method = data.get("method") if isinstance(data, dict) else None
+        if method == lsp.INITIALIZE:
+            self.client_inline = declares_inline_completion(data)
         if "jsonrpc" in data and method in RAW_METHODS:
             if "id" in data:
                 return JsonRPCRequestMessage(id=data["id"], method=data["method"], jsonrpc=data["jsonrpc"],
@@ -122,7 +127,10 @@ class EditProtocol(LanguageServerProtocol):
             raise JsonRpcInvalidRequest("initialize: the server is already initialized")
         if params.capabilities.general is not None:
             params.capabilities.general.position_encodings = None  # -> UTF-16
-        return (yield from super().lsp_initialize(params))
+        result = yield from super().lsp_initialize(params)
+        if self.client_inline:  # ghost text only: completion items would duplicate it (and its model calls)
+            result.capabilities.completion_provider = None
+        return result
 
     @lsp_method(lsp.EXIT)
     def lsp_exit(self, *args: Any):  # type: ignore[override]
@@ -145,6 +153,8 @@ class EditServer(LanguageServer):
         self._download_token: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.state = "loading"
+        self.message = ""
+        self.hidden = ""  # why the last suggestion was not shown ("" = it was)
 
     # -- status -----------------------------------------------------------------------------
     def status(self, state: str, message: str) -> None:
@@ -154,11 +164,18 @@ class EditServer(LanguageServer):
         self.loop.call_soon_threadsafe(self._status, state, message)
 
     def _status(self, state: str, message: str) -> None:
-        self.state = state
+        self.state, self.message = state, message
         self.protocol.notify(STATUS, {"state": state, "message": message})
         kind = {"error": "Error", "degraded": "Warning"}.get(state, "Normal")
         self.protocol.notify(COPILOT_STATUS, {"busy": state in ("loading", "busy"), "message": message,
                                               "kind": kind})
+
+    def suggested(self, sug: Suggestion) -> None:
+        """On the loop, for every suggestion computed: the status line says why nothing shows."""
+        hidden = hidden_reason(sug, self.settings)
+        if hidden != self.hidden:
+            self.hidden = hidden
+            self.protocol.notify(STATUS, {"state": self.state, "message": self.message, "hidden": hidden})
 
     def progress(self, done: int, total: int, message: str) -> None:
         """Thread-safe: a model download's progress as LSP work-done progress (and a loading status)."""
@@ -225,7 +242,8 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
-        ls.pipeline = Pipeline(ls.settings, ls.status, roots, on_progress=ls.progress)
+        ls.pipeline = ReportingPipeline(ls.settings, ls.status, roots, on_progress=ls.progress,
+                                        on_suggestion=ls.suggested)
         ls.initialized = True
 
     @ls.feature(lsp.SHUTDOWN)
@@ -265,11 +283,16 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     @ls.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
                                 ) -> lsp.InlineCompletionList | None:
-        return await _inline_completion(ls, params)
+        return await suggest.inline_completion(ls, params)
+
+    @ls.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=list(".([{,=:")))
+    async def completion(ls: EditServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
+        """The FIM suggestion as a completion item, for clients without inline completion."""
+        return None if ls.protocol.client_inline else await suggest.completion(ls, params)
 
     @ls.feature(INLINE_EDIT)
     async def inline_edit(ls: EditServer, params: Any) -> dict[str, Any]:
-        return await _inline_edit(ls, _validate_inline_edit(params))
+        return await suggest.inline_edit(ls, suggest.validate_inline_edit(params))
 
     @ls.command(ACCEPT)
     async def accept(ls: EditServer, item: Any = None) -> None:
@@ -335,62 +358,3 @@ def _item_id(params: Any) -> str | None:
         return str(args[0]["id"])
     except (KeyError, IndexError, TypeError):
         return None
-
-
-def _validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
-    """(uri, version, line, character) of a copilotInlineEdit request, or a -32602 error."""
-    try:
-        td, pos = params["textDocument"], params["position"]
-        uri, line, ch = td["uri"], pos["line"], pos["character"]
-        version = td.get("version")
-        ok = (isinstance(uri, str) and isinstance(line, int) and isinstance(ch, int) and line >= 0
-              and ch >= 0 and (version is None or isinstance(version, int)))
-    except (KeyError, TypeError, AttributeError):
-        ok = False
-    if not ok:
-        raise JsonRpcInvalidParams.of(ValueError(
-            "copilotInlineEdit expects {textDocument: {uri, version}, position: {line, character}}"))
-    return uri, version, line, ch
-
-
-def _engine_failed(ls: EditServer, e: Exception) -> None:
-    """Engine failure: no suggestion + a status notification, never a crash (details in the log)."""
-    log.error("generation failed: %s", e)
-    ls._status("error", f"generation failed: {e}")
-
-
-async def _inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
-                             ) -> lsp.InlineCompletionList | None:
-    p = ls.pipeline
-    doc = p.docs.get(params.text_document.uri) if p is not None else None
-    if p is None or doc is None:
-        return None
-    offset = convert.position_to_offset(doc.text, params.position.line, params.position.character)
-    invoked = params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Invoked
-    try:
-        ans = await p.inline_completion(doc.uri, offset, invoked)
-    except Exception as e:
-        _engine_failed(ls, e)
-        return None
-    if ans is None:
-        return None
-    item = convert.inline_item(ans.text, doc.uri, ans.version, ans.suggestion.start, ans.suggestion)
-    return lsp.InlineCompletionList(items=[item])
-
-
-async def _inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) -> dict[str, Any]:
-    uri, _version, line, ch = args
-    p = ls.pipeline
-    doc = p.docs.get(uri) if p is not None else None
-    if p is None or doc is None:
-        return {"edits": []}
-    offset = convert.position_to_offset(doc.text, line, ch)
-    try:
-        ans = await p.next_edit(uri, offset)
-    except Exception as e:
-        _engine_failed(ls, e)
-        return {"edits": []}
-    if ans is None:
-        return {"edits": []}
-    s = ans.suggestion
-    return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score) for e in ans.edits]}

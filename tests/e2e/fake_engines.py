@@ -73,6 +73,27 @@ class ScriptedSplit(Scripted):
         return r
 
 
+class Printable(_Wrapped):
+    """The real tiny-random engine with every output byte folded into printable ASCII: its random
+    weights emit bytes that are not UTF-8, which the tokenizer drops (nothing would show)."""
+
+    label = "printable tiny-random test engine"
+
+    def _fold(self, r: Any) -> Any:
+        if not r.aborted:
+            tok = self.tokenizer
+            special = set(tok.special.as_dict().values())
+            r.tokens = [t if t in special else tok.encode(chr(33 + t % 94))[0] for t in r.tokens]
+            r.text = tok.decode_content(r.tokens)
+        return r
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        return self._fold(super().infill(prompt, **kw))
+
+    def rewrite(self, prompt: Any, **kw: Any) -> Any:
+        return self._fold(super().rewrite(prompt, **kw))
+
+
 def _base(spec: str) -> Any:
     from engine import Engine
 
@@ -89,6 +110,10 @@ def scripted(spec: str, device: str) -> Scripted:
 
 def scripted_split(spec: str, device: str) -> ScriptedSplit:
     return ScriptedSplit(_base(spec))
+
+
+def printable(spec: str, device: str) -> Printable:
+    return Printable(_base(spec))
 
 
 class Instant(OneByOne):

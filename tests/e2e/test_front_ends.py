@@ -1,6 +1,7 @@
 """One serving path: the LSP server (real, over stdio) and the HTTP front end (in-process app) give the
 same suggestion for the same document and cursor — both go through core.Pipeline with the same
-tiny-random weights, settings and gate."""
+tiny-random weights, settings and gate (its output folded to printable ASCII: random weights emit bytes
+that are not UTF-8, which the tokenizer drops)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pytest_lsp import LanguageClient
 
 from edit_server.core.settings import build_settings
 from edit_server.http.app import make_app
+from tests.e2e.fake_engines import printable
 from tests.e2e.lsp_helpers import config, inline, open_doc, options, start, uri
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -22,7 +24,7 @@ TEXT = "def add(a, b):\n    return \n\n\nprint(add(1, 2))\n"
 CURSOR = (1, 11)  # after "return "
 
 
-@pytest_lsp.fixture(config=config(), scope="module")
+@pytest_lsp.fixture(config=config("printable"), scope="module")
 async def client(lsp_client: LanguageClient):
     await start(lsp_client, options(maxTokens=24))
     yield lsp_client
@@ -47,7 +49,7 @@ async def test_lsp_and_http_give_the_same_fim_suggestion(client: LanguageClient)
     assert bad == []
     off = _offset()
     prompt = f"<|file_sep|>same.py\n<|fim_prefix|>{TEXT[:off]}<|fim_suffix|>{TEXT[off:]}<|fim_middle|>"
-    async with TestClient(TestServer(make_app(settings))) as http:
+    async with TestClient(TestServer(make_app(settings, engine=printable("tiny-random", "cpu")))) as http:
         body: dict[str, Any] = {"model": "m", "prompt": prompt, "max_tokens": 24, "stop": []}
         for _ in range(200):  # the app loads its model in the background: 503 until ready
             r = await http.post("/v1/completions", json=body)

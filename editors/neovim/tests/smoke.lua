@@ -2,7 +2,8 @@
 --   nvim --headless --clean -S editors/neovim/tests/smoke.lua
 -- env: ES_PLUGIN (plugin dir), ES_CMD (JSON list: server command), ES_FILE (file to open),
 --      ES_OUT (where to write the JSON report), ES_LINE / ES_COL (1-based cursor for the requests),
---      ES_TIMEOUT_MS (per wait, default 60000). The Python test asserts on the report.
+--      ES_TIMEOUT_MS (per wait, default 60000), ES_FEEDBACK_DB (server feedbackDb), ES_GATE=1 (gate on).
+-- The Python test asserts on the report.
 local api = vim.api
 local env = vim.env
 local out = { steps = {} }
@@ -40,6 +41,17 @@ local function extmarks(ns_name)
   return api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })
 end
 
+-- the screen row showing buffer line `lnum` (1-based) of the current window, trailing blanks cut
+local function screen_line(lnum)
+  vim.cmd('redraw')
+  local row = vim.fn.screenpos(0, lnum, 1).row
+  local cells = {}
+  for c = 1, vim.o.columns do
+    cells[#cells + 1] = vim.fn.screenstring(row, c)
+  end
+  return (table.concat(cells):gsub('%s+$', ''))
+end
+
 local function main()
   vim.opt.rtp:prepend(env.ES_PLUGIN)
   vim.cmd.runtime('plugin/edit_server.lua')
@@ -47,7 +59,13 @@ local function main()
   local ne = require('edit_server.next_edit')
   es.setup({
     cmd = vim.json.decode(env.ES_CMD),
-    init_options = { model = 'tiny-random', device = 'cpu', gate = { enabled = false }, debounceMs = 0 },
+    init_options = {
+      model = 'tiny-random',
+      device = 'cpu',
+      gate = { enabled = env.ES_GATE == '1' },
+      debounceMs = 0,
+      feedbackDb = env.ES_FEEDBACK_DB or ':memory:',
+    },
     next_edit = { auto = false },
   })
   local requests = {}
@@ -87,6 +105,13 @@ local function main()
     return #extmarks('nvim.lsp.inline_completion') > 0
   end, tonumber(env.ES_GHOST_MS or '3000'))
   local before = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  out.statusline_after_inline = es.statusline()
+  if out.inline_ghost then
+    out.ghost_screen_line = screen_line(line) -- what the user sees: buffer text + ghost text
+    out.ghost_text = table.concat(vim.tbl_map(function(m)
+      return table.concat(vim.tbl_map(function(c) return c[1] end, m[4].virt_text or {}), '')
+    end, extmarks('nvim.lsp.inline_completion')), '')
+  end
   if out.inline_ghost then -- accept with the plugin's <Tab> mapping, as a user would
     api.nvim_feedkeys(vim.keycode('<Tab>'), 'm', false)
     out.inline_accepted = wait_for(function()
@@ -94,6 +119,7 @@ local function main()
     end, 3000)
   end
   out.inline_changed = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n') ~= before
+  out.cursor_after_inline = api.nvim_win_get_cursor(0)
   api.nvim_feedkeys(vim.keycode('<Esc>'), 'n', false)
   sleep(100)
   out.text_after_inline = api.nvim_buf_get_lines(0, 0, -1, false)
@@ -126,8 +152,14 @@ local function main()
     sleep(200)
   end
   out.text_final = api.nvim_buf_get_lines(0, 0, -1, false)
+  local accepts = (out.inline_accepted and 1 or 0) + (out.edit_accepted and 1 or 0)
+  out.accepts_answered = wait_for(function() -- the server answers an accept once it is stored
+    return (requests['workspace/executeCommand'] or 0) >= accepts
+  end, 10000)
   out.requests = requests
-  sleep(300) -- let executeCommand / notifications reach the server
+  out.status = es.status
+  out.statusline = es.statusline()
+  sleep(300) -- let notifications reach the server
 end
 
 coroutine.wrap(function()

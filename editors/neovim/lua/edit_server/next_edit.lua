@@ -1,5 +1,5 @@
 -- Next-edit suggestions: request `textDocument/copilotInlineEdit`, render the first edit with extmarks
--- (inserted text as virtual text, deleted text highlighted), accept (apply + run the server's command)
+-- (inserted text as virtual text, deleted text highlighted), accept (run the server's command, apply)
 -- or dismiss. One suggestion per buffer; any change to the buffer drops it.
 
 local api = vim.api
@@ -201,7 +201,9 @@ function M.request(bufnr, cb)
   end, bufnr)
 end
 
---- Apply the shown edit and run its command (so the server learns it was accepted).
+--- Run the shown edit's command, then apply the edit. The accept goes out first: the server reads
+--- messages in order, so it records "accepted" before the buffer change it would otherwise log as
+--- the suggestion being typed over (rejected).
 ---@return boolean accepted
 function M.accept(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
@@ -213,15 +215,15 @@ function M.accept(bufnr)
   end
   M.dismiss(bufnr)
   local edit = sug.edit
+  if edit.command then
+    client:exec_cmd(edit.command, { bufnr = bufnr })
+  end
   vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
   local srow, scol = to_byte_pos(bufnr, edit.range.start, client.offset_encoding)
   local row, col = advance(srow, scol, edit.text)
   local win = vim.fn.bufwinid(bufnr)
   if win ~= -1 then
     pcall(api.nvim_win_set_cursor, win, { row + 1, col })
-  end
-  if edit.command then
-    client:exec_cmd(edit.command, { bufnr = bufnr })
   end
   return true
 end

@@ -1,0 +1,60 @@
+"""LSP extras beside the core handlers (server.py): which clients get completion items instead of inline
+completions, and the status line's "why nothing shows" (a suggestion the gate hid).
+
+- Clients that declare ``textDocument.inlineCompletion`` (Neovim ≥ 0.12, VS Code, lsp-mode with
+  editors/emacs) get ghost text only; the others (Helix, Sublime LSP, LSP4IJ) are also offered
+  ``textDocument/completion`` items built from the same FIM suggestion (`convert.completion_item`).
+- Every suggestion the pipeline computes is reported to the server: a hidden one sets the
+  ``hidden`` field of ``$/editServer/status`` (e.g. ``"fim hidden by the gate: score 0.08 < 0.50"``), the
+  next shown one clears it (``""``); status updates without the field leave it as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from edit_server.core.pipeline import Pipeline
+from edit_server.core.requests import Suggestion
+from edit_server.core.settings import Settings
+from edit_server.selectivity.thresholds import gate_threshold
+
+
+def declares_inline_completion(initialize: Any) -> bool:
+    """Whether raw ``initialize`` params declare ``capabilities.textDocument.inlineCompletion`` (present,
+    even as null: lsp-mode writes an empty capability object as null)."""
+    try:
+        td = initialize["params"]["capabilities"]["textDocument"]
+    except (KeyError, TypeError):
+        return False
+    return isinstance(td, dict) and "inlineCompletion" in td
+
+
+def hidden_reason(sug: Suggestion, settings: Settings) -> str:
+    """Why ``sug`` is not shown ("" when it is), short enough for a status line."""
+    if sug.show:
+        return ""
+    if sug.reason == "low score":
+        return (f"{sug.kind} hidden by the gate: score {sug.score:.2f} < "
+                f"{gate_threshold(settings, sug.kind):.2f}")
+    return f"{sug.kind} hidden: {sug.reason}"
+
+
+class ReportingPipeline(Pipeline):
+    """The pipeline, telling ``on_suggestion`` about every suggestion it computed (shown or hidden)."""
+
+    def __init__(self, *args: Any, on_suggestion: Callable[[Suggestion], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_suggestion = on_suggestion
+
+    async def _fim(self, *args: Any, **kwargs: Any) -> Suggestion | None:
+        sug = await super()._fim(*args, **kwargs)
+        if sug is not None:
+            self._on_suggestion(sug)
+        return sug
+
+    async def _edit(self, *args: Any, **kwargs: Any) -> Any:
+        ans = await super()._edit(*args, **kwargs)
+        if ans is not None:
+            self._on_suggestion(ans.suggestion)
+        return ans
