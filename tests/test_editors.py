@@ -42,9 +42,16 @@ def accept(kind):
     return t.Command(title="accept", command="editServer.accept",
                      arguments=[{"id": "s1", "kind": kind, "score": 0.9, "uri": "u", "version": 0}])
 
+@server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
+def changed(ls, params):
+    log("change", {"text": "".join(c.text for c in params.content_changes)})
+
 @server.feature(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionOptions())
 def inline(ls, params):
     log("inline", {"line": params.position.line, "character": params.position.character})
+    ls.protocol.notify("$/editServer/status", {"state": "ready", "message": "idle",
+                                               "hidden": "fim hidden by the gate: score 0.12 < 0.50"})
+    ls.protocol.notify("$/editServer/status", {"state": "ready", "message": "idle"})  # keeps "hidden"
     return t.InlineCompletionList(items=[t.InlineCompletionItem(insert_text="a + b", command=accept("fim"))])
 
 @server.feature("textDocument/copilotInlineEdit")
@@ -139,6 +146,14 @@ def test_neovim_plugin_against_scripted_server(tmp_path: Path) -> None:
     assert "shown" in kinds  # textDocument/didShowInlineEdit
     accepted = [e["data"]["kind"] for e in events if e["kind"] == "accept"]
     assert accepted == ["fim", "edit"]  # both accept commands ran through workspace/executeCommand
+    # each accept reaches the server before the buffer change that applies it (else: "typed over")
+    order = [e["data"]["kind"] if e["kind"] == "accept" else e["data"]["text"] for e in events
+             if e["kind"] in ("accept", "change")]
+    assert order.index("edit") < next(i for i, x in enumerate(order) if "42" in x), order
+    assert order.index("fim") < next(i for i, x in enumerate(order) if "a + b" in x), order
+    # the server's "why nothing shows" stays in the status line until a status clears it
+    assert r["status"]["hidden"] == "fim hidden by the gate: score 0.12 < 0.50"
+    assert r["statusline_after_inline"] == "edit-server: fim hidden by the gate: score 0.12 < 0.50"
     edit_versions = [e["data"]["version"] for e in events if e["kind"] == "edit"]
     assert edit_versions and edit_versions[0] > 0  # the request carried the buffer version
 
@@ -194,7 +209,7 @@ def test_neovim_midline_ghost_text_utf8_and_accept_feedback(tmp_path: Path) -> N
     db = tmp_path / "feedback.sqlite3"
     cmd = [sys.executable, "-m", "edit_server.cli", "--model", "tiny-random", "--device", "cpu"]
     r = run_smoke(tmp_path, cmd, timeout=240, source=MIDLINE, ES_LINE="3", ES_COL="15", ES_GHOST_MS="8000",
-                  ES_READY_MS="90000", ES_FEEDBACK_DB=str(db), PYTHONPATH=str(ROOT),
+                  ES_READY_MS="90000", ES_FEEDBACK_DB=str(db), ES_HEALTH="1", PYTHONPATH=str(ROOT),
                   EDIT_SERVER_ENGINE_FACTORY="tests.e2e.fake_engines:scripted_split")
     assert r["inline_ghost"] and r["inline_accepted"], r
     final_line = r["text_after_inline"][2]
@@ -204,6 +219,8 @@ def test_neovim_midline_ghost_text_utf8_and_accept_feedback(tmp_path: Path) -> N
     assert r["cursor_after_inline"] == [3, len("    return min(a + b")]  # after the suggestion, not the rest
     assert r["edit_shown"] and r["edit_accepted"] and r["accepts_answered"]
     assert r["text_final"] == ["def area(w, h):", "    s = w * h", "    return min(a + b, 1)"]
+    health = "\n".join(r["health"])  # :checkhealth edit_server: the client and the model state
+    assert "client running" in health and ("model: ready" in health or "model: busy" in health), health
     rows = _feedback_events(db)
     edits = [e for _, k, e in rows if k == "edit"]
     assert edits == ["shown", "accepted"], rows
@@ -276,6 +293,9 @@ def test_neovim_next_edit_rendering(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert "error" not in report, report
     assert report["fallback_line"] == "x\ty"  # <Tab> falls back to a literal Tab when nothing is shown
+    health = "\n".join(report["health"])  # :checkhealth edit_server with a server that is not installed
+    assert "edit-server" in health and "ERROR" in health
+    assert "`edit-server-not-installed` not found" in health and "cmd = {" in health
     res = report["cases"]
 
     def marks(i: int) -> list[dict[str, Any]]:

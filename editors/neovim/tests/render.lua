@@ -33,6 +33,9 @@ if ok then
     vim.bo[buf].expandtab = false
     vim.api.nvim_feedkeys(vim.keycode('ix<Tab>y<Esc>'), 'mx', false)
     results.fallback_line = vim.api.nvim_buf_get_lines(buf, 0, -1, false)[1]
+    -- :checkhealth edit_server says why nothing will show (the server command is not installed)
+    vim.cmd('checkhealth edit_server')
+    results.health = vim.api.nvim_buf_get_lines(0, 0, -1, false)
   end)
 end
 if not ok then

@@ -159,6 +159,10 @@ local function main()
   out.requests = requests
   out.status = es.status
   out.statusline = es.statusline()
+  if env.ES_HEALTH == '1' then
+    vim.cmd('checkhealth edit_server')
+    out.health = api.nvim_buf_get_lines(0, 0, -1, false)
+  end
   sleep(300) -- let notifications reach the server
 end
 

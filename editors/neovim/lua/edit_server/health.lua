@@ -38,7 +38,7 @@ local function check_cmd(cmd)
       'Run it in a terminal; a missing torch means the venv was set up without `pip install torch==...` first',
     })
   else
-    health.ok('`edit-server --version`: ' .. vim.trim(res.stdout or ''))
+    health.ok(('`%s --version`: %s'):format(cmd[1], vim.trim(res.stdout or '')))
   end
 end
 
