@@ -21,7 +21,8 @@ COMMANDS: list[tuple[str, str]] = [
     ("eval", "evals.cli"),
     ("align", "edit_server.selectivity.align"),
 ]
-BENCH: list[str] = ["engine.bench", "edit_server.context.bench", "edit_server.bench_lsp"]
+BENCH: list[str] = ["engine.bench", "edit_server.context.bench", "edit_server.bench_lsp",
+                    "edit_server.bench_http"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ user, so two people editing a file with the same path never cancel each other.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -116,6 +117,14 @@ async def too_long(ctx: Ctx, text: str) -> Reply | None:
     return error(413, problem) if problem else None
 
 
+def doc_key(ctx: Ctx, kind: str, path: str, text: str) -> str:
+    """The supersede / prefix-cache key of a request: the user, the kind and the document — its path, or
+    for clients that send none (FIM bodies) a hash of the document's first 256 characters — so a newer
+    request aborts only the same user's older one for the same document."""
+    doc = path or "#" + hashlib.sha1(text[:256].encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"http:{ctx.user}:{kind}:{doc}"
+
+
 def max_tokens(ctx: Ctx, asked: int | None) -> int:
     return min(asked or ctx.settings.max_tokens, ctx.settings.http.max_output_tokens)
 
@@ -136,7 +145,8 @@ async def completions(ctx: Ctx, body: Any) -> Reply | Stream:
     if (r := await not_ready(ctx)) or (r := await too_long(ctx, req.prompt)):
         return r
     p = ctx.pipeline
-    key = f"http:{ctx.user}:{zp.format}:{zp.prompt.path}"
+    p0 = zp.prompt
+    key = doc_key(ctx, zp.format, p0.path, p0.prefix if isinstance(p0, FimPrompt) else p0.before + p0.region)
     started = time.perf_counter()
     stopped = False
     try:

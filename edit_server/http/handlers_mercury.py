@@ -27,6 +27,7 @@ from edit_server.http.handlers import (
     Reply,
     Stream,
     bad_prompt,
+    doc_key,
     error,
     finish_reason,
     max_tokens,
@@ -123,7 +124,7 @@ async def fim(ctx: Ctx, body: Any) -> Reply | Stream:
     prompt = FimPrompt(prefix=req.prompt, suffix=req.suffix)
 
     async def run(on_step: StepCallback | None) -> Answer:
-        sug = await ctx.pipeline.infill_prompt(f"mercury:{ctx.user}:fim", prompt,
+        sug = await ctx.pipeline.infill_prompt(doc_key(ctx, "fim", "", req.prompt), prompt,
                                                max_tokens(ctx, req.options.max_tokens), on_step)
         text, stopped = apply_stops(sug.text if sug is not None and sug.show else "", list(req.options.stop))
         return Answer(text, finish_reason(sug, stopped), usage(sug))
@@ -141,7 +142,8 @@ async def edit(ctx: Ctx, body: Any) -> Reply | Stream:
         return r
 
     async def run(on_step: StepCallback | None) -> Answer:
-        ans = await ctx.pipeline.rewrite_prompt(f"mercury:{ctx.user}:edit:{prompt.path}", prompt, on_step)
+        key = doc_key(ctx, "edit", prompt.path, prompt.before + prompt.region)
+        ans = await ctx.pipeline.rewrite_prompt(key, prompt, on_step)
         sug = ans.suggestion if ans is not None else None
         new = sug.text if sug is not None and sug.show else None
         return Answer(m.edit_content(new, prompt.region), finish_reason(sug), usage(sug))
@@ -165,7 +167,7 @@ async def apply(ctx: Ctx, body: Any) -> Reply | Stream:
     async def run(on_step: StepCallback | None) -> Answer:
         if merged is not None:
             return Answer(merged)
-        key = f"mercury:{ctx.user}:apply:{next(_apply_ids)}"
+        key = f"http:{ctx.user}:apply:{next(_apply_ids)}"  # never superseded
         ans = await ctx.pipeline.rewrite_prompt(key, prompt, on_step)
         sug = ans.suggestion if ans is not None else None
         return Answer(sug.text if sug is not None and sug.show else original, finish_reason(sug), usage(sug))
