@@ -1,5 +1,5 @@
 """LSP extras beside the core handlers (server.py): which clients get completion items instead of inline
-completions, and the status line's "why nothing shows" (a suggestion the gate hid).
+completions, lenient client capabilities, and the status line's "why nothing shows" (a hidden suggestion).
 
 - Clients that declare ``textDocument.inlineCompletion`` (Neovim ≥ 0.12, VS Code, lsp-mode with
   editors/emacs) get ghost text only; the others (Helix, Sublime LSP, LSP4IJ) are also offered
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from lsprotocol import types as lsp
 
 from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
@@ -28,6 +30,34 @@ def declares_inline_completion(initialize: Any) -> bool:
     except (KeyError, TypeError):
         return False
     return isinstance(td, dict) and "inlineCompletion" in td
+
+
+def lenient_initialize(data: dict[str, Any], converter: Any) -> dict[str, Any]:
+    """A raw ``initialize`` request whose client capabilities the strict LSP types reject, with each
+    capability the types accept kept and the others dropped (LSP4IJ sends
+    ``general.staleRequestSupport`` without its required ``retryOnContentModified``): one odd capability
+    must not refuse the whole session. Returned unchanged when it structures as it is."""
+    params = data.get("params")
+    caps = params.get("capabilities") if isinstance(params, dict) else None
+    if not isinstance(caps, dict):
+        return data
+
+    def ok(c: dict[str, Any]) -> bool:
+        try:
+            converter.structure({**params, "capabilities": c}, lsp.InitializeParams)
+            return True
+        except Exception:  # noqa: BLE001 - cattrs raises many kinds; any means "rejected"
+            return False
+
+    if ok(caps):
+        return data
+    kept: dict[str, Any] = {}
+    for section, value in caps.items():
+        if ok({section: value}):
+            kept[section] = value
+        elif isinstance(value, dict):
+            kept[section] = {k: v for k, v in value.items() if ok({section: {k: v}})}
+    return {**data, "params": {**params, "capabilities": kept}}
 
 
 def hidden_reason(sug: Suggestion, settings: Settings) -> str:

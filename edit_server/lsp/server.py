@@ -28,7 +28,12 @@ from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
 from edit_server.lsp import convert, suggest
-from edit_server.lsp.features import ReportingPipeline, declares_inline_completion, hidden_reason
+from edit_server.lsp.features import (
+    ReportingPipeline,
+    declares_inline_completion,
+    hidden_reason,
+    lenient_initialize,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,7 @@ class EditProtocol(LanguageServerProtocol):
         method = data.get("method") if isinstance(data, dict) else None
         if method == lsp.INITIALIZE:
             self.client_inline = declares_inline_completion(data)
+            data = lenient_initialize(data, self._converter)
         if "jsonrpc" in data and method in RAW_METHODS:
             if "id" in data:
                 return JsonRPCRequestMessage(id=data["id"], method=data["method"], jsonrpc=data["jsonrpc"],
