@@ -127,14 +127,11 @@ class RewardScorer:
         masked, weight = draw_noise(len(target), bs, gen, self.t_min)
         with eng._lock:
             t0 = time.perf_counter()
-            slot = eng.cache.take(cache_key) if cache_key else None
-            cached = slot is not None and slot.tokens == list(prompt)
-            try:
-                kv = slot.kv if cached and slot is not None else self._prefill(prompt)
-                lp_ref, lp_pol = self._pair(kv, prompt, target, masked, weight)
-            finally:
-                if slot is not None and cache_key:
-                    eng.cache.put(cache_key, slot)
+            found = eng.cache.best(cache_key, prompt) if cache_key else None  # the engine's slot, in place
+            slot = found[0] if found is not None and found[0].tokens == list(prompt) else None
+            kv = slot.kv if slot is not None else self._prefill(prompt)
+            lp_ref, lp_pol = self._pair(kv, prompt, target, masked, weight)
+            cached = slot is not None
             ms = (time.perf_counter() - t0) * 1e3
         return Reward(lp_pol - lp_ref, self.z0, len(completion) + 1, lp_pol, lp_ref, ms, cached, eng.adapter)
 

@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from engine.cache import common_prefix
+from engine.cache import Slot, common_prefix
 from engine.engine import Engine, _Job
 from engine.loading.adapter import AdapterError, load_adapter
 
@@ -217,14 +217,17 @@ class AlignedEngine(Engine):
         return cls(eng.model, eng.tokenizer, kto_meta=meta, adapter=str(adapter), name=eng.name,
                    meta=eng.meta, cache_bytes=eng.cache.budget, approx_cache=eng.approx_cache)
 
+    def _take_slot(self, j: _Job, need: int) -> Slot:
+        """The engine's cached slot (or one seeded from a donor), minus a last row that may hold
+        policy KV: a cached prompt that is a strict prefix of this one ends in such a row."""
+        slot = super()._take_slot(j, need)
+        n = len(slot.tokens)
+        if 0 < n < len(j.prompt) and common_prefix(slot.tokens, j.prompt) == n:
+            slot.tokens = slot.tokens[:-1]
+        return slot
+
     def _prefill(self, j: _Job) -> None:
         n = len(j.prompt)
-        if j.cache_key:  # a cached prompt's last row holds policy KV: never reuse it as a prompt row
-            slot = self.cache.take(j.cache_key)
-            if slot is not None:
-                if len(slot.tokens) < n and common_prefix(slot.tokens, j.prompt) == len(slot.tokens):
-                    slot.tokens = slot.tokens[:-1]
-                self.cache.put(j.cache_key, slot)
         with self.lora.use(False):
             super()._prefill(j)
         assert j.kv is not None and j.slot is not None
