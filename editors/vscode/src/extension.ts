@@ -28,35 +28,51 @@ interface InlineEdit {
   command?: LspCommand;
 }
 interface InlineEditResult { edits: InlineEdit[] }
-interface Status { state: "loading" | "ready" | "busy" | "error"; message?: string }
+interface Status {
+  state: "loading" | "ready" | "busy" | "degraded" | "error";
+  message?: string;
+  hidden?: string; // why the last suggestion was not shown ("" = it was); absent = unchanged
+}
+
+/** Settings of the extension itself, not sent to the server. */
+export const CLIENT_ONLY = new Set(["command", "nextEdit.auto", "nextEdit.delayMs"]);
 
 let client: LanguageClient | undefined;
 let nextEdits: NextEditController | undefined;
 
-/** Settings → initializationOptions (camelCase; nulls left out so the server's defaults apply). */
-export function initializationOptions(cfg: vscode.WorkspaceConfiguration): Record<string, unknown> {
-  const opts: Record<string, unknown> = {
-    model: cfg.get<string>("model", "default"),
-    device: cfg.get<string>("device", "auto"),
-  };
-  const gate: Record<string, unknown> = { enabled: cfg.get<boolean>("gate.enabled", true) };
-  const threshold = cfg.get<number | null>("gate.threshold", null);
-  if (threshold !== null && threshold !== undefined) gate.threshold = threshold;
-  opts.gate = gate;
-  const budget = cfg.get<number | null>("contextBudget", null);
-  if (budget !== null && budget !== undefined) opts.contextBudget = budget;
-  const debounce = cfg.get<number | null>("debounceMs", null);
-  if (debounce !== null && debounce !== undefined) opts.debounceMs = debounce;
+/** The server settings the user set (any scope) → nested initializationOptions (camelCase), from the
+ * keys package.json contributes (generated from the server's settings struct). Settings left at their
+ * default are not sent: the server's defaults, and its command line, apply. */
+export function initializationOptions(cfg: vscode.WorkspaceConfiguration, keys: string[]): Record<string, unknown> {
+  const opts: Record<string, unknown> = {};
+  for (const key of keys) {
+    if (CLIENT_ONLY.has(key)) continue;
+    const seen = cfg.inspect(key);
+    const value = seen && [seen.workspaceFolderLanguageValue, seen.workspaceLanguageValue, seen.globalLanguageValue,
+      seen.workspaceFolderValue, seen.workspaceValue, seen.globalValue].find((v) => v !== undefined);
+    if (value === undefined || value === null) continue;
+    const path = key.split(".");
+    let node = opts;
+    for (const part of path.slice(0, -1)) node = (node[part] ??= {}) as Record<string, unknown>;
+    node[path[path.length - 1]] = value;
+  }
   return opts;
 }
 
-function createClient(output: vscode.LogOutputChannel): LanguageClient {
+/** `editServer.*` setting names (without the prefix) that package.json contributes. */
+export function settingKeys(packageJSON: { contributes?: { configuration?: { properties?: object } } }): string[] {
+  return Object.keys(packageJSON.contributes?.configuration?.properties ?? {})
+    .filter((k) => k.startsWith("editServer."))
+    .map((k) => k.slice("editServer.".length));
+}
+
+function createClient(output: vscode.LogOutputChannel, keys: string[]): LanguageClient {
   const cfg = vscode.workspace.getConfiguration("editServer");
   const [command, ...args] = cfg.get<string[]>("command", ["edit-server"]);
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: initializationOptions(cfg),
+    initializationOptions: initializationOptions(cfg, keys),
     outputChannel: output,
   };
   return new LanguageClient("editServer", "edit-server", serverOptions, clientOptions);
@@ -147,19 +163,26 @@ export class NextEditController implements vscode.Disposable {
     return true;
   }
 
-  /** Apply the shown edit, then run its command so the server records the accept. */
+  /** Run the shown edit's command, then apply the edit. The accept goes first (and is awaited): the server
+   * reads messages in order, so it records "accepted" before the document change that it would otherwise
+   * log as the suggestion being typed over (rejected). */
   async accept(): Promise<boolean> {
     const shown = this.shown;
     this.dismiss();
     if (!shown || shown.editor.document.version !== shown.version) return false;
+    const cmd = shown.edit.command;
+    if (cmd) {
+      try {
+        await this.lc.sendRequest(ExecuteCommandRequest.type, { command: cmd.command, arguments: cmd.arguments });
+      } catch (err) {
+        this.lc.debug(`accept not recorded: ${String(err)}`); // the edit is still the user's to have
+      }
+      if (shown.editor.document.version !== shown.version) return false; // typed on meanwhile
+    }
     const ok = await shown.editor.edit((b) => b.replace(shown.range, shown.edit.text));
     if (!ok) return false;
     const end = shown.editor.document.positionAt(shown.editor.document.offsetAt(shown.range.start) + shown.edit.text.length);
     shown.editor.selection = new vscode.Selection(end, end);
-    const cmd = shown.edit.command;
-    if (cmd) {
-      await this.lc.sendRequest(ExecuteCommandRequest.type, { command: cmd.command, arguments: cmd.arguments });
-    }
     return true;
   }
 
@@ -182,12 +205,27 @@ export class NextEditController implements vscode.Disposable {
   }
 }
 
+/** Status bar text and tooltip for a `$/editServer/status` (``hidden``: the last reason kept). */
+export function statusBar(s: Status, hidden: string): { text: string; tooltip: string } {
+  let text = s.state === "ready" ? "$(sparkle) edit-server" : `$(loading~spin) edit-server: ${s.state}`;
+  if (s.state === "error") text = "$(error) edit-server";
+  if (s.state === "degraded") text = "$(warning) edit-server: degraded";
+  let tooltip = s.message || s.state;
+  if (s.state === "ready" && hidden) {
+    text = "$(eye-closed) edit-server";
+    tooltip = `${hidden}. A random or untrained model scores low; editServer.gate.enabled = false shows every suggestion.`;
+  }
+  return { text, tooltip };
+}
+
 async function start(context: vscode.ExtensionContext, output: vscode.LogOutputChannel, bar: vscode.StatusBarItem) {
-  client = createClient(output);
+  client = createClient(output, settingKeys(context.extension.packageJSON));
+  let hidden = "";
   client.onNotification(STATUS, (s: Status) => {
-    bar.text = s.state === "ready" ? "$(sparkle) edit-server" : `$(loading~spin) edit-server: ${s.state}`;
-    if (s.state === "error") bar.text = "$(error) edit-server";
-    bar.tooltip = s.message ?? s.state;
+    if (typeof s.hidden === "string") hidden = s.hidden;
+    const { text, tooltip } = statusBar(s, hidden);
+    bar.text = text;
+    bar.tooltip = tooltip;
     bar.show();
   });
   await client.start();
@@ -234,7 +272,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     await start(context, output, bar);
   } catch (err) {
     bar.text = "$(error) edit-server";
-    void vscode.window.showErrorMessage(`edit-server failed to start: ${String(err)}`);
+    const cmd = vscode.workspace.getConfiguration("editServer").get<string[]>("command", ["edit-server"]);
+    void vscode.window.showErrorMessage(`edit-server failed to start (${cmd.join(" ")}): ${String(err)}. ` +
+      "Is the server installed and on PATH? Set editServer.command to its full path otherwise.");
   }
 }
 

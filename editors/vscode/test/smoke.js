@@ -59,18 +59,40 @@ function makeEditor(doc) {
 
 async function main() {
   const ext = require(path.join(__dirname, "..", "out", "extension.js"));
-  // settings → initializationOptions
-  const cfg = { get: (k, d) => ({ model: "tiny-random", "gate.enabled": false, "gate.threshold": 0.3 })[k] ?? d };
-  assert.deepStrictEqual(ext.initializationOptions(cfg), { model: "tiny-random", device: "auto", gate: { enabled: false, threshold: 0.3 } });
+  // settings the user set (any scope) → nested initializationOptions; defaults and client-only keys stay out
+  const pkg = require(path.join(__dirname, "..", "package.json"));
+  const keys = ext.settingKeys(pkg);
+  assert.ok(keys.includes("gate.threshold") && keys.includes("limits.maxLineChars") && keys.includes("command"));
+  const set = { model: { globalValue: "tiny-random" }, "gate.enabled": { workspaceValue: false },
+    "gate.threshold": { globalValue: 0.5, workspaceFolderValue: 0.3 }, "limits.maxLineChars": { globalValue: 500 },
+    exclude: { workspaceValue: ["**/*.log"] }, command: { globalValue: ["/x/edit-server"] }, "nextEdit.delayMs": { globalValue: 9 } };
+  const cfg = { inspect: (k) => ({ key: k, defaultValue: 1, ...(set[k] || {}) }) };
+  assert.deepStrictEqual(ext.initializationOptions(cfg, keys), {
+    model: "tiny-random", gate: { enabled: false, threshold: 0.3 }, exclude: ["**/*.log"], limits: { maxLineChars: 500 } });
+  // status bar: the state, and why the last suggestion was hidden (kept across later status updates)
+  assert.strictEqual(ext.statusBar({ state: "ready", message: "idle" }, "").text, "$(sparkle) edit-server");
+  const hid = ext.statusBar({ state: "ready", message: "idle" }, "fim hidden by the gate: score 0.08 < 0.50");
+  assert.strictEqual(hid.text, "$(eye-closed) edit-server");
+  assert.ok(hid.tooltip.startsWith("fim hidden by the gate: score 0.08 < 0.50") && hid.tooltip.includes("gate.enabled"));
+  assert.strictEqual(ext.statusBar({ state: "error", message: "boom" }, "x").text, "$(error) edit-server");
 
   const sent = [];
+  const timeline = []; // what the server would see, in order
   const edit = {
     text: "x = 42", range: { start: { line: 3, character: 0 }, end: { line: 3, character: 5 } },
     textDocument: { uri: "file:///ws/calc.py", version: 1 },
     command: { title: "accept", command: "editServer.accept", arguments: [{ id: "e1", kind: "edit", score: 0.8 }] },
   };
   const lc = {
-    sendRequest: async (method, params) => { sent.push([typeof method === "string" ? method : method.method, params]); return typeof method === "string" ? { edits: [edit] } : null; },
+    sendRequest: async (method, params) => {
+      const name = typeof method === "string" ? method : method.method;
+      sent.push([name, params]);
+      if (name === "workspace/executeCommand") {
+        timeline.push(["accept", doc.text]);
+        await new Promise((r) => setTimeout(r, 5)); // the server answers once the accept is stored
+      }
+      return typeof method === "string" ? { edits: [edit] } : null;
+    },
     sendNotification: async (method, params) => { sent.push([method, params]); },
     code2ProtocolConverter: { asPosition: (p) => ({ line: p.line, character: p.character }) },
     protocol2CodeConverter: { asRange: (r) => new Range(r.start.line, r.start.character, r.end.line, r.end.character) },
@@ -78,6 +100,8 @@ async function main() {
   };
   const doc = makeDoc("def add(a, b):\n    return a + b\n\nx = 1\n");
   const editor = makeEditor(doc);
+  const edit0 = editor.edit.bind(editor);
+  editor.edit = async (cb) => { const ok = await edit0(cb); timeline.push(["change", doc.text]); return ok; };
   const ctl = new ext.NextEditController(lc);
   assert.strictEqual(await ctl.request(editor), true, "edit shown");
   assert.deepStrictEqual(sent[0], ["textDocument/copilotInlineEdit", { textDocument: { uri: "file:///ws/calc.py", version: 1 }, position: { line: 1, character: 11 } }]);
@@ -95,6 +119,10 @@ async function main() {
   assert.deepStrictEqual(editor.selection.active, new Position(3, 6));
   const exec = sent.find((s) => s[0] === "workspace/executeCommand");
   assert.ok(exec && exec[1].command === "editServer.accept" && exec[1].arguments[0].id === "e1");
+  // the accept reached the server (and was answered) before the document changed: else it is logged
+  // as typed over (rejected) first — tests/e2e/test_editor_clients.py checks that on the feedback store
+  assert.deepStrictEqual(timeline.map((t) => t[0]), ["accept", "change"]);
+  assert.strictEqual(timeline[0][1], "def add(a, b):\n    return a + b\n\nx = 1\n");
   assert.ok([...calls.decorations.values()].every((d) => d.length === 0), "decorations cleared");
 
   // a stale reply (document changed while waiting) is not shown
