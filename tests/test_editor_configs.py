@@ -154,3 +154,14 @@ def test_emacs_lsp_mode_client() -> None:
     for needle in ("(lsp-register-client", "(lsp-stdio-connection", ":server-id 'edit-server", ":add-on? t",
                    "lsp-inline-completion-display", "(provide 'edit-server)", ":model \"default\""):
         assert needle in src, needle
+
+
+def test_editors_readme_follows_the_install_and_documents_the_knobs() -> None:
+    doc = (EDITORS / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    torch = re.search(r"torch==[0-9.]+", readme)
+    assert torch and torch.group(0) in doc  # the same pinned CPU torch as the README's scripts…
+    assert doc.index(torch.group(0)) < doc.index("pip install -e .")  # …installed before the project
+    for needle in ("EDIT_SERVER_NVIM", ":checkhealth edit_server", "hidden", "sync_settings.py",
+                   "emacs/", "jetbrains/", "helix/", "sublime/"):
+        assert needle in doc, needle
