@@ -48,10 +48,12 @@ class Reward:
         return (self.r - self.z0) / max(1, self.n_tokens)
 
 
-def canvas_for(completion: list[int], eom: int, pad: int, block_size: int) -> list[int]:
-    """The scored canvas: completion ids, one eom, pads up to a whole number of blocks."""
+def canvas_for(completion: list[int], eom: int, pad: int, block_size: int, pad_to_block: bool = False
+               ) -> list[int]:
+    """The scored canvas: completion ids and one eom (a short last block: the forward pair stays
+    small), or with ``pad_to_block`` pads up to a whole number of blocks (adapters that say so)."""
     n = len(completion) + 1
-    c = -(-n // block_size) * block_size
+    c = -(-n // block_size) * block_size if pad_to_block else n
     return [*completion, eom] + [pad] * (c - n)
 
 
@@ -76,7 +78,7 @@ def tail_layout(canvas: int, block_size: int, shifted: bool = True) -> tuple[Ten
     tail rows)."""
     c, bs = canvas, block_size
     mask, pos = bd3lm_layout(1, c, bs)
-    c0 = c - bs  # the last clean block is seen by no noisy block
+    c0 = (c - 1) // bs * bs  # the last (possibly partial) clean block is seen by no noisy block
     keep = torch.cat([torch.arange(1 + c0), torch.arange(1 + c, 1 + 2 * c)])
     where = torch.full((1 + 2 * c,), -1, dtype=torch.long)
     where[keep] = torch.arange(keep.numel())
@@ -100,7 +102,9 @@ class RewardScorer:
         self.eng = eng
         meta = eng.kto_meta
         self.z0 = float(meta.get("z0", 0.0))
-        self.t_min = float((meta.get("elbo") or {}).get("t_min", T_MIN))
+        elbo = meta.get("elbo") or {}
+        self.t_min = float(elbo.get("t_min", T_MIN))
+        self.pad_to_block = bool(elbo.get("pad_to_block", True))  # adapters before the flag padded
         self.seed = seed
 
     # ---- convenience -------------------------------------------------------------------------
@@ -122,7 +126,7 @@ class RewardScorer:
         sp = eng.tokenizer.special
         bs = eng.block_size
         cur = eng.tokenizer.special.cursor
-        target = canvas_for([t for t in completion if t != cur], sp.eom, sp.pad, bs)
+        target = canvas_for([t for t in completion if t != cur], sp.eom, sp.pad, bs, self.pad_to_block)
         gen = torch.Generator().manual_seed(self.seed)
         masked, weight = draw_noise(len(target), bs, gen, self.t_min)
         with eng._lock:

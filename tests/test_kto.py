@@ -84,7 +84,7 @@ def randomize(model: torch.nn.Module, seed: int = 1, std: float = 0.3) -> None:
 def example(tok: object, prefix: str = "def f(x):\n    return ", middle: str = "x + 1") -> tuple[list[int], list[int]]:
     ids = render_fim(tok, FimPrompt(prefix, "\n", path="a.py")).ids  # type: ignore[arg-type]
     sp = tok.special  # type: ignore[attr-defined]
-    return ids, canvas_for(tok.encode(middle), sp.eom, sp.pad, 8)  # type: ignore[attr-defined]
+    return ids, canvas_for(tok.encode(middle), sp.eom, sp.pad, 8, True)  # type: ignore[attr-defined]
 
 
 def test_shared_masks_give_r_zero_when_policy_equals_reference() -> None:
@@ -118,7 +118,8 @@ def write_stacked(tmp: Path, seed: int = 1, std: float = 0.3, z0: float = 0.05) 
     save_stacked(path, model, {"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "k_proj", "v_proj",
                                                                                 "o_proj", "gate_proj", "up_proj",
                                                                                 "down_proj"]},
-                                "special_tokens": tok.special.as_dict(), "z0": z0, "elbo": {"t_min": 0.1}})
+                                "special_tokens": tok.special.as_dict(), "z0": z0,
+                                "elbo": {"t_min": 0.1, "pad_to_block": False}})
     return path
 
 
@@ -140,6 +141,11 @@ def test_reward_scorer_is_the_trainers_estimator(tmp_path: Path) -> None:
     sp = eng.tokenizer.special
     r = kto.rewards([(ids, canvas_for(comp, sp.eom, sp.pad, 8))], torch.Generator().manual_seed(0), grad=False)
     assert rw.r == pytest.approx(float(r[0]), abs=1e-4) and abs(rw.r) > 1e-3
+    scorer.pad_to_block = True  # older adapters: canvas padded to whole blocks, same agreement
+    rp = scorer.score_ids(ids, comp)
+    r = kto.rewards([(ids, canvas_for(comp, sp.eom, sp.pad, 8, True))], torch.Generator().manual_seed(0), grad=False)
+    assert rp.r == pytest.approx(float(r[0]), abs=1e-4) and rp.r != pytest.approx(rw.r, abs=1e-3)
+    scorer.pad_to_block = False
     assert rw.score == pytest.approx((rw.r - 0.05) / rw.n_tokens)
     # after a generation the scorer reuses the cached prompt: same reward, and the cache stays valid
     res = eng.infill(prompt, max_tokens=16, cache_key="doc")

@@ -144,14 +144,15 @@ def fit_prompt(tok: TokenizerLike, p: FimPrompt | EditPrompt, max_tokens: int) -
     return p if len(_render(tok, p)) <= max_tokens else None
 
 
-def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int, max_canvas: int
-               ) -> tuple[list[int], list[int]] | None:
-    """(prompt ids, canvas target ids) of a record, or None when it does not fit."""
+def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int, max_canvas: int,
+               pad_to_block: bool = False) -> tuple[list[int], list[int]] | None:
+    """(prompt ids, canvas target ids) of a record, or None when it does not fit; the canvas is the
+    one the gate scores (`engine.reward.canvas_for`)."""
     p = fit_prompt(tok, prompt_from_dict(rec.prompt), max_prompt)
     if p is None:
         return None
     comp = tok.encode(rec.completion)
-    c = -(-(len(comp) + 1) // block_size) * block_size  # the gate scores the minimal canvas
+    c = -(-(len(comp) + 1) // block_size) * block_size if pad_to_block else len(comp) + 1
     if c > max_canvas:
         return None
     return _render(tok, p), canvas_target(tok, rec.completion, c)

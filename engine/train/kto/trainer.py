@@ -54,6 +54,7 @@ class KtoConfig:
     z0_pairs: int = 0  # mismatched pairs per step for z0 (0 = the batch size)
     samples: int = 1  # Monte-Carlo mask samples per ELBO estimate
     t_min: float = T_MIN
+    pad_to_block: bool = False  # score completion + eom only (False) or padded to whole blocks
     max_prompt: int = 256  # prompt tokens (trimmed far from the cursor)
     max_canvas: int = 64
     eval_examples: int = 32  # fixed-noise monitor of loss and reward margin
@@ -168,7 +169,7 @@ def _lr(step: int, cfg: KtoConfig) -> float:
 def load_pairs(cfg: KtoConfig, tok: Any, block_size: int, split: str = "train") -> tuple[list[Pair], list[bool]]:
     pairs, labels = [], []
     for rec in read_set(Path(cfg.data), split):
-        ex = to_example(tok, rec, block_size, cfg.max_prompt, cfg.max_canvas)
+        ex = to_example(tok, rec, block_size, cfg.max_prompt, cfg.max_canvas, cfg.pad_to_block)
         if ex is not None:
             pairs.append(ex)
             labels.append(rec.label)
@@ -240,7 +241,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     z0 = max(0.0, float(z0_ema if z0_ema is not None else vals[-1]["z0"]))
     meta = {"lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets), "layers": layers},
             "special_tokens": tok.special.as_dict(), "stacks_on": base, "z0": z0, "beta": cfg.beta,
-            "elbo": {"t_min": cfg.t_min, "samples": cfg.samples}, "rows": "from the prompt's last token",
+            "elbo": {"t_min": cfg.t_min, "samples": cfg.samples, "pad_to_block": cfg.pad_to_block}, "rows": "from the prompt's last token",
             "label": cfg.label or f"KTO adapter ({cfg.steps} steps, {n_d}+/{n_u}- examples)",
             "trained_on": str(next(model.parameters()).device), "training": asdict(cfg),
             "data": {"desirable": n_d, "undesirable": n_u, "lambda_d": lam[0], "lambda_u": lam[1]},
