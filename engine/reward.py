@@ -4,8 +4,9 @@ r = log π_θ(y|x) − log π_ref(y|x), each log-likelihood estimated by the mas
 (−Σ over masked canvas tokens of CE / t) with the **same** noisy canvas for both, so the mask noise
 cancels. The policy is the reference plus a stacked LoRA active from the prompt's last token on
 (`engine.loading.stacked`), so the prompt rows are shared: after a generation the scorer reuses the
-engine's cached prompt KV and runs one coupled forward pair over ``[last prompt token, clean canvas
-blocks, noisy canvas]`` (LoRA off, then on) — no second prefill. The gate's score is ``(r − z0) / n``
+engine's cached prompt KV and runs the coupled pair over ``[last prompt token, clean canvas blocks,
+noisy canvas]`` as one two-row forward (reference row: LoRA × 0, policy row: LoRA on) — no second
+prefill, the weights are read once, the engine's cache is only read. The gate's score is ``(r − z0) / n``
 with z0 the KL reference point the trainer estimated and n the completion tokens + eom.
 
 `draw_noise` is the one noise definition: the KTO trainer (`engine.train.kto.elbo`) imports it, so
@@ -157,6 +158,8 @@ class RewardScorer:
 
     def _pair(self, kv: KVCache, prompt: list[int], target: list[int], masked: Tensor,
               weight: Tensor) -> tuple[float, float]:
+        """One batched forward: row 0 the reference (LoRA × 0), row 1 the policy, same noisy canvas,
+        over a two-row copy of the prompt KV (weights are read once; the engine's cache is untouched)."""
         eng = self.eng
         dev = eng.device
         n, c, bs = len(prompt), len(target), eng.block_size
@@ -164,18 +167,15 @@ class RewardScorer:
         tgt = torch.tensor(target)
         xt = torch.where(masked, torch.full_like(tgt, eng.tokenizer.special.mask), tgt)
         full = torch.cat([torch.tensor([prompt[-1]]), tgt, xt])
-        ids = full[keep][None].to(dev)
-        T = ids.shape[1]
+        T = keep.numel()
+        ids = full[keep][None].expand(2, T).to(dev)
         mask = torch.cat([torch.ones(T, n - 1, dtype=torch.bool), tmask], 1)[None, None].to(dev)
-        pos = (tpos + n - 1)[None].to(dev)
-        kv.ensure(n - 1 + T)
-        length = kv.length
-        out = []
-        for active in (False, True):  # policy last: the cache keeps the policy's last prompt row
-            with eng.lora.use(active):
-                kv.length = n - 1
-                h = eng.model(ids, positions=pos, mask=mask, cache=kv, offset=n - 1, logits_slice=slice(0, 0))
-            out.append(float(masked_logp(eng.model, h, index[None].to(dev), tgt[None].to(dev),
-                                         weight[None].to(dev))[0]))
-        kv.length = length
-        return out[0], out[1]
+        pos = (tpos + n - 1)[None].expand(2, T).to(dev)
+        pair = KVCache.stack([(kv, n - 1), (kv, n - 1)], n - 1 + T)
+        pair.length = n - 1
+        rows = torch.tensor([0.0, 1.0], device=dev).view(2, 1, 1)
+        with eng.lora.use(True, rows):
+            h = eng.model(ids, positions=pos, mask=mask, cache=pair, offset=n - 1, logits_slice=slice(0, 0))
+        lp = masked_logp(eng.model, h, index[None].expand(2, -1).to(dev), tgt[None].expand(2, -1).to(dev),
+                         weight[None].expand(2, -1).to(dev))
+        return float(lp[0]), float(lp[1])
