@@ -6,7 +6,8 @@ Routes (handlers in handlers.py / handlers_mercury.py, free of aiohttp; formats 
                                 ``suffix`` field: OpenAI-style FIM
 ``POST /v1/fim/completions``    Mercury FIM      ``POST /v1/edit/completions``   Mercury next edit
 ``POST /v1/apply/completions``  Mercury apply    (each also without the ``/v1`` prefix)
-``GET /health``                 model state, queue, version (never needs a key)
+``GET /health``                 model state, queue, version; ``GET /ready``: 200 once loaded, else 503
+                                (neither needs a key)
 ``GET /metrics``                Prometheus text (metrics.py)
 
 Every route uses the same :class:`~edit_server.core.pipeline.Pipeline` as the LSP server: one worker
@@ -111,7 +112,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             urlsplit(origin).netloc) not in LOOPBACK:
         return _error(403, "Origin not allowed (settings http.allowedOrigins)", "permission_error")
     keys = request.app[KEYS]
-    open_path = request.path == "/health" or (request.path == "/metrics" and not s.http.metrics_auth)
+    open_path = request.path in ("/health", "/ready") or (request.path == "/metrics" and not s.http.metrics_auth)
     user = keys.user(request.headers.get("Authorization", "")) if keys.required else None
     if keys.required and user is None and not open_path:
         return _error(401, "missing or wrong bearer key (Authorization: Bearer KEY)", "authentication_error")
@@ -173,6 +174,12 @@ async def _health(request: web.Request) -> web.Response:
     }, dumps=lambda o: json.dumps(o, default=str))
 
 
+async def _ready(request: web.Request) -> web.Response:
+    """Readiness (load balancers, Kubernetes): 200 once the model is loaded, else 503."""
+    p, st = request.app[PIPELINE], request.app[STATE]
+    return web.json_response({"ready": p.ready, "state": st["state"]}, status=200 if p.ready else 503)
+
+
 async def _metrics(request: web.Request) -> web.Response:
     return web.Response(text=request.app[METRICS].render(), content_type="text/plain",
                         headers={"X-Content-Type-Options": "nosniff"}, charset="utf-8")
@@ -211,6 +218,7 @@ def make_app(settings: Settings | None = None, *, engine: EngineAPI | None = Non
         app.router.add_post(path, _endpoint(fn))
         app.router.add_post(path.removeprefix("/v1"), _endpoint(fn))
     app.router.add_get("/health", _health)
+    app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)
 
     async def _close(app: web.Application) -> None:
