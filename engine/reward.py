@@ -107,6 +107,7 @@ class RewardScorer:
         self.t_min = float(elbo.get("t_min", T_MIN))
         self.pad_to_block = bool(elbo.get("pad_to_block", True))  # adapters before the flag padded
         self.seed = seed
+        self._buf: KVCache | None = None  # the two-row KV of the pair, reused across calls
 
     # ---- convenience -------------------------------------------------------------------------
     def score_fim(self, prompt: FimPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
@@ -171,11 +172,21 @@ class RewardScorer:
         ids = full[keep][None].expand(2, T).to(dev)
         mask = torch.cat([torch.ones(T, n - 1, dtype=torch.bool), tmask], 1)[None, None].to(dev)
         pos = (tpos + n - 1)[None].expand(2, T).to(dev)
-        pair = KVCache.stack([(kv, n - 1), (kv, n - 1)], n - 1 + T)
-        pair.length = n - 1
+        pair = self._pair_cache(kv, n - 1, n - 1 + T)
         rows = torch.tensor([0.0, 1.0], device=dev).view(2, 1, 1)
         with eng.lora.use(True, rows):
             h = eng.model(ids, positions=pos, mask=mask, cache=pair, offset=n - 1, logits_slice=slice(0, 0))
         lp = masked_logp(eng.model, h, index[None].expand(2, -1).to(dev), tgt[None].expand(2, -1).to(dev),
                          weight[None].expand(2, -1).to(dev))
         return float(lp[0]), float(lp[1])
+
+    def _pair_cache(self, kv: KVCache, n: int, need: int) -> KVCache:
+        """A two-row cache holding the first ``n`` positions of ``kv`` in both rows (buffer reused)."""
+        buf = self._buf
+        if buf is None or buf.capacity < need or buf.k[0].dtype != kv.k[0].dtype:
+            buf = self._buf = KVCache.for_model(self.eng.args, 2, need, kv.k[0].dtype, kv.k[0].device)
+        for dst, src in ((buf.k, kv.k), (buf.v, kv.v)):
+            for d, t in zip(dst, src, strict=True):
+                d[:, :, :n] = t[:1, :, :n]
+        buf.length = n
+        return buf
