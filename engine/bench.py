@@ -107,7 +107,7 @@ def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
 
     m, dev = eng.model, eng.device
     with torch.no_grad():
-        kv = KVCache.for_model(eng.args, 1, len(prompt) + n, eng.dtype, dev)
+        kv = KVCache.for_model(eng.args, 1, len(prompt) + n, getattr(eng, "kv_dtype", eng.dtype), dev)
         t0 = time.perf_counter()
         logits = m(torch.tensor([prompt], device=dev), cache=kv, is_causal=True,
                    logits_slice=slice(-1, None))

@@ -64,6 +64,18 @@ def default_sampler(device: torch.device, block_causal: bool) -> SamplerConfig:
     return replace(cfg, **parse_decode(env)) if env else cfg
 
 
+def want_fast_cpu(flag: bool | None, meta: dict[str, Any], device: torch.device, args: Any) -> bool:
+    """The int8 CPU path (engine.fastcpu): ``flag``, else ``$EDIT_SERVER_FASTCPU`` (0/1), else on for
+    checkpoints whose loader vouches for it (``meta["fast_cpu"]``: the default model, whose quality
+    was measured with it), block-causal models on a CPU only."""
+    if device.type != "cpu" or args.attention != "block_causal":
+        return False
+    if flag is not None:
+        return flag
+    env = os.environ.get("EDIT_SERVER_FASTCPU", "").strip()
+    return env == "1" if env else bool(meta.get("fast_cpu"))
+
+
 def resolve(cfg: SamplerConfig | None, default: SamplerConfig) -> SamplerConfig:
     """``cfg`` with its engine-chosen fields (None) filled from ``default``."""
     if cfg is None:
@@ -284,36 +296,3 @@ class WindowDecoder:
             j.ctx += keep
         kv.length = j.ctx
         self.committed = start + a - 1
-
-
-def decode_bidirectional(eng: Any, j: Any) -> None:
-    """Bidirectional models (Dream / LLaDA): recompute everything at each block start and, with
-    ``eng.approx_cache``, reuse the stale prefix+suffix KV inside a block (Fast-dLLM dual cache)."""
-    from engine.cache import KVCache
-
-    n = len(j.prompt)
-    total = n + j.den.spec.length
-    kv = KVCache.for_model(eng.args, 1, total, eng.dtype, eng.device) if eng.approx_cache else None
-    fresh, block = True, -1
-    prev: Tensor | None = None
-    while not j.den.finished:
-        if j.abort is not None and j.abort.aborted:
-            j.den.abort()
-            break
-        s, e = j.den.block_range()
-        if j.den.block != block or not eng.approx_cache or fresh:
-            block, fresh = j.den.block, False
-            ids = torch.tensor([j.prompt + j.den.canvas], device=eng.device)
-            if kv is not None:
-                kv.length = 0
-            h = eng.model(ids, cache=kv, logits_slice=slice(0, 0))[0]
-            if kv is not None:
-                kv.length = total
-            prev, hb = h[n + s - 1], h[n + s: n + e]
-        else:
-            ids = torch.tensor([j.den.block_ids()], device=eng.device)
-            hb = eng.model(ids, offset=n + s, cache=kv, logits_slice=slice(0, 0))[0]
-        j.forwards += 1
-        eng._step_logits(j, hb, prev)
-        if not j.den.finished and j.den.block_done():
-            j.den.next_block()

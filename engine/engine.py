@@ -20,12 +20,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from engine import fastcpu
 from engine.api import Call, InfillCall, RewriteCall
 from engine.attention import attention_path, causal_mask
+from engine.blocks import decode_bidirectional, decode_blocks
 from engine.cache import KVCache, PrefixCache, Slot, common_prefix
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
-from engine.decode import WindowDecoder, decode_bidirectional, default_sampler, resolve, scope_rule
+from engine.decode import (
+    WindowDecoder,
+    default_sampler,
+    resolve,
+    scope_rule,
+    want_fast_cpu,
+)
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
@@ -43,7 +51,7 @@ from engine.types import (
 
 log = logging.getLogger(__name__)
 
-PREFILL_CHUNK = 512
+PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
 @dataclass
 class _Job:
     prompt: list[int]
@@ -63,7 +71,8 @@ class _Job:
 class Engine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
                  meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
-                 approx_cache: bool = True, sampler: SamplerConfig | None = None) -> None:
+                 approx_cache: bool = True, sampler: SamplerConfig | None = None,
+                 fast_cpu: bool | None = None) -> None:
         self.model = model.eval()
         self.args: ModelArgs = model.args
         self.tokenizer = tokenizer
@@ -78,6 +87,11 @@ class Engine:
                           sp.region_end, sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        params = sum(t.numel() for t in model.parameters())
+        self.kv_dtype = self.dtype
+        if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
+            fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
+            self.kv_dtype = fastcpu.KV_DTYPE
         # used for requests without a sampler; its None fields are filled for those with one
         self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"))
         self.info: dict[str, Any] = {
@@ -86,7 +100,7 @@ class Engine:
             "regime": self.args.attention, "shifted_logits": self.args.shifted_logits,
             "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
             "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
-            "params": sum(t.numel() for t in model.parameters()),
+            "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
         }
         log.info("engine ready: %s", self.info)
@@ -311,7 +325,7 @@ class Engine:
         if slot is not None:
             slot.kv.ensure(need)
             return slot
-        slot = Slot([], KVCache.for_model(self.args, 1, need, self.dtype, self.device))
+        slot = Slot([], KVCache.for_model(self.args, 1, need, self.kv_dtype, self.device))
         donor = self.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
         if donor is not None and donor[1] >= 16:  # seed it with the other kind's shared prefix
             src, n = donor
@@ -329,67 +343,4 @@ class Engine:
             self.cache.put(key, j.slot)
 
     def _decode_block_causal(self, jobs: list[_Job]) -> None:
-        """Denoise all jobs' canvases; one batched forward per step.
-
-        A finished block is committed inside the next step's forward: its clean tokens go in
-        front of the next (noisy) block, attending to the context and themselves, while the noisy
-        block attends to the context, the clean block and itself (exactly the block-causal rule).
-        Only that first step of a block needs a mask; the others run mask-free."""
-        mask_id = self.tokenizer.special.mask
-        if len(jobs) == 1:
-            kv = jobs[0].kv
-            assert kv is not None
-        else:
-            cap = max(j.ctx + j.den.spec.length for j in jobs) + 2 * self.block_size
-            kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
-            kv.length = 0
-        live = list(jobs)  # row r of kv belongs to live[r]
-        pending: dict[int, list[int]] = {}  # id(job) -> clean block to commit with the next step
-        while True:
-            for j in live:
-                if not j.den.finished and j.abort is not None and j.abort.aborted:
-                    j.den.abort()
-            still = [r for r, j in enumerate(live) if not j.den.finished]
-            if not still:
-                return
-            if len(still) < len(live):  # drop finished rows (one more copy, then less work)
-                if len(still) == 1:
-                    kv = kv.row(still[0])
-                else:
-                    idx = torch.tensor(still, device=self.device)
-                    kv = KVCache._from([t.index_select(0, idx) for t in kv.k],
-                                       [t.index_select(0, idx) for t in kv.v], 0)
-                live = [live[r] for r in still]
-            single = len(live) == 1
-            pre = [pending.pop(id(j), []) for j in live]
-            blocks = [p + j.den.block_ids() for p, j in zip(pre, live, strict=True)]
-            pres = [len(p) for p in pre]
-            width = max(len(b) for b in blocks)
-            ids = torch.tensor([b + [mask_id] * (width - len(b)) for b in blocks], device=self.device)
-            offs = [j.ctx for j in live]
-            if single:
-                kv.length = offs[0]
-            if single and not pres[0]:  # the hot path: B tokens over the cache, no mask
-                h = self.model(ids, offset=offs[0], cache=kv, logits_slice=slice(0, 0))
-            else:
-                dev = self.device
-                q = torch.arange(width, device=dev)
-                o, pr = torch.tensor(offs, device=dev), torch.tensor(pres, device=dev)
-                ln = torch.tensor([len(b) for b in blocks], device=dev)
-                lim = torch.where(q[None, :] < pr[:, None], (o + pr)[:, None], (o + ln)[:, None])
-                keys = torch.arange(max(offs) + width, device=dev)
-                mask = (keys[None, None, :] < lim[:, :, None])[:, None]  # (N, 1, T, S)
-                h = self.model(ids, offset=offs[0] if single else offs, cache=kv, mask=mask,
-                               logits_slice=slice(0, 0))
-            for r, j in enumerate(live):
-                if pres[r]:  # the clean block is now part of the context
-                    j.last_hidden = h[r, pres[r] - 1]
-                    j.ctx += pres[r]
-                j.forwards += 1
-                j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + len(blocks[r])
-                self._step_logits(j, h[r, pres[r]:], j.last_hidden)
-                if not j.den.finished and j.den.block_done():
-                    s, e = j.den.block_range()
-                    clean = j.den.canvas[s:e]
-                    if j.den.next_block():
-                        pending[id(j)] = clean
+        decode_blocks(self, jobs)

@@ -1,0 +1,65 @@
+"""engine.fastcpu: the int8 / fused-layer CPU path computes what the float model computes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine import CanvasSpec, EditPrompt, Engine, FimPrompt, SamplerConfig, fastcpu
+from engine.attention import causal_mask
+from engine.cache import KVCache
+from engine.config import preset
+from engine.model import Transformer
+from engine.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def tiny(**kw: object) -> Transformer:
+    tok = Tokenizer.byte_level()
+    return Transformer(preset("tiny", special_tokens=tok.special.as_dict(), **kw), init=False).init_random(3)  # type: ignore[arg-type]
+
+
+@torch.no_grad()
+def test_fast_layers_match_the_float_model() -> None:
+    ref = tiny()
+    fast = fastcpu.convert(copy.deepcopy(ref))
+    assert getattr(fast, "fast_cpu", None) == fastcpu.FORMAT
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    a, b = ref(ids, is_causal=True), fast(ids, is_causal=True)  # T > SMALL: dequantized fp32 GEMMs
+    assert torch.allclose(a, b, atol=0.05 * a.abs().max().item())
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
+    # over a (bf16) KV cache, a few positions at a time (the int8 kernel): the same numbers
+    kv = KVCache.for_model(fast.args, 1, 64, fastcpu.KV_DTYPE, "cpu")
+    fast(ids[:, :36], cache=kv, is_causal=True, logits_slice=slice(0, 0))
+    kv.length = 36
+    step = fast(ids[:, 36:], offset=36, cache=kv, mask=causal_mask(4, 36))
+    assert torch.allclose(step[0], b[0, 36:], atol=0.05 * b.abs().max().item())
+
+
+def test_unsupported_models_are_left_alone() -> None:
+    m = tiny(qk_norm=True)
+    assert not fastcpu.supported(m) and fastcpu.convert(m) is m and not hasattr(m, "fast_cpu")
+
+
+def test_engine_with_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = Tokenizer.byte_level()
+    eng = Engine(tiny(), tok, fast_cpu=True, sampler=SamplerConfig(window="adaptive", speculate=4))
+    assert eng.info["fast_cpu"] == fastcpu.FORMAT and eng.kv_dtype == fastcpu.KV_DTYPE
+    assert eng.info["params"] > 0 and eng.info["dtype"] == "float32"
+    fim = FimPrompt("def add(a, b):\n    return ", "\n", path="m.py")
+    r = eng.infill(fim, max_tokens=12, cache_key="d")
+    again = eng.infill(fim, max_tokens=12, cache_key="d")
+    assert again.cached_tokens == again.prompt_tokens and again.tokens == r.tokens
+    e = eng.rewrite(EditPrompt("import os\n", "x = 1\n", "\n", cursor=2, path="m.py"), cache_key="d")
+    assert e.finish_reason in ("end", "length")
+    blocks = eng.generate(tok.encode("x = 1\n"), CanvasSpec(8), SamplerConfig(window="block"))
+    assert len(blocks.tokens) <= 8
+    # the switch: off by default for models whose loader does not ask for it, env override
+    assert Engine(tiny(), tok).info["fast_cpu"] is None
+    monkeypatch.setenv("EDIT_SERVER_FASTCPU", "1")
+    assert Engine(tiny(), tok).info["fast_cpu"] == fastcpu.FORMAT
+    monkeypatch.setenv("EDIT_SERVER_FASTCPU", "0")
+    assert Engine(tiny(), tok, meta={"fast_cpu": True}).info["fast_cpu"] is None
