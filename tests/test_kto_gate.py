@@ -132,6 +132,12 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
     plain = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
     assert kto_gate.aligned_engine(plain, "off") == (plain, None)
     assert kto_gate.aligned_engine(plain, tmp_path / "missing") == (plain, None)  # logged, not raised
+    plain.model.fast_cpu = "int8"  # the fused int8 CPU layout cannot take a stacked LoRA: refused, logged
+    assert kto_gate.aligned_engine(plain, adapter) == (plain, None)
+    eng2, sc2 = kto_gate.load_engine("tiny-random", "cpu", adapter)  # the serving loader: fp32 + adapter
+    assert sc2 is not None and eng2.info["aligned"]["adapter"] == str(adapter)
+    eng3, sc3 = kto_gate.load_engine("tiny-random", "cpu", "off")
+    assert sc3 is None and "aligned" not in eng3.info
 
 
 def test_versions_current_and_rollback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

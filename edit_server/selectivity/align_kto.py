@@ -89,7 +89,7 @@ def calibrate(adapter: Path, data: Path, *, model: str, device: str, target: flo
     from engine.reward import RewardScorer
     from engine.train.kto.records import gate_kind, prompt_from_dict, read_set
 
-    aligned = AlignedEngine.from_engine(eng or Engine.load(model, device=device), adapter)
+    aligned = AlignedEngine.from_engine(eng or Engine.load(model, device=device, fast_cpu=False), adapter)
     scorer = RewardScorer(aligned)
     outcomes = []
     for rec in read_set(data, "heldout"):

@@ -138,7 +138,7 @@ def run_measure(args: argparse.Namespace) -> int:
         trained = {r.group for r in read_set(args.data, "train")}
     tasks = [t for t in load_humaneval(args.split, seed=args.seed)
              if f"humaneval:{problem_of(t.task_id)}" not in trained][: args.limit]
-    eng = Engine.load(args.model, device=args.device)
+    eng = Engine.load(args.model, device=args.device, fast_cpu=False)
     before = _humaneval(eng, tasks, args, None, prog)
     aligned = AlignedEngine.from_engine(eng, args.adapter)
     scorer = RewardScorer(aligned)

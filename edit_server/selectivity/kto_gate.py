@@ -127,6 +127,18 @@ def aligned_engine(eng: Any, adapter: str | Path | None = "") -> tuple[Any, Any]
         return eng, None
 
 
+def load_engine(spec: str, device: str, adapter: str | Path | None = "") -> tuple[Any, Any]:
+    """Load ``spec`` for serving with the aligned adapter when there is one: (engine, scorer or None).
+    With an adapter the engine keeps plain fp32 linear layers (``fast_cpu=False``: the int8 CPU
+    layout fuses them, a stacked LoRA cannot wrap it); without one it loads exactly as before."""
+    from engine import Engine
+
+    path = current_adapter() if adapter == "" else (None if adapter in (None, "off") else Path(adapter))
+    if path is None or not Path(f"{path}.safetensors").is_file():
+        return Engine.load(spec, device=device), None
+    return aligned_engine(Engine.load(spec, device=device, fast_cpu=False), path)
+
+
 def decide(kind: str, text: str, confidences: list[float], reward: Any, *, enabled: bool,
            threshold: float) -> gate.Decision:
     """The show/hide decision: on the reward (``engine.reward.Reward``) when an aligned adapter with a

@@ -209,6 +209,9 @@ class AlignedEngine(Engine):
             raise AdapterError("engine already has a stacked adapter")
         if eng.args.attention != "block_causal":
             raise AdapterError("a stacked KTO adapter needs a block-causal model")
+        if getattr(eng.model, "fast_cpu", None):
+            raise AdapterError("the int8 CPU layout (engine.fastcpu) has fused layers a stacked LoRA cannot "
+                               "wrap: load the engine with fast_cpu=False")
         tensors, meta = load_stacked(Path(adapter))
         check_stacks_on(meta, eng.meta, str(adapter))
         lo = meta["lora"]
