@@ -145,7 +145,7 @@ class RewardScorer:
         """Reference KV of every prompt token but the last (no cached generation to reuse)."""
         eng = self.eng
         n = len(prompt)
-        kv = KVCache.for_model(eng.args, 1, n + 1, eng.dtype, eng.device)
+        kv = KVCache.for_model(eng.args, 1, n + 1, getattr(eng, "kv_dtype", eng.dtype), eng.device)
         ids = torch.tensor([prompt], device=eng.device)
         with eng.lora.use(False):
             for s in range(0, n - 1, 512):

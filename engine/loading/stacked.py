@@ -71,6 +71,10 @@ class StackedLoRA(nn.Module):
     def weight(self) -> Tensor:
         return self.base.weight
 
+    @property
+    def bias(self) -> Tensor | None:
+        return self.base.bias
+
     def forward(self, x: Tensor) -> Tensor:
         y = self.base(x)
         st = self.state
@@ -196,6 +200,7 @@ class AlignedEngine(Engine):
                  adapter: str = "", **kw: Any) -> None:
         if model.args.attention != "block_causal":
             raise AdapterError("a stacked KTO adapter needs a block-causal model")
+        kw["fast_cpu"] = False  # the int8 CPU layout fuses the linears the stacked LoRA wraps
         super().__init__(model, tokenizer, **kw)  # type: ignore[arg-type]
         self.lora = state_of(model)
         self.kto_meta = dict(kto_meta)
@@ -218,7 +223,8 @@ class AlignedEngine(Engine):
         attach(eng.model, int(lo["rank"]), float(lo["alpha"]), tuple(lo["targets"]), tensors, lo.get("layers"))
         eng.model.to(device=eng.device)
         return cls(eng.model, eng.tokenizer, kto_meta=meta, adapter=str(adapter), name=eng.name,
-                   meta=eng.meta, cache_bytes=eng.cache.budget, approx_cache=eng.approx_cache)
+                   meta=eng.meta, cache_bytes=eng.cache.budget, approx_cache=eng.approx_cache,
+                   **({"sampler": eng.sampler} if hasattr(eng, "sampler") else {}))
 
     def _take_slot(self, j: _Job, need: int) -> Slot:
         """The engine's cached slot (or one seeded from a donor), minus a last row that may hold
