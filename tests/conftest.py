@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # a developer's own settings (e.g. a learned gate calibration) must not change test outcomes;
 # the servers the e2e tests start inherit this
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edit-server-test-config-")
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="edit-server-test-data-")  # aligned adapters, feedback
 
 
 @pytest.fixture(scope="module")

@@ -230,3 +230,36 @@ def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
     assert conf["shown@threshold"] == 0.5 and conf["precision@threshold"] == 0.5
     assert rew["auroc"] == pytest.approx(0.25) and rew["shown@threshold"] is None
     assert problem_of("SingleLineInfilling/HumanEval/12/L3") == "HumanEval/12"
+
+
+def test_the_server_worker_scores_with_the_aligned_adapter(tmp_path: Path) -> None:
+    """Settings gate.kto → the worker loads the aligned engine, every outcome carries the implicit
+    reward, and the pipeline's show/hide decision is the reward's."""
+    from edit_server.core.requests import FimRequest
+    from edit_server.core.results import fim_result
+    from edit_server.core.settings import Gate, Settings
+    from edit_server.core.worker import EngineWorker, Job
+
+    adapter = write_stacked(tmp_path)
+    calibration(adapter)
+    states: list[tuple[str, str]] = []
+    w = EngineWorker(lambda s, m: states.append((s, m)))
+    try:
+        settings = Settings(model="tiny-random", device="cpu", gate=Gate(kto=str(adapter)), max_tokens=8)
+        w.load("tiny-random", "cpu", settings)
+        assert w.ready.wait(60), states
+        assert w.scorer is not None
+        text = "def add(a, b):\n    return \n"
+        req = FimRequest("u", "/w/a.py", text, 1, len(text) - 1)
+        out = w.submit(Job("u", req, settings)).result(60)
+        assert out is not None and out.reward is not None and out.reward.adapter == str(adapter)
+        sug = fim_result(req, "a + b", [0.01] * 5, settings, out.reward)  # unsure tokens, the reward decides
+        cal = kto_gate.calibration_for(adapter)
+        assert sug is not None and sug.show == (out.reward.score >= cal.thresholds["fim"])
+        assert sug.score == pytest.approx(cal.probability("fim", out.reward.score))
+        off = Settings(model="tiny-random", device="cpu", gate=Gate(kto="off"))
+        w.load("tiny-random", "cpu", off)  # clears `ready` at once; set again once reloaded
+        assert w.ready.wait(60) and w.scorer is None
+    finally:
+        w.stop()
+        w.join(5)

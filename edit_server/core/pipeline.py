@@ -234,7 +234,7 @@ class Pipeline:
         out = await self._run(Job(uri, req, settings, built, on_step=on_step))
         if out is None:
             return None
-        sug = fim_result(req, out.text, out.confidences, settings)
+        sug = fim_result(req, out.text, out.confidences, settings, out.reward)
         if sug is None:
             return None
         r = out.result
@@ -252,7 +252,7 @@ class Pipeline:
         if out is None:
             return None
         assert isinstance(out.built, EditBuilt)
-        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings)
+        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward)
         if sug is None:
             return None
         r = out.result

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import gate
+from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.thresholds import gate_threshold
 
 
@@ -44,13 +45,15 @@ def without_line_rest(suggestion: str, line_rest: str) -> str:
     return suggestion
 
 
-def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings) -> Suggestion | None:
+def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
+               reward: Any = None) -> Suggestion | None:
     cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], is_single_line(req))
     line_end = req.text.find("\n", req.offset)
     cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
     if not cleaned:
         return None
-    d = gate.decide(cleaned, confidences, settings.gate.enabled, gate_threshold(settings, "fim"))
+    d = kto_gate.decide("fim", cleaned, confidences, reward, enabled=settings.gate.enabled,
+                        threshold=gate_threshold(settings, "fim"))
     return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
 
 
@@ -81,13 +84,14 @@ def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
 
 
 def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
-                settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
+                settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
     old_region = req.text[built.region_start : built.region_end]
     new_region = gate.clean_edit(old_region, new_region)
     edits = diff_edits(old_region, new_region, built.region_start)
     if not edits:
         return None, []
-    d = gate.decide(new_region, confidences, settings.gate.enabled, gate_threshold(settings, "edit"))
+    d = kto_gate.decide("edit", new_region, confidences, reward, enabled=settings.gate.enabled,
+                        threshold=gate_threshold(settings, "edit"))
     sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
                      d.reason)
     return sug, edits

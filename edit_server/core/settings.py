@@ -21,6 +21,9 @@ class Gate(msgspec.Struct, rename="camel", kw_only=True):
     # per-kind thresholds learned by `edit-server align gate`: "" = its default file when present,
     # "off" = use ``threshold`` only, else a path
     calibration: str = ""
+    # the KTO-aligned adapter whose implicit reward decides (`edit-server align kto`): "" = the current
+    # local version when there is one, "off" = the confidence gate only, else a path (without suffix)
+    kto: str = ""
 
 
 class Feature(msgspec.Struct, rename="camel", kw_only=True):

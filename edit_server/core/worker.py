@@ -19,11 +19,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edit_server.core.contexts import Context, auto_budget, make_context
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
+from edit_server.selectivity import kto_gate
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import AbortSignal, GenerateResult, StepCallback
@@ -86,6 +88,7 @@ class Outcome:
     built: Built
     result: GenerateResult
     batch: int = 1
+    reward: Any = None  # engine.reward.Reward of the KTO-aligned model, when one is loaded
 
     @property
     def text(self) -> str:
@@ -96,15 +99,24 @@ class Outcome:
         return list(self.result.confidences)
 
 
-def load_engine(spec: str, device: str, progress: ProgressFn | None = None) -> EngineAPI:
+def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto: str = "off"
+                ) -> tuple[EngineAPI, Any]:
+    """(engine, reward scorer or None). A hub id downloads with ``progress``; otherwise the engine
+    loads as ``Engine.load`` does (the CPU fast path for the default model), with the KTO-aligned
+    adapter stacked on it when ``kto`` names one ("" = the current local version)."""
     factory = os.environ.get(FACTORY_ENV)
     if factory:
         mod, _, fn = factory.partition(":")
-        return getattr(importlib.import_module(mod), fn)(spec, device)
+        return getattr(importlib.import_module(mod), fn)(spec, device), None
     from engine import Engine
-    from engine.specs import load_checkpoint_spec
+    from engine.loading.hub import parse_hub_spec
 
-    return Engine.from_checkpoint(load_checkpoint_spec(spec, progress=progress), device=device)
+    if parse_hub_spec(spec) is not None:
+        from engine.specs import load_checkpoint_spec
+
+        eng = Engine.from_checkpoint(load_checkpoint_spec(spec, progress=progress), device=device)
+        return kto_gate.aligned_engine(eng, kto)
+    return kto_gate.load_engine(spec, device, kto)
 
 
 def engine_call(job: Job, built: Built) -> Call:
@@ -124,6 +136,7 @@ class EngineWorker:
         self.on_progress = on_progress
         self.roots = roots or []
         self.engine: EngineAPI | None = None
+        self.scorer: Any = None  # engine.reward.RewardScorer when a KTO-aligned adapter is loaded
         self.ready = threading.Event()
         self.error: str | None = None
         self.degraded: str | None = None
@@ -211,8 +224,11 @@ class EngineWorker:
                 import torch
 
                 torch.set_num_threads(item.settings.threads)
-            eng = item.engine if item.engine is not None else load_engine(item.spec, item.device,
-                                                                          self.on_progress)
+            if item.engine is not None:
+                eng, self.scorer = item.engine, None
+            else:
+                eng, self.scorer = load_engine(item.spec, item.device, self.on_progress,
+                                               item.settings.gate.kto)
             self._ctx = make_context(item.settings, self.roots, eng)
             self.engine = eng
             self.error = None
@@ -316,4 +332,16 @@ class EngineWorker:
                      "decode %.0f ms, batch %d", j.kind, j.key, r.prompt_tokens, r.cached_tokens, r.steps,
                      r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
                      len(built))
-            self._settle(j, Outcome(b, r, len(built)))
+            self._settle(j, Outcome(b, r, len(built), self._reward(j, b, r)))
+
+    def _reward(self, job: Job, built: Built, r: GenerateResult) -> Any:
+        """The aligned model's implicit reward of the output (one coupled forward pair), or None."""
+        if self.scorer is None or not r.tokens:
+            return None
+        try:
+            if isinstance(built, EditBuilt):
+                return self.scorer.score_edit(built.prompt, r, cache_key=job.key)
+            return self.scorer.score_fim(built, r, cache_key=job.key)
+        except Exception:  # the gate falls back to the confidences
+            log.warning("reward scoring failed; confidence gate", exc_info=True)
+            return None
