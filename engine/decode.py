@@ -68,7 +68,7 @@ def want_fast_cpu(flag: bool | None, meta: dict[str, Any], device: torch.device,
     """The int8 CPU path (engine.fastcpu): ``flag``, else ``$EDIT_SERVER_FASTCPU`` (0/1), else on for
     checkpoints whose loader vouches for it (``meta["fast_cpu"]``: the default model, whose quality
     was measured with it), block-causal models on a CPU only."""
-    if device.type != "cpu" or args.attention != "block_causal":
+    if device.type != "cpu" or args is not None and args.attention != "block_causal":
         return False
     if flag is not None:
         return flag

@@ -3,6 +3,10 @@
 `load_default()` fetches the base GGUF if it is not cached (`engine.loading.base.fetch_base`), loads it,
 checks the adapter's special-token ids against the tokenizer, merges the adapter (LoRA, norms, new token
 rows) and sets the block-diffusion args (attention, shifted logits, block size) from the adapter JSON.
+
+``fast_cpu=True`` (what `Engine.load("default")` asks for on a CPU) returns the model already in the
+int8 layout of `engine.fastcpu`, from the merged-model cache (`engine.merged_cache`) when it holds
+this adapter + base, else built and saved there for the next start.
 """
 
 from __future__ import annotations
@@ -19,16 +23,52 @@ WEIGHTS = Path(__file__).resolve().parent / "weights"
 ADAPTER = WEIGHTS / "default"
 
 
-def load_default(adapter: Path | None = None, base: Path | None = None) -> LoadedCheckpoint:
+def load_default(adapter: Path | None = None, base: Path | None = None, *,
+                 fast_cpu: bool = False) -> LoadedCheckpoint:
     """Base + adapter, merged. ``adapter``: path without suffix (default ``$EDIT_SERVER_ADAPTER`` or
-    ``engine/weights/default``)."""
+    ``engine/weights/default``). ``fast_cpu``: in the `engine.fastcpu` int8 layout, cached."""
+    if adapter is None:
+        adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter
+    adapter = Path(adapter)
+    if not fast_cpu:
+        return _merged(adapter, base)
+    from engine import fastcpu, merged_cache
+    from engine.loading.base import GGUF_NAME, default_cache_dir
+
+    def sources() -> list[Path]:
+        return [adapter.with_suffix(".safetensors"), adapter.with_suffix(".json"),
+                Path(base) if base is not None else default_cache_dir() / GGUF_NAME]
+
+    if all(p.is_file() for p in sources()):
+        hit = merged_cache.load("default", merged_cache.key(sources(), fastcpu.FORMAT))
+        if hit is not None:
+            log.info("default model from the merged-model cache: %s", hit.meta.get("merged_cache"))
+            return hit
+    ck = to_fast(_merged(adapter, base))
+    merged_cache.save("default", merged_cache.key(sources(), fastcpu.FORMAT), ck)
+    return ck
+
+
+def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:
+    """``ck`` with its state dict in the `engine.fastcpu` int8 layout (``meta["layout"]`` says so)."""
+    import torch
+
+    from engine import fastcpu
+    from engine.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(ck.args, init=False)
+    model.load_state_dict(ck.state_dict, strict=True, assign=True)
+    fastcpu.convert(model.float())
+    return LoadedCheckpoint(ck.args, model.state_dict(), ck.tokenizer, ck.name,
+                            {**ck.meta, "layout": fastcpu.FORMAT})
+
+
+def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     from engine.loading import load_checkpoint
     from engine.loading.adapter import AdapterError, load_adapter, merge_adapter
     from engine.loading.base import fetch_base
 
-    if adapter is None:
-        adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter
-    adapter = Path(adapter)
     tensors, meta = load_adapter(adapter)  # clear errors naming the file/field come from here
     ck = load_checkpoint(base if base is not None else fetch_base())
     js = adapter.with_suffix(".json")
@@ -46,6 +86,7 @@ def load_default(adapter: Path | None = None, base: Path | None = None) -> Loade
     args.special_tokens = ids
     label = meta.get("label", "adapter")
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
-            "validation": meta.get("validation", {}).get("last")}
+            "validation": meta.get("validation", {}).get("last"),
+            "fast_cpu": True}  # pass@1 measured with engine.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)

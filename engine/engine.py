@@ -87,11 +87,10 @@ class Engine:
                           sp.region_end, sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        params = sum(t.numel() for t in model.parameters())
-        self.kv_dtype = self.dtype
+        params = self.args.param_count()
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
-            self.kv_dtype = fastcpu.KV_DTYPE
+        self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
         # used for requests without a sampler; its None fields are filled for those with one
         self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"))
         self.info: dict[str, Any] = {
@@ -110,6 +109,14 @@ class Engine:
     def load(cls, spec: str = "tiny-random", device: str = "auto", dtype: str | torch.dtype = "auto",
              **kw: Any) -> Engine:
         """``spec``: "tiny-random", "random:<preset>", "default", an HF directory or a .gguf file."""
+        if spec == "default":  # on a CPU: the int8 layout, from the merged-model cache when it is there
+            from engine.default import load_default
+
+            fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": True}, resolve_device(device), None)
+            eng = cls.from_checkpoint(load_default(fast_cpu=fast), device=device, dtype=dtype, **kw)
+            if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
+                eng.warm_up()
+            return eng
         return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
 
     @classmethod
@@ -120,10 +127,25 @@ class Engine:
         args = ckpt.args
         if not args.special_tokens:
             args.special_tokens = ckpt.tokenizer.special.as_dict()
+        if ckpt.meta.get("layout") == fastcpu.FORMAT:  # already int8 (engine.fastcpu): CPU only
+            if dev.type != "cpu":
+                raise ValueError(f"{ckpt.name}: the {fastcpu.FORMAT} layout runs on a CPU only")
+            model = fastcpu.skeleton(args)
+            model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
+            return cls(model, ckpt.tokenizer, name=ckpt.name, meta=ckpt.meta, **kw)
         model = Transformer(args, init=False)
         model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
         model = model.to(device=dev, dtype=dt)
         return cls(model, ckpt.tokenizer, name=ckpt.name, meta=ckpt.meta, **kw)
+
+    def warm_up(self) -> None:
+        """One short generation through the prefill, window-step and draft paths, so the first
+        request does not pay first-call costs (fresh memory, kernel set-up: ~1.5 s on a 2-core CPU)."""
+        ids = self.tokenizer.encode("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+        try:
+            self.generate(ids, CanvasSpec(4, stop_at_end=False), SamplerConfig(window=2, speculate=2))
+        except Exception:  # noqa: BLE001 - a failed warm-up only costs the first request its speed
+            log.exception("engine warm-up failed")
 
     # ---- helpers -----------------------------------------------------------------------------
     @property

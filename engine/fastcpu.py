@@ -61,6 +61,11 @@ class Int8Linear(nn.Module):
     def from_weight(cls, w: Tensor, bias: Tensor | None = None) -> Int8Linear:
         return cls(*quantize(w), bias)
 
+    @classmethod
+    def empty(cls, n: int, k: int, bias: bool = False) -> Int8Linear:
+        """Shapes only (a state dict is loaded next, e.g. from the merged-model cache)."""
+        return cls(torch.empty(n, k, dtype=torch.int8), torch.empty(n), torch.empty(n) if bias else None)
+
     def dequantized(self) -> Tensor:
         return torch.mul(self.q, self.scale[:, None])
 
@@ -113,25 +118,37 @@ class _Rope:
 
 
 class FastLayer(nn.Module):
-    def __init__(self, layer: nn.Module, args: Any, rope: _Rope) -> None:
+    def __init__(self, args: Any, rope: _Rope) -> None:
+        """Shapes only; `from_layer` fills it from a float decoder layer."""
         super().__init__()
-        at, mlp = layer.self_attn, layer.mlp
         self.nh, self.nkv, self.hs = args.n_heads, args.n_kv_heads, args.head_dim
-        self.dim, self.eps = args.dim, args.norm_eps
-        hs = self.hs
-        wq, wk = _interleave(at.q_proj.weight, self.nh, hs), _interleave(at.k_proj.weight, self.nkv, hs)
+        self.dim, self.eps, self.inter = args.dim, args.norm_eps, args.intermediate_size
+        d, hs = args.dim, self.hs
+        self.qkv = Int8Linear.empty((self.nh + 2 * self.nkv) * hs, d, args.qkv_bias)
+        self.o = Int8Linear.empty(d, self.nh * hs)
+        self.gate_up = Int8Linear.empty(2 * self.inter, d)
+        self.down = Int8Linear.empty(d, self.inter)
+        self.w_in = nn.Parameter(torch.empty(d), requires_grad=False)
+        self.w_post = nn.Parameter(torch.empty(d), requires_grad=False)
+        self.rope = rope
+
+    @classmethod
+    def from_layer(cls, layer: nn.Module, args: Any, rope: _Rope) -> FastLayer:
+        at, mlp = layer.self_attn, layer.mlp
+        self = cls(args, rope)
+        nh, nkv, hs = self.nh, self.nkv, self.hs
+        wq, wk = _interleave(at.q_proj.weight, nh, hs), _interleave(at.k_proj.weight, nkv, hs)
         bias = None
         if at.q_proj.bias is not None:
-            bias = torch.cat([_interleave(at.q_proj.bias, self.nh, hs), _interleave(at.k_proj.bias, self.nkv, hs),
+            bias = torch.cat([_interleave(at.q_proj.bias, nh, hs), _interleave(at.k_proj.bias, nkv, hs),
                               at.v_proj.bias])
         self.qkv = Int8Linear.from_weight(torch.cat([wq, wk, at.v_proj.weight]), bias)
         self.o = Int8Linear.from_weight(at.o_proj.weight)
         self.gate_up = Int8Linear.from_weight(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         self.down = Int8Linear.from_weight(mlp.down_proj.weight)
-        self.inter = mlp.gate_proj.weight.shape[0]
-        self.w_in = nn.Parameter(layer.input_layernorm.weight.detach().float(), requires_grad=False)
-        self.w_post = nn.Parameter(layer.post_attention_layernorm.weight.detach().float(), requires_grad=False)
-        self.rope = rope
+        self.w_in.data = layer.input_layernorm.weight.detach().float().clone()
+        self.w_post.data = layer.post_attention_layernorm.weight.detach().float().clone()
+        return self
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool,
                 cache: Any, layer: int, offset: Any) -> Tensor:
@@ -154,18 +171,37 @@ class FastLayer(nn.Module):
 
 def convert(model: nn.Module) -> nn.Module:
     """Swap ``model``'s layers, embedding and LM head for the int8 fast path (in place)."""
-    if not supported(model):
+    if not supported(model) or getattr(model, "fast_cpu", None):
         return model
     m: Any = model
     layers, rope = m.model.layers, _Rope()
     for i in range(len(layers)):
-        layers[i] = FastLayer(layers[i], m.args, rope)
+        layers[i] = FastLayer.from_layer(layers[i], m.args, rope)
     head = Int8Linear.from_weight(m.output_weight())
-    if m.lm_head is None:
-        m.model.embed_tokens = Int8Embedding(head)
-    else:
-        m.lm_head = None  # the int8 head replaces it (output_weight is not used any more)
-        m.model.embed_tokens = Int8Embedding(Int8Linear.from_weight(m.model.embed_tokens.weight))
+    embed = None if m.lm_head is None else Int8Linear.from_weight(m.model.embed_tokens.weight)
+    return _finish(m, head, embed)
+
+
+def skeleton(args: Any) -> nn.Module:
+    """The converted model's structure without data (``load_state_dict(..., assign=True)`` next)."""
+    from engine.model import Transformer
+
+    with torch.device("meta"):
+        m: Any = Transformer(args, init=False)
+    rope = _Rope()
+    for i in range(len(m.model.layers)):
+        m.model.layers[i] = FastLayer(args, rope)
+    m.model.norm.weight = nn.Parameter(torch.empty(args.dim), requires_grad=False)
+    head = Int8Linear.empty(args.vocab_size, args.dim)
+    embed = None if args.tie_embeddings else Int8Linear.empty(args.vocab_size, args.dim)
+    return _finish(m, head, embed)
+
+
+def _finish(m: Any, head: Int8Linear, embed: Int8Linear | None) -> nn.Module:
+    m.lm_head = None  # the int8 head below replaces it (output_weight is not used any more)
+    m.model.embed_tokens = Int8Embedding(head if embed is None else embed)
+    if embed is not None:
+        m.head = head  # registered, so the state dict holds it
     norm = m.model.norm
 
     def logits(h: Tensor) -> Tensor:
@@ -173,4 +209,4 @@ def convert(model: nn.Module) -> nn.Module:
 
     m.logits = logits
     m.fast_cpu = FORMAT
-    return model
+    return m

@@ -1,0 +1,65 @@
+"""engine.merged_cache + default.to_fast: a saved int8 model loads back exactly; keys follow sources."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import Engine, FimPrompt, fastcpu, merged_cache
+from engine.default import to_fast
+from engine.specs import random_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(merged_cache.ENV_DIR, str(tmp_path / "merged"))
+    return tmp_path / "merged"
+
+
+def test_saved_fast_checkpoint_loads_back_exactly(cache: Path, tmp_path: Path) -> None:
+    src = tmp_path / "adapter.bin"
+    src.write_bytes(b"x")
+    ck = to_fast(random_checkpoint("tiny"))
+    assert ck.meta["layout"] == fastcpu.FORMAT
+    assert not any(t.dtype == torch.float32 and t.numel() > 10_000 for t in ck.state_dict.values())
+    k = merged_cache.key([src], fastcpu.FORMAT)
+    assert merged_cache.load("m", k) is None  # miss
+    assert merged_cache.save("m", k, ck) is not None
+    back = merged_cache.load("m", k)
+    assert back is not None and back.meta["merged_cache"].endswith(".safetensors")
+    assert back.tokenizer.special == ck.tokenizer.special and back.args == ck.args
+    fim = FimPrompt("def f(x):\n    return ", "\n")
+    a = Engine.from_checkpoint(ck, device="cpu").infill(fim, max_tokens=8)
+    b = Engine.from_checkpoint(back, device="cpu").infill(fim, max_tokens=8)
+    assert a.tokens == b.tokens and Engine.from_checkpoint(back, device="cpu").info["fast_cpu"] == fastcpu.FORMAT
+    # a changed source is a different key; a new entry replaces the old one
+    src.write_bytes(b"xy")
+    k2 = merged_cache.key([src], fastcpu.FORMAT)
+    assert k2 != k and merged_cache.load("m", k2) is None
+    merged_cache.save("m", k2, ck)
+    assert sorted(p.name for p in cache.iterdir()) == [f"m-{k2}.json", f"m-{k2}.safetensors"]
+
+
+def test_broken_or_disabled_cache_is_a_miss(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.mkdir(parents=True)
+    (cache / "m-abc.safetensors").write_bytes(b"not a safetensors file")
+    (cache / "m-abc.json").write_text("{}")
+    assert merged_cache.load("m", "abc") is None
+    monkeypatch.setenv(merged_cache.ENV_DIR, "off")
+    assert merged_cache.cache_dir() is None and merged_cache.save("m", "abc", random_checkpoint("tiny")) is None
+    assert os.environ[merged_cache.ENV_DIR] == "off"
+
+
+def test_fast_layout_refuses_other_devices() -> None:
+    ck = to_fast(random_checkpoint("tiny"))
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            Engine.from_checkpoint(ck, device="cuda")
+    else:  # pragma: no cover - GPU machines
+        with pytest.raises(ValueError, match="CPU only"):
+            Engine.from_checkpoint(ck, device="cuda")
