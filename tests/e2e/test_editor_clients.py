@@ -174,17 +174,26 @@ def sublime() -> dict[str, Any]:
     }
 
 
-def _session(params: dict[str, Any], feedback: str = ":memory:") -> tuple[RawServer, dict[str, Any]]:
-    WORK.mkdir(parents=True, exist_ok=True)
-    params["initializationOptions"]["feedbackDb"] = feedback
-    s = RawServer()
+def ready_session(s: RawServer, params: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """initialize (``params``, or bare ones with ``options``) + initialized, then wait for the model: the
+    ready status may come before the initialize reply (read past while waiting for it)."""
+    if params is None:
+        params = {"capabilities": {}, "initializationOptions": {"feedbackDb": ":memory:",
+                                                                "gate": {"enabled": False}, **options}}
     res = s.request("init", "initialize", params)
     assert "error" not in res, res
     s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
     ready = lambda m: m.get("method") == "$/editServer/status" and m["params"]["state"] == "ready"  # noqa: E731
-    if not any(ready(m) for m in s.seen):  # it may come before the initialize reply (read past meanwhile)
+    if not any(ready(m) for m in s.seen):
         s.wait_for(ready, 120)
-    return s, res["result"]["capabilities"]
+    return res["result"]["capabilities"]
+
+
+def _session(params: dict[str, Any], feedback: str = ":memory:") -> tuple[RawServer, dict[str, Any]]:
+    WORK.mkdir(parents=True, exist_ok=True)
+    params["initializationOptions"]["feedbackDb"] = feedback
+    s = RawServer()
+    return s, ready_session(s, params)
 
 
 def _close(s: RawServer) -> None:
@@ -288,7 +297,7 @@ def test_vscode_accept_order_on_the_feedback_store(tmp_path: Path, accept_first:
     db = tmp_path / "feedback.sqlite3"
     s = RawServer()
     try:
-        s.initialize(feedbackDb=str(db))
+        ready_session(s, feedbackDb=str(db))
         WORK.mkdir(parents=True, exist_ok=True)
         _open(s, 1, W_TEXT)
         res = s.request(1, "textDocument/copilotInlineEdit", {"textDocument": {"uri": URI, "version": 1},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.raw_client import RawServer
+from tests.e2e.test_editor_clients import ready_session
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +31,7 @@ def _hidden(s: RawServer, since: int) -> str:
 def test_status_says_why_a_suggestion_is_hidden() -> None:
     s = RawServer()  # scripted engine: FIM "a + b" with confidence 0.8
     try:
-        s.initialize(gate={"enabled": True, "threshold": 0.9, "calibration": "off"})
+        ready_session(s, gate={"enabled": True, "threshold": 0.9, "calibration": "off"})
         s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": URI, "languageId": "python", "version": 1, "text": "def f(a, b):\n    return \n"}}})
         mark = len(s.seen)
