@@ -5,13 +5,15 @@ completions, lenient client capabilities, and the status line's "why nothing sho
   editors/emacs) get ghost text only; the others (Helix, Sublime LSP, LSP4IJ) are also offered
   ``textDocument/completion`` items built from the same FIM suggestion (`convert.completion_item`).
 - Every suggestion the pipeline computes is reported to the server: a hidden one sets the
-  ``hidden`` field of ``$/editServer/status`` (e.g. ``"fim hidden by the gate: score 0.08 < 0.50"``), the
-  next shown one clears it (``""``); status updates without the field leave it as it was.
+  ``hidden`` field of ``$/editServer/status`` (e.g. ``"fim hidden by the gate: score 0.08 < 0.50"``, or
+  ``"no fim: model output empty after filtering"`` when the model left nothing — random weights emit
+  no valid text), the next shown one clears it (``""``); status updates without it leave it as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from lsprotocol import types as lsp
@@ -67,20 +69,35 @@ def hidden_reason(sug: Suggestion, settings: Settings) -> str:
     if sug.reason == "low score":
         return (f"{sug.kind} hidden by the gate: score {sug.score:.2f} < "
                 f"{gate_threshold(settings, sug.kind):.2f}")
+    if sug.reason == EMPTY:
+        return f"no {sug.kind}: {EMPTY}"
     return f"{sug.kind} hidden: {sug.reason}"
 
 
+EMPTY = "model output empty after filtering"  # the reason when the model ran but left nothing to show
+_OUTCOME: ContextVar[Any] = ContextVar("edit_server_lsp_outcome", default=None)
+
+
 class ReportingPipeline(Pipeline):
-    """The pipeline, telling ``on_suggestion`` about every suggestion it computed (shown or hidden)."""
+    """The pipeline, telling ``on_suggestion`` about every suggestion it computed (shown or hidden) and
+    about FIM runs that left nothing (a hidden suggestion with reason `EMPTY`; not for aborted runs)."""
 
     def __init__(self, *args: Any, on_suggestion: Callable[[Suggestion], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._on_suggestion = on_suggestion
 
+    async def _run(self, *args: Any, **kwargs: Any) -> Any:
+        out = await super()._run(*args, **kwargs)
+        _OUTCOME.set(out)  # the awaiting _fim (same task) reads it
+        return out
+
     async def _fim(self, *args: Any, **kwargs: Any) -> Suggestion | None:
+        _OUTCOME.set(None)
         sug = await super()._fim(*args, **kwargs)
         if sug is not None:
             self._on_suggestion(sug)
+        elif _OUTCOME.get() is not None:
+            self._on_suggestion(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
         return sug
 
     async def _edit(self, *args: Any, **kwargs: Any) -> Any:

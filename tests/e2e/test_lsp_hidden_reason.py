@@ -49,3 +49,22 @@ def test_status_says_why_a_suggestion_is_hidden() -> None:
         assert "error" not in s.request("bye", "shutdown")
         s.send({"jsonrpc": "2.0", "method": "exit"})
         s.close()
+
+
+def test_tiny_random_with_the_gate_on_says_why_nothing_shows() -> None:
+    """The real tiny-random engine (no test factory): its random weights emit no valid text, so nothing
+    shows — the status says so instead of staying silent."""
+    from tests.e2e.raw_client import ENV
+
+    s = RawServer(env={k: v for k, v in ENV.items() if k != "EDIT_SERVER_ENGINE_FACTORY"})
+    try:
+        ready_session(s, gate={"enabled": True})
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": URI, "languageId": "python", "version": 1, "text": "def f(a, b):\n    return \n"}}})
+        mark = len(s.seen)
+        assert _inline(s, 1)["result"] is None
+        assert _hidden(s, mark) == "no fim: model output empty after filtering"
+    finally:
+        assert "error" not in s.request("bye", "shutdown")
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        s.close()

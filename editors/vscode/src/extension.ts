@@ -213,7 +213,9 @@ export function statusBar(s: Status, hidden: string): { text: string; tooltip: s
   let tooltip = s.message || s.state;
   if (s.state === "ready" && hidden) {
     text = "$(eye-closed) edit-server";
-    tooltip = `${hidden}. A random or untrained model scores low; editServer.gate.enabled = false shows every suggestion.`;
+    tooltip = hidden.includes("by the gate")
+      ? `${hidden}. A random or untrained model scores low; editServer.gate.enabled = false shows every suggestion.`
+      : `${hidden}. Random weights (tiny-random) emit no valid text; use the default or a trained model.`;
   }
   return { text, tooltip };
 }

@@ -75,6 +75,7 @@ async function main() {
   assert.strictEqual(hid.text, "$(eye-closed) edit-server");
   assert.ok(hid.tooltip.startsWith("fim hidden by the gate: score 0.08 < 0.50") && hid.tooltip.includes("gate.enabled"));
   assert.strictEqual(ext.statusBar({ state: "error", message: "boom" }, "x").text, "$(error) edit-server");
+  assert.ok(ext.statusBar({ state: "ready" }, "no fim: model output empty after filtering").tooltip.includes("tiny-random"));
 
   const sent = [];
   const timeline = []; // what the server would see, in order

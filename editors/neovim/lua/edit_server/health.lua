@@ -63,9 +63,12 @@ local function check_client(es)
     health.warn(line)
   end
   if s.hidden ~= '' then
-    health.warn('last suggestion ' .. s.hidden, {
-      'the show/hide gate hid it: a random (tiny-random) or untrained model scores low; '
-        .. 'init_options = { gate = { enabled = false } } shows every suggestion',
+    local gate = s.hidden:find('by the gate', 1, true) ~= nil
+    health.warn('last suggestion: ' .. s.hidden, {
+      gate and ('the show/hide gate hid it: a random (tiny-random) or untrained model scores low; '
+        .. 'init_options = { gate = { enabled = false } } shows every suggestion')
+        or ('the model left no text to show: random weights (tiny-random) emit no valid text; '
+          .. "model = 'default' or a trained model"),
     })
   end
 end
