@@ -80,7 +80,7 @@ class EditProtocol(LanguageServerProtocol):
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         method = data.get("method") if isinstance(data, dict) else None
-        if method == lsp.INITIALIZE:
+        if method == lsp.INITIALIZE and not self._server.initialized:  # a second one is refused anyway
             self.client_inline = declares_inline_completion(data)
             data = lenient_initialize(data, self._converter)
         if "jsonrpc" in data and method in RAW_METHODS:
