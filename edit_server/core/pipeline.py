@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from engine.templates import EditPrompt, FimPrompt
 from engine.types import StepCallback
 
 log = logging.getLogger(__name__)
+EMPTY = "model output empty after filtering"  # the reason when the model ran but left nothing to show
 
 
 def open_feedback(settings: Settings) -> FeedbackStore:
@@ -49,9 +51,11 @@ def open_feedback(settings: Settings) -> FeedbackStore:
 class Pipeline:
     def __init__(self, settings: Settings, on_status: StatusFn, roots: list[Path] | None = None,
                  feedback: FeedbackStore | None = None, engine: EngineAPI | None = None,
-                 on_progress: ProgressFn | None = None) -> None:
+                 on_progress: ProgressFn | None = None,
+                 on_suggestion: Callable[[Suggestion], None] | None = None) -> None:
         """``engine``: an engine already loaded (embedding, tests); else ``settings.model`` is loaded on
-        the worker thread (status: loading → ready / degraded / error)."""
+        the worker thread (status: loading → ready / degraded / error). ``on_suggestion``: told about
+        every suggestion computed, shown or hidden (a model run that left nothing: reason `EMPTY`)."""
         self.settings = settings
         self.docs = DocumentStore()
         self.history = EditHistory()
@@ -59,6 +63,7 @@ class Pipeline:
         self.feedback = feedback if feedback is not None else open_feedback(settings)
         self.worker = EngineWorker(on_status, roots, on_progress)
         self.loaded: tuple[str, str] | None = None
+        self.on_suggestion = on_suggestion
         self._generation: dict[tuple[str, str], int] = {}
         if engine is not None:
             self.loaded = (settings.model, settings.device)
@@ -149,6 +154,13 @@ class Pipeline:
         self.feedback.partial(sid, length)
 
     # -- suggestions ---------------------------------------------------------------------------
+    def _report(self, sug: Suggestion) -> None:
+        if self.on_suggestion is not None:
+            try:
+                self.on_suggestion(sug)
+            except Exception:  # a reporting hook never breaks a suggestion
+                log.warning("on_suggestion hook failed", exc_info=True)
+
     async def _debounced(self, key: tuple[str, str]) -> bool:
         """Wait debounceMs; False if a newer request for the same document/kind arrived meanwhile."""
         gen = self._generation[key] = self._generation.get(key, 0) + 1
@@ -236,7 +248,9 @@ class Pipeline:
             return None
         sug = fim_result(req, out.text, out.confidences, settings, out.reward)
         if sug is None:
+            self._report(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
             return None
+        self._report(sug)
         r = out.result
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:
@@ -255,6 +269,7 @@ class Pipeline:
         sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward)
         if sug is None:
             return None
+        self._report(sug)
         r = out.result
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:

@@ -12,13 +12,11 @@ completions, lenient client capabilities, and the status line's "why nothing sho
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
 from lsprotocol import types as lsp
 
-from edit_server.core.pipeline import Pipeline
+from edit_server.core.pipeline import EMPTY
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings
 from edit_server.selectivity.thresholds import gate_threshold
@@ -72,36 +70,3 @@ def hidden_reason(sug: Suggestion, settings: Settings) -> str:
     if sug.reason == EMPTY:
         return f"no {sug.kind}: {EMPTY}"
     return f"{sug.kind} hidden: {sug.reason}"
-
-
-EMPTY = "model output empty after filtering"  # the reason when the model ran but left nothing to show
-_OUTCOME: ContextVar[Any] = ContextVar("edit_server_lsp_outcome", default=None)
-
-
-class ReportingPipeline(Pipeline):
-    """The pipeline, telling ``on_suggestion`` about every suggestion it computed (shown or hidden) and
-    about FIM runs that left nothing (a hidden suggestion with reason `EMPTY`; not for aborted runs)."""
-
-    def __init__(self, *args: Any, on_suggestion: Callable[[Suggestion], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_suggestion = on_suggestion
-
-    async def _run(self, *args: Any, **kwargs: Any) -> Any:
-        out = await super()._run(*args, **kwargs)
-        _OUTCOME.set(out)  # the awaiting _fim (same task) reads it
-        return out
-
-    async def _fim(self, *args: Any, **kwargs: Any) -> Suggestion | None:
-        _OUTCOME.set(None)
-        sug = await super()._fim(*args, **kwargs)
-        if sug is not None:
-            self._on_suggestion(sug)
-        elif _OUTCOME.get() is not None:
-            self._on_suggestion(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
-        return sug
-
-    async def _edit(self, *args: Any, **kwargs: Any) -> Any:
-        ans = await super()._edit(*args, **kwargs)
-        if ans is not None:
-            self._on_suggestion(ans.suggestion)
-        return ans

@@ -29,7 +29,6 @@ from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
 from edit_server.lsp import convert, suggest
 from edit_server.lsp.features import (
-    ReportingPipeline,
     declares_inline_completion,
     hidden_reason,
     lenient_initialize,
@@ -248,8 +247,8 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
-        ls.pipeline = ReportingPipeline(ls.settings, ls.status, roots, on_progress=ls.progress,
-                                        on_suggestion=ls.suggested)
+        ls.pipeline = Pipeline(ls.settings, ls.status, roots, on_progress=ls.progress,
+                               on_suggestion=ls.suggested)
         ls.initialized = True
 
     @ls.feature(lsp.SHUTDOWN)

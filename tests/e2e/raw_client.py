@@ -79,7 +79,12 @@ class RawServer:
         opts = {"feedbackDb": ":memory:", "gate": {"enabled": False}, **options}
         res = self.request("init", "initialize", {"capabilities": {}, "initializationOptions": opts})
         self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-        self.wait_for(lambda m: m.get("method") == "$/editServer/status" and m["params"]["state"] == "ready")
+
+        def ready(m: dict[str, Any]) -> bool:
+            return m.get("method") == "$/editServer/status" and m["params"]["state"] == "ready"
+
+        if not any(ready(m) for m in self.seen):  # it may have come before the initialize reply
+            self.wait_for(ready)
         return res
 
     def close(self) -> int:

@@ -45,7 +45,7 @@ def test_bad_frames_are_answered_and_the_server_keeps_reading() -> None:
         s.initialize()
         for i, bad in enumerate(BAD_FRAMES):
             s.send(bad)
-            err = s.wait_for(lambda m: "error" in m and m.get("id") is None, timeout=30)
+            err = s.wait_for(lambda m: "error" in m and m.get("id") is None, timeout=90)
             assert err["error"]["code"] in (-32700, -32600), (i, err)
             _open(s)
             res = _inline(s, f"after-{i}")  # still reading, still in sync
