@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import string
-from dataclasses import dataclass
 
 import git
 import pytest
@@ -15,19 +14,13 @@ from hypothesis import strategies as st
 from edit_server.context import ContextBuilder, ContextOptions, is_secret_line, redact
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
+from tests.test_context_budget import Hunk
 
 TOK = Tokenizer.byte_level()
 ALNUM = string.ascii_letters + string.digits
 MARKERS = ["IGNORED_MARKER", "OUTSIDE_MARKER", "LINK_MARKER", "DIRLINK_MARKER", "BIG_MARKER", "BIN_MARKER",
            "EXCL_MARKER", "ENV_MARKER", "PEM_MARKER", "CRED_MARKER", "NETRC_MARKER"]
 
-
-@dataclass
-class Hunk:
-    path: str
-    diff: str
-    timestamp: float
-    open: bool = False
 
 
 MAIN = """from ok import helper_ok

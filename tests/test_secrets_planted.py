@@ -12,7 +12,6 @@ import base64
 import json
 import random
 import string
-from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -22,19 +21,13 @@ from edit_server.context import ContextBuilder, ContextOptions
 from edit_server.context import secrets as secrets_mod
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
+from tests.test_context_budget import Hunk
 
 TOK = Tokenizer.byte_level()
 ALNUM = string.ascii_letters + string.digits
 B64 = ALNUM + "+/"
 EXTS = ("py", "js", "yaml", "toml", "ini", "sh")
 
-
-@dataclass
-class Hunk:
-    path: str
-    diff: str
-    timestamp: float
-    open: bool = False
 
 
 def _r(rng: random.Random, n: int, alphabet: str = ALNUM) -> str:
