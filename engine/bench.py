@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "512,2048,8192,32768 on CUDA)")
     p.add_argument("--repeats", type=int, default=1, help="timed repeats per measurement (median)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
+    p.add_argument("--fast-cpu", choices=["auto", "on", "off"], default="auto",
+                   help="int8 fused CPU layers (engine.fastcpu); auto: as the model's loader says")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -212,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    fast = {"on": True, "off": False}.get(getattr(args, "fast_cpu", "auto"))
+    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, fast_cpu=fast)
     dev = eng.device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -241,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
 def format_report(r: dict[str, Any]) -> str:
     m, mach, dec = r["model"], r["machine"], r["decoding"]
     lines = [f"model {m['model']} ({m['label']}), {m['params'] / 1e6:.1f} M params, {m['dtype']}, "
-             f"attention {m['attention']}, block {m['block_size']}",
+             f"attention {m['attention']}, block {m['block_size']}"
+             + (f", {m['fast_cpu']}" if m.get("fast_cpu") else ""),
              f"machine {mach.get('gpu') or mach.get('cpu')} / {mach['cpu_count']} cores, "
              f"torch {mach['torch']} ({mach['torch_threads']} threads)", "",
              f"decoding {dec['ar']['tokens']} tokens after a {dec['prompt_tokens']}-token prompt",
