@@ -2,11 +2,13 @@
 
 A scripted session over real files (this package's own sources, copied to a temp workspace):
 ``initialize`` → ready, a warm-up request on a scratch file, then per file: open it and ask once
-(the cold request: no cached prompt for this document), and at a few statement lines: clear the
-line and ask (inline completion at an empty line), retype it character by character at editor
-speed with the editor's auto-closed brackets, asking after every keystroke, accept the last
-suggestion, then rename a parameter and ask for the next edit. Gate off, so every suggestion
-counts.
+(the cold request: no cached prompt for this document); at a few statement lines, retype the start
+of the line in front of what follows it (mid-line: single-line requests), accept the last
+suggestion, press Enter (ask at the empty line) and type the start of a statement there (end of
+line: multi-line requests), then remove that line; finally rename a parameter and ask for the next
+edit. Typing goes at a fixed pace with a request after every keystroke, not waiting for answers
+— as an editor does; the server supersedes older requests — and each burst ends with a wait for
+its last request. Gate off, so every suggestion counts.
 
 The session runs twice in one invocation: with the engine's default decoding and with
 autoregressive decoding of the same weights (``EDIT_SERVER_DECODE=ar``) — the ratio between the two
@@ -49,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--renames", type=int, default=2, help="next-edit requests per file")
     p.add_argument("--max-chars", type=int, default=60, help="longest statement line to use")
     p.add_argument("--eol-chars", type=int, default=16, help="characters typed at the end of a new line")
-    p.add_argument("--typing-ms", type=float, default=60.0, help="pause between keystrokes")
+    p.add_argument("--typing-ms", type=float, default=150.0,
+                   help="time between keystrokes (150 ms: ~80 words per minute)")
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
     p.add_argument("--timeout", type=float, default=600.0)
@@ -169,8 +172,9 @@ def rss_mb(client: Any) -> dict[str, float]:
 class Sample:
     kind: str
     ms: float
-    shown: bool = False
-    call: dict[str, Any] | None = None  # the server's log line for the model call, if one ran
+    shown: bool = False  # a suggestion came back
+    final: bool = True  # the request after the last keystroke of a burst (what the user waits for)
+    call: dict[str, Any] | None = None  # an awaited request's model call (the server's log line)
 
 
 @dataclass
@@ -180,6 +184,17 @@ class Doc:
     version: int = 1
 
 
+def kind_at(text: str, offset: int) -> str:
+    """How the server treats an inline request here: single-line (mid-line), empty-line or end-of-line."""
+    from edit_server.selectivity.gate import single_line_mode
+
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    if single_line_mode(text[offset: len(text) if line_end < 0 else line_end]):
+        return "single-line"
+    return "empty-line" if not text[line_start:offset].strip() else "end-of-line"
+
+
 @dataclass
 class Session:
     client: Any
@@ -187,9 +202,11 @@ class Session:
     timeout: float
     typing_s: float
     samples: list[Sample] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (kind, model call)
     _pos: int = 0
 
-    def _calls(self) -> list[dict[str, Any]]:
+    def _take_calls(self, kind: str) -> list[dict[str, Any]]:
+        """The model calls the server logged since the last look, attributed to ``kind``."""
         try:
             with open(self.log, encoding="utf-8", errors="replace") as f:
                 f.seek(self._pos)
@@ -199,72 +216,79 @@ class Session:
             return []
         keys = ("call", "uri", "prompt_tokens", "cached_tokens", "steps", "forwards", "finish",
                 "prefill_ms", "decode_ms")
-        return [dict(zip(keys, (m[0], m[1], *map(int, m[2:6]), m[6], *map(int, m[7:9])), strict=True))
-                for m in CALL.findall(chunk)]
-
-    def _record(self, kind: str, t0: float, shown: bool) -> Sample:
-        calls = self._calls()
-        s = Sample(kind, (time.perf_counter() - t0) * 1e3, shown, calls[-1] if calls else None)
-        self.samples.append(s)
-        return s
+        got = [dict(zip(keys, (m[0], m[1], *map(int, m[2:6]), m[6], *map(int, m[7:9])), strict=True))
+               for m in CALL.findall(chunk)]
+        self.calls += [(kind, c) for c in got]
+        return got
 
     async def edit(self, d: Doc, start: int, end: int, new: str) -> None:
         d.version += 1
         await change(self.client, d.uri, d.version, d.text, start, end, new)
         d.text = d.text[:start] + new + d.text[end:]
 
-    async def complete(self, d: Doc, offset: int, kind: str | None = None, invoked: bool = False) -> dict | None:
-        from edit_server.selectivity.gate import single_line_mode
-
-        if kind is None:
-            line_start = d.text.rfind("\n", 0, offset) + 1
-            line_end = d.text.find("\n", offset)
-            suffix = d.text[offset: len(d.text) if line_end < 0 else line_end]
-            kind = ("single-line" if single_line_mode(suffix)
-                    else "empty-line" if not d.text[line_start:offset].strip() else "end-of-line")
+    async def _inline(self, uri: str, text: str, offset: int, kind: str, invoked: bool) -> tuple[Sample, Any]:
         t0 = time.perf_counter()
-        res = await inline(self.client, d.uri, d.text, offset, invoked, self.timeout)
+        res = await inline(self.client, uri, text, offset, invoked, self.timeout)
         items = (res or {}).get("items", []) if isinstance(res, dict) else (res or [])
-        self._record(kind, t0, bool(items))
-        return items[0] if items else None
+        return Sample(kind, (time.perf_counter() - t0) * 1e3, bool(items)), items[0] if items else None
 
-    async def type_text(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
-        """Type ``text`` at ``cur`` with auto-closed brackets, asking after every change."""
-        item = None
+    async def ask(self, d: Doc, offset: int, kind: str | None = None, invoked: bool = False) -> dict | None:
+        """One request, awaited (the user pauses here)."""
+        kind = kind or kind_at(d.text, offset)
+        sample, item = await self._inline(d.uri, d.text, offset, kind, invoked)
+        calls = self._take_calls(kind)
+        sample.call = calls[-1] if calls else None
+        self.samples.append(sample)
+        return item
+
+    async def burst(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
+        """Type ``text`` at ``cur`` at typing speed with auto-closed brackets, a request after every
+        change, without waiting for answers (the server supersedes the older ones), then wait."""
+        tasks: list[asyncio.Task] = []
+        due = time.perf_counter()
         for ch in text:
-            await asyncio.sleep(self.typing_s)
+            due += self.typing_s
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
             if ch in PAIRS.values() and d.text[cur:cur + 1] == ch:
                 cur += 1  # typing over the auto-closed bracket: no change, no request
                 continue
             await self.edit(d, cur, cur, ch + PAIRS.get(ch, ""))
             cur += 1
-            item = await self.complete(d, cur) or item
-        return cur, item
+            tasks.append(asyncio.create_task(self._inline(d.uri, d.text, cur, kind_at(d.text, cur), False)))
+        done = await asyncio.gather(*tasks)
+        for i, (sample, _) in enumerate(done):
+            sample.final = i == len(done) - 1
+            self.samples.append(sample)
+        kinds = [sample.kind for sample, _ in done]
+        self._take_calls(max(set(kinds), key=kinds.count) if kinds else "end-of-line")
+        items = [item for _, item in done if item is not None]
+        return cur, items[-1] if items else None
 
     async def retype(self, d: Doc, line_no: int, eol_chars: int) -> None:
         """At ``x = f(a, b)``: delete ``x = f(a`` and type it back (mid-line: single-line requests),
-        accept the last suggestion; then Enter at the end of the line (an empty line), type the
+        accept the last suggestion; then Enter at the end of the line (an empty line: ask), type the
         start of a similar statement there (end-of-line requests) and remove that line again."""
         start = sum(len(ln) + 1 for ln in d.text.split("\n")[:line_no])
         line = d.text.split("\n")[line_no]
         indent = len(line) - len(line.lstrip())
         head = line[indent:split_point(line)]
         await self.edit(d, start + indent, start + indent + len(head), "")
-        item = await self.complete(d, start + indent)
-        _, typed = await self.type_text(d, start + indent, head)
-        if typed or item:
-            await accept(self.client, typed or item)  # type: ignore[arg-type]
+        _, typed = await self.burst(d, start + indent, head)
+        if typed is not None:
+            await accept(self.client, typed)
         end = start + len(line)
         await self.edit(d, end, end, "\n" + line[:indent])
-        await self.complete(d, end + 1 + indent)
-        cur, _ = await self.type_text(d, end + 1 + indent, line[indent:indent + eol_chars])
+        await self.ask(d, end + 1 + indent)
+        await self.burst(d, end + 1 + indent, line[indent:indent + eol_chars])
         await self.edit(d, end, d.text.find("\n", end + 1) if "\n" in d.text[end + 1:] else len(d.text), "")
 
     async def rename(self, d: Doc, offset: int, name: str) -> None:
         await self.edit(d, offset, offset + len(name), name + "_2")
         t0 = time.perf_counter()
         res = await next_edit(self.client, d.uri, d.version, d.text, offset + len(name) + 2, self.timeout)
-        self._record("next-edit", t0, bool((res or {}).get("edits")))
+        calls = self._take_calls("next-edit")
+        self.samples.append(Sample("next-edit", (time.perf_counter() - t0) * 1e3,
+                                   bool((res or {}).get("edits")), True, calls[-1] if calls else None))
 
 
 async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
@@ -282,14 +306,14 @@ async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
         try:
             scratch = Doc((root / "scratch.py").as_uri(), (root / "scratch.py").read_text())
             await open_doc(client, scratch.uri, scratch.text)
-            await s.complete(scratch, len(scratch.text) - 1, kind="warm-up", invoked=True)
+            await s.ask(scratch, len(scratch.text) - 1, kind="warm-up", invoked=True)
             for f in files:
                 d = Doc((root / f.name).as_uri(), (root / f.name).read_text(encoding="utf-8"))
                 await open_doc(client, d.uri, d.text)
                 lines = sites(d.text, args.sites, args.max_chars)
                 first = lines[0] if lines else 0
                 cold_at = d.text.find("(", sum(len(ln) + 1 for ln in d.text.split("\n")[:first])) + 1
-                await s.complete(d, max(1, cold_at), kind="cold", invoked=True)
+                await s.ask(d, max(1, cold_at), kind="cold", invoked=True)
                 for ln in lines:
                     await s.retype(d, ln, args.eol_chars)
                 for off, name in renames(d.text, args.renames):
@@ -298,9 +322,10 @@ async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
         finally:
             await client.stop()
         return {"decode": decode or "engine default", "files": [f.name for f in files],
-                "memory": mem, **summarize(s.samples),
-                "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, **(x.call or {})}
-                            for x in s.samples]}
+                "memory": mem, **summarize(s.samples, s.calls),
+                "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final,
+                             **(x.call or {})} for x in s.samples],
+                "calls": [{"kind": k, **c} for k, c in s.calls]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -313,28 +338,34 @@ def _pct(xs: list[float], q: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))], 1)
 
 
-def summarize(samples: list[Sample]) -> dict[str, Any]:
+def summarize(samples: list[Sample], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per kind: requests sent, answered (a suggestion came back) and their latency; the latency of
+    the request after a burst's last keystroke (settle); the model calls' steps and recomputed
+    prompt tokens (from the server's log)."""
     kinds: dict[str, Any] = {}
     for kind in KINDS:
         got = [s for s in samples if s.kind == kind]
-        timed = [s for s in got if s.call is not None or s.shown or kind == "load"]
-        calls = [s.call for s in got if s.call is not None]
+        timed = [s.ms for s in got if s.shown or s.final]
+        settle = [s.ms for s in got if s.final]
+        mine = [c for k, c in calls if k == kind]
+        rec = [float(c["prompt_tokens"] - c["cached_tokens"]) for c in mine]
         kinds[kind] = {
-            "n": len(got), "timed": len(timed), "model_calls": len(calls),
-            "p50_ms": _pct([s.ms for s in timed], 0.5), "p95_ms": _pct([s.ms for s in timed], 0.95),
-            "steps_mean": round(statistics.mean(c["steps"] for c in calls), 1) if calls else None,
-            "recomputed_mean": round(statistics.mean(c["prompt_tokens"] - c["cached_tokens"] for c in calls), 1)
-            if calls else None,
-            "prompt_tokens_mean": round(statistics.mean(c["prompt_tokens"] for c in calls)) if calls else None,
-            "prefill_ms_p50": _pct([float(c["prefill_ms"]) for c in calls], 0.5),
+            "n": len(got), "answered": sum(s.shown for s in got), "timed": len(timed), "model_calls": len(mine),
+            "p50_ms": _pct(timed, 0.5), "p95_ms": _pct(timed, 0.95),
+            "settle_p50_ms": _pct(settle, 0.5), "settle_p95_ms": _pct(settle, 0.95),
+            "steps_mean": round(statistics.mean(c["steps"] for c in mine), 1) if mine else None,
+            "recomputed_mean": round(statistics.mean(rec), 1) if rec else None,
+            "recomputed_p50": _pct(rec, 0.5),
+            "prompt_tokens_mean": round(statistics.mean(c["prompt_tokens"] for c in mine)) if mine else None,
+            "prefill_ms_p50": _pct([float(c["prefill_ms"]) for c in mine], 0.5),
+            "decode_ms_p50": _pct([float(c["decode_ms"]) for c in mine], 0.5),
         }
-    typing = [s.call for s in samples if s.kind in ("single-line", "end-of-line") and s.call is not None]
-    rec = sorted(c["prompt_tokens"] - c["cached_tokens"] for c in typing)
+    typing = sorted(float(c["prompt_tokens"] - c["cached_tokens"]) for k, c in calls
+                    if k in ("single-line", "end-of-line"))
     return {"kinds": kinds, "keystrokes": {
         "requests": sum(1 for s in samples if s.kind in ("single-line", "end-of-line")),
-        "model_calls": len(typing), "recomputed_p50": _pct([float(x) for x in rec], 0.5),
-        "recomputed_p95": _pct([float(x) for x in rec], 0.95),
-        "recomputed_max": rec[-1] if rec else None}}
+        "model_calls": len(typing), "recomputed_p50": _pct(typing, 0.5), "recomputed_p95": _pct(typing, 0.95),
+        "recomputed_max": typing[-1] if typing else None}}
 
 
 def ratios(main: dict[str, Any], ar: dict[str, Any]) -> dict[str, float | None]:
@@ -346,37 +377,40 @@ def ratios(main: dict[str, Any], ar: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
+def _v(x: Any) -> str:
+    return "-" if x is None else str(x)
+
+
 def format_table(r: dict[str, Any]) -> str:
     runs = [("main", r["main"])] + ([("ar", r["ar"])] if r.get("ar") else [])
     lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
-             f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}", ""]
-    head = f"{'kind':<13}{'goal p50/p95':>14}"
-    for name, _ in runs:
-        head += f"{name + ' n':>8}{'p50 ms':>9}{'p95 ms':>9}{'steps':>7}{'recomp':>8}"
-    if r.get("ratio"):
-        head += f"{'AR/main':>9}"
-    lines.append(head)
+             f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}, "
+             f"{r['settings']['typing_ms']:.0f} ms per keystroke", "",
+             "time to a suggestion, ms (requests answered with one, and each burst's last request)",
+             f"{'kind':<13}{'goal p50/p95':>14}" + "".join(f"{n + ' p50':>11}{n + ' p95':>11}" for n, _ in runs)
+             + (f"{'AR/main':>9}" if r.get("ratio") else "")]
     for k in KINDS:
         g = GOALS_MS.get(k)
         goal = f"{g[0]}/{g[1] or '-'}" if g else "-"
-        row = f"{k:<13}{goal:>14}"
-        for _, run in runs:
-            x = run["kinds"][k]
-            row += (f"{x['timed']:>8}{x['p50_ms'] if x['p50_ms'] is not None else '-':>9}"
-                    f"{x['p95_ms'] if x['p95_ms'] is not None else '-':>9}"
-                    f"{x['steps_mean'] if x['steps_mean'] is not None else '-':>7}"
-                    f"{x['recomputed_mean'] if x['recomputed_mean'] is not None else '-':>8}")
+        row = f"{k:<13}{goal:>14}" + "".join(f"{_v(x['kinds'][k]['p50_ms']):>11}{_v(x['kinds'][k]['p95_ms']):>11}"
+                                            for _, x in runs)
         if r.get("ratio"):
-            v = r["ratio"].get(k)
-            row += f"{v if v is not None else '-':>9}"
+            row += f"{_v(r['ratio'].get(k)):>9}"
         lines.append(row)
-    lines.append("")
     for name, run in runs:
+        lines += ["", f"{name} ({run['decode']}): per kind",
+                  f"{'kind':<13}{'sent':>6}{'shown':>7}{'settle p50':>12}{'calls':>7}{'steps':>7}{'recomp p50':>12}"
+                  f"{'prefill p50':>13}{'decode p50':>12}"]
+        for k in KINDS:
+            x = run["kinds"][k]
+            lines.append(f"{k:<13}{x['n']:>6}{x['answered']:>7}{_v(x['settle_p50_ms']):>12}{x['model_calls']:>7}"
+                         f"{_v(x['steps_mean']):>7}{_v(x['recomputed_p50']):>12}{_v(x['prefill_ms_p50']):>13}"
+                         f"{_v(x['decode_ms_p50']):>12}")
         ks, mem = run["keystrokes"], run["memory"]
-        lines.append(f"{name} ({run['decode']}): {ks['requests']} keystroke requests, {ks['model_calls']} model calls, "
-                     f"prompt tokens recomputed per keystroke p50 {ks['recomputed_p50']} / p95 "
-                     f"{ks['recomputed_p95']} / max {ks['recomputed_max']}; server RSS "
-                     f"{mem.get('rss_mb', 0):.0f} MB (peak {mem.get('peak_rss_mb', 0):.0f} MB)")
+        lines.append(f"keystrokes: {ks['requests']} requests, {ks['model_calls']} model calls, prompt tokens "
+                     f"recomputed per call p50 {ks['recomputed_p50']} / p95 {ks['recomputed_p95']} / max "
+                     f"{ks['recomputed_max']}; server RSS {mem.get('rss_mb', 0):.0f} MB (peak "
+                     f"{mem.get('peak_rss_mb', 0):.0f} MB)")
     lines += [f"wall {r['wall_s']} s", ""]
     return "\n".join(lines)
 
