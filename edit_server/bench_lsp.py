@@ -3,12 +3,14 @@
 A scripted session over real files (this package's own sources, copied to a temp workspace):
 ``initialize`` → ready, a warm-up request on a scratch file, then per file: open it and ask once
 (the cold request: no cached prompt for this document); at a few statement lines, retype the start
-of the line in front of what follows it (mid-line: single-line requests), accept the last
+of the line in front of what follows it (the first request there, a "jump", prefills the window
+around the new cursor position; then single-line requests while typing), accept the last
 suggestion, press Enter (ask at the empty line) and type the start of a statement there (end of
 line: multi-line requests), then remove that line; finally rename a parameter and ask for the next
-edit. Typing goes at a fixed pace with a request after every keystroke, not waiting for answers
-— as an editor does; the server supersedes older requests — and each burst ends with a wait for
-its last request. Gate off, so every suggestion counts.
+edit. Typing goes in bursts of ``--chunk`` keystrokes at a fixed pace with a request after every
+keystroke, not waiting for answers — as an editor does; the server supersedes older requests —
+and each burst ends with a pause that waits for its last request (the "settle" latency: what a
+user who stops typing waits for). Gate off, so every suggestion counts.
 
 The session runs twice in one invocation: with the engine's default decoding and with
 autoregressive decoding of the same weights (``EDIT_SERVER_DECODE=ar``) — the ratio between the two
@@ -24,7 +26,6 @@ import asyncio
 import json
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -32,9 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("load", "cold", "single-line", "empty-line", "end-of-line", "next-edit")
-GOALS_MS = {"load": (3000, None), "cold": (2000, None), "single-line": (300, 800),
-            "empty-line": (1000, 2000), "next-edit": (1500, 3000)}  # issue 14, 2-core CPU
+from edit_server.bench_lsp_report import format_table, ratios, summarize
+
 FILES = ("engine/sampler.py", "engine/cache.py")  # ~2.5K and ~1.8K SmolLM2 tokens
 CALL = re.compile(r"\b(fim|edit) (\S+): (\d+) prompt tokens \((\d+) cached\), (\d+) steps, (\d+) forwards, "
                   r"(\w+); prefill (\d+) ms, decode (\d+) ms")
@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eol-chars", type=int, default=16, help="characters typed at the end of a new line")
     p.add_argument("--typing-ms", type=float, default=150.0,
                    help="time between keystrokes (150 ms: ~80 words per minute)")
+    p.add_argument("--chunk", type=int, default=4, help="keystrokes per burst before the typist pauses")
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
     p.add_argument("--timeout", type=float, default=600.0)
@@ -201,6 +202,7 @@ class Session:
     log: Path
     timeout: float
     typing_s: float
+    chunk: int = 4
     samples: list[Sample] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (kind, model call)
     _pos: int = 0
@@ -241,6 +243,14 @@ class Session:
         self.samples.append(sample)
         return item
 
+    async def type_text(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
+        """Type ``text`` in bursts of ``chunk`` characters, each followed by a pause for its answer."""
+        item = None
+        for i in range(0, len(text), self.chunk):
+            cur, got = await self.burst(d, cur, text[i:i + self.chunk])
+            item = got or item
+        return cur, item
+
     async def burst(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
         """Type ``text`` at ``cur`` at typing speed with auto-closed brackets, a request after every
         change, without waiting for answers (the server supersedes the older ones), then wait."""
@@ -273,13 +283,14 @@ class Session:
         indent = len(line) - len(line.lstrip())
         head = line[indent:split_point(line)]
         await self.edit(d, start + indent, start + indent + len(head), "")
-        _, typed = await self.burst(d, start + indent, head)
+        await self.ask(d, start + indent, kind="jump")  # the cursor moved here: a new window to prefill
+        _, typed = await self.type_text(d, start + indent, head)
         if typed is not None:
             await accept(self.client, typed)
         end = start + len(line)
         await self.edit(d, end, end, "\n" + line[:indent])
         await self.ask(d, end + 1 + indent)
-        await self.burst(d, end + 1 + indent, line[indent:indent + eol_chars])
+        await self.type_text(d, end + 1 + indent, line[indent:indent + eol_chars])
         await self.edit(d, end, d.text.find("\n", end + 1) if "\n" in d.text[end + 1:] else len(d.text), "")
 
     async def rename(self, d: Doc, offset: int, name: str) -> None:
@@ -301,7 +312,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
         (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
         client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
                                              args.timeout)
-        s = Session(client, log, args.timeout, args.typing_ms / 1e3)
+        s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk)
         s.samples.append(Sample("load", load_ms))
         try:
             scratch = Doc((root / "scratch.py").as_uri(), (root / "scratch.py").read_text())
@@ -328,91 +339,6 @@ async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
                 "calls": [{"kind": k, **c} for k, c in s.calls]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-# ---- numbers -------------------------------------------------------------------------------------
-def _pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))], 1)
-
-
-def summarize(samples: list[Sample], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Per kind: requests sent, answered (a suggestion came back) and their latency; the latency of
-    the request after a burst's last keystroke (settle); the model calls' steps and recomputed
-    prompt tokens (from the server's log)."""
-    kinds: dict[str, Any] = {}
-    for kind in KINDS:
-        got = [s for s in samples if s.kind == kind]
-        timed = [s.ms for s in got if s.shown or s.final]
-        settle = [s.ms for s in got if s.final]
-        mine = [c for k, c in calls if k == kind]
-        rec = [float(c["prompt_tokens"] - c["cached_tokens"]) for c in mine]
-        kinds[kind] = {
-            "n": len(got), "answered": sum(s.shown for s in got), "timed": len(timed), "model_calls": len(mine),
-            "p50_ms": _pct(timed, 0.5), "p95_ms": _pct(timed, 0.95),
-            "settle_p50_ms": _pct(settle, 0.5), "settle_p95_ms": _pct(settle, 0.95),
-            "steps_mean": round(statistics.mean(c["steps"] for c in mine), 1) if mine else None,
-            "recomputed_mean": round(statistics.mean(rec), 1) if rec else None,
-            "recomputed_p50": _pct(rec, 0.5),
-            "prompt_tokens_mean": round(statistics.mean(c["prompt_tokens"] for c in mine)) if mine else None,
-            "prefill_ms_p50": _pct([float(c["prefill_ms"]) for c in mine], 0.5),
-            "decode_ms_p50": _pct([float(c["decode_ms"]) for c in mine], 0.5),
-        }
-    typing = sorted(float(c["prompt_tokens"] - c["cached_tokens"]) for k, c in calls
-                    if k in ("single-line", "end-of-line"))
-    return {"kinds": kinds, "keystrokes": {
-        "requests": sum(1 for s in samples if s.kind in ("single-line", "end-of-line")),
-        "model_calls": len(typing), "recomputed_p50": _pct(typing, 0.5), "recomputed_p95": _pct(typing, 0.95),
-        "recomputed_max": typing[-1] if typing else None}}
-
-
-def ratios(main: dict[str, Any], ar: dict[str, Any]) -> dict[str, float | None]:
-    """AR p50 / main p50 per kind (> 1: the main decoding is faster)."""
-    out: dict[str, float | None] = {}
-    for k in KINDS:
-        a, m = ar["kinds"][k]["p50_ms"], main["kinds"][k]["p50_ms"]
-        out[k] = round(a / m, 2) if a and m else None
-    return out
-
-
-def _v(x: Any) -> str:
-    return "-" if x is None else str(x)
-
-
-def format_table(r: dict[str, Any]) -> str:
-    runs = [("main", r["main"])] + ([("ar", r["ar"])] if r.get("ar") else [])
-    lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
-             f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}, "
-             f"{r['settings']['typing_ms']:.0f} ms per keystroke", "",
-             "time to a suggestion, ms (requests answered with one, and each burst's last request)",
-             f"{'kind':<13}{'goal p50/p95':>14}" + "".join(f"{n + ' p50':>11}{n + ' p95':>11}" for n, _ in runs)
-             + (f"{'AR/main':>9}" if r.get("ratio") else "")]
-    for k in KINDS:
-        g = GOALS_MS.get(k)
-        goal = f"{g[0]}/{g[1] or '-'}" if g else "-"
-        row = f"{k:<13}{goal:>14}" + "".join(f"{_v(x['kinds'][k]['p50_ms']):>11}{_v(x['kinds'][k]['p95_ms']):>11}"
-                                            for _, x in runs)
-        if r.get("ratio"):
-            row += f"{_v(r['ratio'].get(k)):>9}"
-        lines.append(row)
-    for name, run in runs:
-        lines += ["", f"{name} ({run['decode']}): per kind",
-                  f"{'kind':<13}{'sent':>6}{'shown':>7}{'settle p50':>12}{'calls':>7}{'steps':>7}{'recomp p50':>12}"
-                  f"{'prefill p50':>13}{'decode p50':>12}"]
-        for k in KINDS:
-            x = run["kinds"][k]
-            lines.append(f"{k:<13}{x['n']:>6}{x['answered']:>7}{_v(x['settle_p50_ms']):>12}{x['model_calls']:>7}"
-                         f"{_v(x['steps_mean']):>7}{_v(x['recomputed_p50']):>12}{_v(x['prefill_ms_p50']):>13}"
-                         f"{_v(x['decode_ms_p50']):>12}")
-        ks, mem = run["keystrokes"], run["memory"]
-        lines.append(f"keystrokes: {ks['requests']} requests, {ks['model_calls']} model calls, prompt tokens "
-                     f"recomputed per call p50 {ks['recomputed_p50']} / p95 {ks['recomputed_p95']} / max "
-                     f"{ks['recomputed_max']}; server RSS {mem.get('rss_mb', 0):.0f} MB (peak "
-                     f"{mem.get('peak_rss_mb', 0):.0f} MB)")
-    lines += [f"wall {r['wall_s']} s", ""]
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:

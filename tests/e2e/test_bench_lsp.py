@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from edit_server.bench_lsp import KINDS, format_table, renames, sites, split_point
+from edit_server.bench_lsp import renames, sites, split_point
+from edit_server.bench_lsp_report import KINDS, format_table
 from edit_server.cli import build_parser
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -26,7 +27,7 @@ def test_script_picks_lines_and_parameters() -> None:
 def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(
         ["bench", "lsp", "--model", "tiny-random", "--device", "cpu", "--files", "1", "--sites", "1",
-         "--renames", "1", "--eol-chars", "3", "--typing-ms", "20", "--timeout", "240", "--json"])
+         "--renames", "1", "--eol-chars", "3", "--typing-ms", "20", "--chunk", "2", "--timeout", "240", "--json"])
     assert args.func(args) == 0
     r = json.loads(capsys.readouterr().out)
     assert set(r["ratio"]) == set(KINDS)
@@ -38,12 +39,14 @@ def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
         assert k["single-line"]["n"] >= 3 and k["end-of-line"]["n"] == 3  # one request per keystroke
         assert k["single-line"]["model_calls"] >= 1  # the burst's last request at least is answered
         for kind in ("cold", "single-line", "next-edit"):
-            assert k[kind]["p50_ms"] > 0 and k[kind]["settle_p50_ms"] > 0 and k[kind]["steps_mean"] >= 1
+            assert k[kind]["p50_ms"] > 0 and k[kind]["settled"] >= 1 and k[kind]["steps_mean"] >= 1
         ks = run["keystrokes"]
         assert ks["model_calls"] >= 2 and ks["recomputed_p50"] <= 4  # typing appends: SPM
         assert run["memory"]["peak_rss_mb"] > 0
         assert {s["kind"] for s in run["samples"]} >= {"load", "cold", "single-line", "next-edit"}
-        assert sum(s["final"] for s in run["samples"] if s["kind"] == "single-line") == 1
+        assert k["jump"]["n"] == 1 and k["jump"]["model_calls"] == 1
+        single = [s for s in run["samples"] if s["kind"] == "single-line"]
+        assert sum(s["final"] for s in single) == -(-len(single) // 2)  # --chunk 2: a pause every 2 keys
     assert r["ar"]["decode"] == "ar" and r["main"]["decode"] == "engine default"
     table = format_table(r)
     assert "single-line" in table and "AR/main" in table and "recomputed per call" in table
