@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=int, default=4, help="keystrokes per burst before the typist pauses")
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
+    p.add_argument("--rounds", type=int, default=1, help="sessions per decoding, alternating main / AR")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -302,7 +303,7 @@ class Session:
                                    bool((res or {}).get("edits")), True, calls[-1] if calls else None))
 
 
-async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
+async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, dict[str, float], list[str]]:
     root = Path(tempfile.mkdtemp(prefix="edit-server-bench-lsp-"))
     log = root / "server.log"
     files = source_files(args.files)
@@ -332,11 +333,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> dict[str, Any]:
             mem = rss_mb(client)
         finally:
             await client.stop()
-        return {"decode": decode or "engine default", "files": [f.name for f in files],
-                "memory": mem, **summarize(s.samples, s.calls),
-                "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final,
-                             **(x.call or {})} for x in s.samples],
-                "calls": [{"kind": k, **c} for k, c in s.calls]}
+        return s, mem, [f.name for f in files]
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -350,10 +347,24 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(_Dev()),
                               "settings": {k: getattr(args, k) for k in (
-                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "threads")}}
-    report["main"] = asyncio.run(run_session(args, args.decode))
-    if not args.no_ar:
-        report["ar"] = asyncio.run(run_session(args, "ar"))
+                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds")}}
+    runs = {"main": args.decode} if args.no_ar else {"main": args.decode, "ar": "ar"}
+    got: dict[str, list[tuple[Session, dict[str, float], list[str]]]] = {name: [] for name in runs}
+    for _ in range(max(1, args.rounds)):  # alternating, so both see the same machine
+        for name, decode in runs.items():
+            got[name].append(asyncio.run(run_session(args, decode)))
+    for name, decode in runs.items():
+        sessions = got[name]
+        samples = [x for s, _, _ in sessions for x in s.samples]
+        calls = [c for s, _, _ in sessions for c in s.calls]
+        report[name] = {
+            "decode": decode or "engine default", "rounds": len(sessions), "files": sessions[0][2],
+            "memory": {k: max(m.get(k, 0.0) for _, m, _ in sessions) for k in ("rss_mb", "peak_rss_mb")},
+            **summarize(samples, calls),
+            "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final,
+                         **(x.call or {})} for x in samples],
+            "calls": [{"kind": k, **c} for k, c in calls]}
+    if "ar" in report:
         report["ratio"] = ratios(report["main"], report["ar"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
