@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 import time
 
 
@@ -59,15 +60,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 class RedactingFilter(logging.Filter):
     """Every log record passes the prompt's secret redaction: even a DEBUG log of whole messages
-    (document text) holds no secret."""
+    (document text) holds no secret. A record logged while a redaction is under way (a library logging
+    from inside it) or one the redaction fails on is withheld, never passed through unredacted."""
+
+    WITHHELD = "[log message withheld: secret redaction unavailable]"
+
+    def __init__(self) -> None:
+        super().__init__()
+        from edit_server.context.secret_scan import all_rules
+
+        all_rules()  # import the detectors now: a first import inside a log call would log and recurse
+        self._busy = threading.local()
 
     def filter(self, record: logging.LogRecord) -> bool:
         from edit_server.context.secrets import redact
 
-        msg = record.getMessage()
-        clean = redact(msg)
-        if clean != msg:
-            record.msg, record.args = clean, None
+        if getattr(self._busy, "on", False):
+            record.msg, record.args, record.exc_info, record.exc_text = self.WITHHELD, None, None, None
+            return True
+        self._busy.on = True
+        try:
+            msg = record.getMessage()
+            record.msg, record.args = redact(msg), None
+            if record.exc_info and not record.exc_text:  # a traceback may quote text too
+                record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        except Exception:  # noqa: BLE001 - fail closed: no unredacted text
+            record.msg, record.args, record.exc_text = self.WITHHELD, None, None
+        finally:
+            self._busy.on = False
         return True
 
 

@@ -1,0 +1,68 @@
+"""The log filter: secrets never reach a log line, and a record logged from inside the redaction (a
+library that logs while the detectors import) is withheld instead of recursing until the server hangs."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from edit_server.cli_serve import RedactingFilter
+
+KEY = "AKIA" + "QWERTYUIOPASDFGH"
+
+
+def _logger() -> tuple[logging.Logger, io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RedactingFilter())
+    log = logging.getLogger("test.redaction")
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log, out
+
+
+def test_secrets_in_messages_and_tracebacks_are_redacted() -> None:
+    log, out = _logger()
+    log.info("document says %s", f'KEY = "{KEY}"')
+    try:
+        raise ValueError(f"bad text {KEY}")
+    except ValueError:
+        log.exception("failed")
+    text = out.getvalue()
+    assert KEY not in text
+    assert "document says" in text and "ValueError: bad text" in text
+
+
+def test_a_record_logged_inside_the_redaction_is_withheld(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, out = _logger()
+    import edit_server.context.secrets as secrets
+
+    real = secrets.redact
+    calls = []
+
+    def logging_redact(text: str, *a: object, **k: object) -> str:
+        calls.append(text)
+        if len(calls) == 1:  # what detect-secrets' first import did: log from inside the filter
+            log.warning("inner %s", KEY)
+        return real(text, *a, **k)
+
+    monkeypatch.setattr(secrets, "redact", logging_redact)
+    log.info("outer")
+    lines = out.getvalue().splitlines()
+    assert lines == [RedactingFilter.WITHHELD, "outer"]
+    assert len(calls) == 1
+
+
+def test_a_failing_redaction_withholds_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, out = _logger()
+    import edit_server.context.secrets as secrets
+
+    def broken(*_: object, **__: object) -> str:
+        raise ImportError("partially initialized module")
+
+    monkeypatch.setattr(secrets, "redact", broken)
+    log.info("text %s", KEY)
+    assert out.getvalue().splitlines() == [RedactingFilter.WITHHELD]
