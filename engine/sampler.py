@@ -17,6 +17,11 @@ Window mode (`set_window`): the engine chooses the active positions (the first m
 a few after it) instead of a fixed block; ``step(..., force_first=True)`` always decides the leftmost
 one, so the decided prefix grows every step and can be committed to the KV cache. A ``stop_rule``
 sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed).
+
+Remasking (``SamplerConfig.remask``, block mode only — see `engine.remask`): `logit_rows()` adds the
+block's decided positions to the rows the engine computes, and `step` puts those whose token's
+probability fell below ``remask_threshold`` back to mask (they are re-decided by later steps). Window
+modes ignore it: their decided prefix is already in the KV cache.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
+from engine.remask import pick_remask, token_confidence
 from engine.types import CanvasSpec, FinishReason, SamplerConfig
 
 
@@ -107,6 +113,8 @@ class Denoiser:
         self.window: tuple[int, int] | None = None  # window mode: the active positions
         self.confident = 0  # candidates of the last step with confidence >= threshold
         self.generator: torch.Generator | None = None  # created on the logits' device
+        self.remasks = 0  # decided positions put back to mask so far (≤ cfg.remask_budget)
+        self.last_remasked: list[int] = []  # canvas positions remasked by the last step
 
     # ---- geometry --------------------------------------------------------------------------
     @property
@@ -138,6 +146,31 @@ class Denoiser:
         s, e = self.block_range()
         return [i - s for i in range(s, min(e, self._stop)) if not self.decided[i]]
 
+    def remask_room(self) -> int:
+        """Decided positions the next step may put back to mask (0: remasking off, window mode,
+        budget spent, or the last step of a ``max_steps`` budget)."""
+        cfg = self.cfg
+        if cfg.remask == "off" or self.window is not None:
+            return 0
+        if cfg.max_steps and cfg.max_steps - self.block_steps <= 1:
+            return 0
+        return max(0, min(cfg.remask_per_step, cfg.remask_budget - self.remasks))
+
+    def revisable(self) -> list[int]:
+        """Block-relative indices of decided positions that may be remasked: those still needed,
+        plus the end token that ends the canvas (an early end is a typical error)."""
+        s, e = self.block_range()
+        hi = self._stop + 1 if self._stop_kind == "end" else self._stop
+        return [i - s for i in range(s, min(e, hi)) if self.decided[i]]
+
+    def logit_rows(self) -> list[int]:
+        """Block-relative positions the engine should compute logits for: `candidates()`, plus
+        `revisable()` when this step may remask."""
+        cand = self.candidates()
+        if not cand or not self.remask_room():
+            return cand
+        return sorted({*cand, *self.revisable()})
+
     @property
     def finished(self) -> bool:
         return self.finish is not None
@@ -157,14 +190,27 @@ class Denoiser:
     @torch.no_grad()
     def step(self, logits: Tensor, rows: list[int] | None = None, force_first: bool = False,
              take_all: bool = False) -> int:
-        """``logits`` (M, V) predict block positions ``rows`` (default: `candidates()`);
-        ``force_first``: the first row is decided whatever its score (window mode); ``take_all``:
-        every row is (verified drafts)."""
-        cand = self.candidates() if rows is None else rows
+        """``logits`` (M, V) predict block positions ``rows`` (default: `logit_rows()`); rows
+        that are masked are candidates, decided ones are checked for remasking (`remask_room`).
+        ``force_first``: the first candidate is decided whatever its score (window mode);
+        ``take_all``: every candidate is (verified drafts)."""
+        rows = self.logit_rows() if rows is None else rows
+        s, _ = self.block_range()
+        room = self.remask_room()  # 0: every row is a candidate (window mode re-decides drafts)
+        back = [k for k, r in enumerate(rows) if self.decided[s + r]] if room else []
+        keep = [k for k, r in enumerate(rows) if not (room and self.decided[s + r])]
+        cand = [rows[k] for k in keep]
+        self.last_remasked = []
         if not cand:
             return 0
         sup = torch.tensor(self.suppress, device=logits.device)
         logits = logits.float().index_fill(1, sup, float("-inf"))  # out of place
+        if back:
+            pos = [s + rows[k] for k in back]
+            conf_back = token_confidence(logits[back], [self.canvas[p] for p in pos], self.cfg.temperature)
+            self.last_remasked = [pos[i] for i in pick_remask(conf_back.tolist(), self.cfg.remask_threshold, room)]
+        if back:
+            logits = logits[keep]
         tokens, conf, score = choose_tokens(logits, self.cfg, self._generator(logits.device))
         minimum = 1
         if self.cfg.max_steps:  # finish the block within the step budget
@@ -174,13 +220,17 @@ class Denoiser:
         picked = sorted({*picked, *self._end_run(cand, tokens, conf), *([0] if force_first else []),
                          *(range(len(cand)) if take_all else [])})
         self.confident = int((conf >= self.cfg.threshold).sum())
-        s, _ = self.block_range()
         tok_l, conf_l = tokens.tolist(), conf.tolist()  # one device sync
         for j in picked:
             p = s + cand[j]
             self.canvas[p] = int(tok_l[j])
             self.conf[p] = float(conf_l[j])
             self.decided[p] = True
+        for p in self.last_remasked:  # decided in an earlier step: back to mask, re-decided later
+            self.canvas[p], self.conf[p], self.decided[p] = self.mask_id, 0.0, False
+        if self.last_remasked:
+            self.remasks += len(self.last_remasked)
+            self._reset_stop(min(self.last_remasked))
         self.steps += 1
         self.block_steps += 1
         self._update_stop()
@@ -210,6 +260,14 @@ class Denoiser:
         if len(run) < 2 or float(conf[run].mean()) < tau:
             return []
         return run
+
+    def _reset_stop(self, lo: int) -> None:
+        """Positions from ``lo`` on were remasked: forget the stop found from decided tokens (an
+        end / newline token may have been remasked; `_update_stop` finds it again from the decided
+        ones) and shorten the decided prefix to ``lo``."""
+        self._stop = min(self.spec.length, self.spec.keep or self.spec.length)
+        self._stop_kind = None
+        self.prefix = min(self.prefix, lo)
 
     def _update_stop(self) -> None:
         for i in range(self._stop):

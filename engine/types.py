@@ -36,6 +36,16 @@ class SamplerConfig:
     give_up:     called after each step with the confidences of the decided output so far and the
                  number of positions still open; True stops the request (finish "gave_up") — the
                  gate's "this can no longer reach the show threshold".
+    remask:      error correction inside the current block (block mode only; ignored in window modes,
+                 whose decided prefix is committed to the KV cache as it grows). "off" = a decided token
+                 is final (Fast-dLLM / LLaDA). "confidence" = each step also computes logits for the
+                 block's already-decided positions and puts back to mask those whose current
+                 probability of their token fell below ``remask_threshold`` (lowest first, at most
+                 ``remask_per_step`` per step, ``remask_budget`` per canvas) — re-decided by later
+                 steps with more of the block known. Committed blocks (in the KV cache) never change.
+                 Every step still decides at least one masked position, so a canvas of L positions
+                 takes at most L + ``remask_budget`` steps; the last step of a ``max_steps`` budget
+                 never remasks.
     """
 
     strategy: Literal["threshold", "topk"] = "threshold"
@@ -56,6 +66,10 @@ class SamplerConfig:
     speculate: int | None = None
     stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
     give_up: GiveUp | None = None
+    remask: Literal["off", "confidence"] = "off"
+    remask_threshold: float = 0.5
+    remask_per_step: int = 2
+    remask_budget: int = 8  # remasks per canvas (the termination bound)
 
 
 @dataclass
@@ -98,6 +112,7 @@ class StepEvent:
     canvas: list[int]  # current canvas ids, mask id where still masked
     text: str  # canvas rendered with masks shown as the mask token text
     unmasked: int  # positions unmasked in this step
+    remasked: int = 0  # decided positions put back to mask in this step (SamplerConfig.remask)
 
 
 StepCallback = Callable[[StepEvent], None]
