@@ -293,12 +293,14 @@ class Engine:
             return
         canvas = list(j.den.canvas)
         j.on_step(StepEvent(step=j.den.steps, block=j.den.block, canvas=canvas,
-                            text=self.tokenizer.decode(canvas), unmasked=unmasked))
+                            text=self.tokenizer.decode(canvas), unmasked=unmasked,
+                            remasked=len(j.den.last_remasked)))
 
     def _step_logits(self, j: _Job, h_block: Tensor, prev: Tensor | None) -> int:
         """Unmask from hidden states of the current block (T, dim); ``prev`` = hidden state of
-        the position before the block (shifted models)."""
-        cand = j.den.candidates()
+        the position before the block (shifted models). Rows: the masked positions, plus the
+        decided ones when the sampler may remask them (`Denoiser.logit_rows`)."""
+        cand = j.den.logit_rows()
         if self.args.shifted_logits:
             assert prev is not None
             hs = torch.stack([prev if c == 0 else h_block[c - 1] for c in cand])
