@@ -1,17 +1,106 @@
-"""Decoding in the trained block layout: every step computes a whole canvas block.
+"""Block-causal decoding in the trained block layout: every step computes a whole canvas block.
 
-`decode_blocks` (block-causal models, several requests batched into one forward per step) and
-`decode_bidirectional` (Dream / LLaDA-style full attention with the Fast-dLLM dual cache).
+`prefill` commits the prompt to the document's prefix-cache slot; `decode_blocks` denoises several
+requests batched into one forward per step. Two block alignments (``ModelArgs.block_align``):
+
+* ``canvas`` (our adapters): a causal prompt, then blocks starting at the canvas;
+* ``absolute`` (SDAR, Fast-dLLM v2, LLaDA2.0): blocks tile the whole sequence from position 0, as
+  their generation code does — the prompt's whole blocks are prefilled under
+  `engine.attention.absolute_block_mask` (bidirectional inside a block), the prompt's last partial
+  block (``lead``) is recomputed with the first canvas block, which is partial (`OffsetDenoiser`),
+  and is committed with it. A cached prefix is reused in whole blocks only.
+
+Bidirectional models decode in `engine.bidir`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from engine.cache import KVCache
+from engine.attention import absolute_block_mask, causal_mask
+from engine.cache import KVCache, Slot, common_prefix
+from engine.sampler import Denoiser
+
+
+class OffsetDenoiser(Denoiser):
+    """Blocks of ``block_size`` counted from ``offset`` positions before the canvas: block 0 is the
+    rest of the prompt's last partial block (``block_size - offset`` positions)."""
+
+    def __init__(self, *a: Any, offset: int = 0, **kw: Any) -> None:
+        self.offset = offset
+        super().__init__(*a, **kw)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-(self.spec.length + self.offset) // self.block_size)
+
+    def block_range(self, b: int | None = None) -> tuple[int, int]:
+        if b is None and self.window is not None:
+            return self.window
+        b = self.block if b is None else b
+        s = max(0, b * self.block_size - self.offset)
+        return s, min((b + 1) * self.block_size - self.offset, self.spec.length)
+
+
+# ---- prefill ---------------------------------------------------------------------------------
+def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
+    """Commit the prompt (its whole blocks when aligned absolutely) to the KV cache, reusing the
+    longest cached prefix of the same document (in whole blocks when aligned absolutely)."""
+    t0 = time.perf_counter()
+    n, B = len(j.prompt), eng.block_size
+    absolute = eng.args.block_align == "absolute"
+    base = n - n % B if absolute else n  # prompt tokens committed here
+    j.base, j.lead = base, list(j.prompt[base:])
+    slot = eng._take_slot(j, n + j.den.spec.length + B)
+    lcp = common_prefix(slot.tokens, j.prompt[:base])
+    full_hit = lcp == base == len(slot.tokens) and (base == 0 or slot.last_hidden is not None)
+    if full_hit:
+        reuse = base
+    else:  # recompute at least the last token (canvas) / block (absolute): its hidden state is needed
+        reuse = min(lcp, base - 1)
+        reuse = max(0, reuse // B * B) if absolute else reuse
+    kv = slot.kv
+    last = slot.last_hidden if full_hit else None
+    if reuse < base:
+        ids = torch.tensor([j.prompt[:base]], device=eng.device)
+        chunk = max(B, chunk // B * B)
+        for s in range(reuse, base, chunk):
+            e = min(base, s + chunk)
+            kv.length = s
+            if absolute:
+                mask, causal = absolute_block_mask(e - s, B, s, eng.device), False
+            else:
+                mask, causal = (None if s == 0 or e - s == 1 else causal_mask(e - s, s, eng.device)), s == 0
+            h = eng.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=causal, logits_slice=slice(0, 0))
+            j.forwards += 1
+        last = h[0, -1]
+    kv.length = base
+    slot.tokens, slot.last_hidden = list(j.prompt[:base]), last
+    j.slot, j.kv, j.ctx, j.last_hidden, j.cached = slot, kv, base, last, reuse
+    j.timings["prefill_ms"] = (time.perf_counter() - t0) * 1e3
+
+
+def take_slot(eng: Any, j: Any, need: int) -> Slot:
+    key = eng._slot_key(j)
+    slot = eng.cache.take(key) if key else None
+    if slot is not None:
+        slot.kv.ensure(need)
+        return slot
+    slot = Slot([], KVCache.for_model(eng.args, 1, need, eng.kv_dtype, eng.device))
+    donor = eng.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
+    if donor is not None and donor[1] >= 16:  # seed it with the other kind's shared prefix
+        src, n = donor
+        for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
+            for t, o in zip(dst, old, strict=True):
+                t[:, :, :n] = o[:, :, :n]
+        slot.tokens = src.tokens[:n]
+    return slot
+
+
+# ---- decoding --------------------------------------------------------------------------------
 
 
 def decode_blocks(eng: Any, jobs: list[Any]) -> None:
@@ -26,7 +115,7 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
         kv = jobs[0].kv
         assert kv is not None
     else:
-        cap = max(j.ctx + j.den.spec.length for j in jobs) + 2 * eng.block_size
+        cap = max(j.ctx + len(j.lead) + j.den.spec.length for j in jobs) + 2 * eng.block_size
         kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
         kv.length = 0
     live = list(jobs)  # row r of kv belongs to live[r]
@@ -48,7 +137,8 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
             live = [live[r] for r in still]
         single = len(live) == 1
         pre = [pending.pop(id(j), []) for j in live]
-        blocks = [p + j.den.block_ids() for p, j in zip(pre, live, strict=True)]
+        leads = [j.lead if j.den.block == 0 else [] for j in live]  # absolute: the prompt's partial block
+        blocks = [p + d + j.den.block_ids() for p, d, j in zip(pre, leads, live, strict=True)]
         pres = [len(p) for p in pre]
         width = max(len(b) for b in blocks)
         ids = torch.tensor([b + [mask_id] * (width - len(b)) for b in blocks], device=eng.device)
@@ -73,40 +163,10 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
                 j.ctx += pres[r]
             j.forwards += 1
             j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + len(blocks[r])
-            eng._step_logits(j, h[r, pres[r]:], j.last_hidden)
+            c0 = pres[r] + len(leads[r])  # the canvas block's first row
+            eng._step_logits(j, h[r, c0:], h[r, c0 - 1] if leads[r] else j.last_hidden)
             if not j.den.finished and j.den.block_done():
                 s, e = j.den.block_range()
-                clean = j.den.canvas[s:e]
+                clean = leads[r] + j.den.canvas[s:e]
                 if j.den.next_block():
                     pending[id(j)] = clean
-
-
-def decode_bidirectional(eng: Any, j: Any) -> None:
-    """Bidirectional models (Dream / LLaDA): recompute everything at each block start and, with
-    ``eng.approx_cache``, reuse the stale prefix+suffix KV inside a block (Fast-dLLM dual cache)."""
-    n = len(j.prompt)
-    total = n + j.den.spec.length
-    kv = KVCache.for_model(eng.args, 1, total, eng.dtype, eng.device) if eng.approx_cache else None
-    fresh, block = True, -1
-    prev: Tensor | None = None
-    while not j.den.finished:
-        if j.abort is not None and j.abort.aborted:
-            j.den.abort()
-            break
-        s, e = j.den.block_range()
-        if j.den.block != block or not eng.approx_cache or fresh:
-            block, fresh = j.den.block, False
-            ids = torch.tensor([j.prompt + j.den.canvas], device=eng.device)
-            if kv is not None:
-                kv.length = 0
-            h = eng.model(ids, cache=kv, logits_slice=slice(0, 0))[0]
-            if kv is not None:
-                kv.length = total
-            prev, hb = h[n + s - 1], h[n + s: n + e]
-        else:
-            ids = torch.tensor([j.den.block_ids()], device=eng.device)
-            hb = eng.model(ids, offset=n + s, cache=kv, logits_slice=slice(0, 0))[0]
-        j.forwards += 1
-        eng._step_logits(j, hb, prev)
-        if not j.den.finished and j.den.block_done():
-            j.den.next_block()

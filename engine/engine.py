@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -22,9 +22,11 @@ from torch import Tensor
 
 from engine import fastcpu
 from engine.api import Call, InfillCall, RewriteCall
-from engine.attention import attention_path, causal_mask
-from engine.blocks import decode_bidirectional, decode_blocks
-from engine.cache import KVCache, PrefixCache, Slot, common_prefix
+from engine.attention import attention_path
+from engine.bidir import decode_bidirectional
+from engine.blocks import OffsetDenoiser, decode_blocks, prefill, take_slot
+from engine.cache import KVCache, PrefixCache, Slot
+from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.decode import (
@@ -34,10 +36,12 @@ from engine.decode import (
     scope_rule,
     want_fast_cpu,
 )
+from engine.expand import ExpandCanvas
+from engine.formats import FormatNotSupported
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
-from engine.templates import EditPrompt, FimPrompt, edit_canvas_length, render_edit, render_fim
+from engine.templates import EditPrompt, FimPrompt
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -52,13 +56,18 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
+
+
 @dataclass
 class _Job:
     prompt: list[int]
-    den: Denoiser
+    den: Denoiser | ExpandCanvas
     cache_key: str | None
     abort: AbortSignal | None
     on_step: StepCallback | None
+    after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
+    lead: list[int] = field(default_factory=list)  # absolute blocks: the prompt's partial last block
+    base: int = 0  # prompt tokens committed to the KV cache by the prefill
     slot: Slot | None = None
     kv: KVCache | None = None
     ctx: int = 0
@@ -92,7 +101,9 @@ class Engine:
             fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
         # used for requests without a sampler; its None fields are filled for those with one
-        self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"))
+        self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"
+                                                        and self.args.block_align == "canvas"))
+        self.format = pick_format(tokenizer, self.meta, self.args)  # engine.formats: FIM / edit prompts
         self.info: dict[str, Any] = {
             "model": name, "label": self.meta.get("label", name), "device": str(self.device),
             "dtype": str(self.dtype).replace("torch.", ""), "attention": attention_path(self.device),
@@ -101,6 +112,7 @@ class Engine:
             "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
             "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
+            "format": self.format.name, "block_align": self.args.block_align,
         }
         log.info("engine ready: %s", self.info)
 
@@ -181,38 +193,9 @@ class Engine:
         """Infill / rewrite calls as one batch (engine.api); each result as its single call gives."""
         if not calls:
             return []
-        reqs = [self._call_request(c) for c in calls]
+        reqs: list[GenerateRequest] = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
         results = self._run(reqs, [c.on_step for c in calls])
-        return [self._call_result(c, r) for c, r in zip(calls, results, strict=True)]
-
-    def _call_request(self, c: Call) -> GenerateRequest:
-        b = self._block(c.sampler)
-        cfg = resolve(c.sampler, self.sampler)
-        if isinstance(c, InfillCall):
-            ids = render_fim(self.tokenizer, c.prompt).ids
-            line = c.prompt.prefix.rsplit("\n", 1)[-1]
-            scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
-                line.expandtabs(4).lstrip(" "))
-            spec = CanvasSpec(-(-c.max_tokens // b) * b, single_line=c.single_line, keep=c.max_tokens,
-                              scope_indent=scope)
-        else:
-            ids = render_edit(self.tokenizer, c.prompt).ids
-            spec = CanvasSpec(edit_canvas_length(len(self.tokenizer.encode(c.prompt.region)), block_size=b))
-        return GenerateRequest(ids, spec, c.sampler, c.cache_key, c.abort)
-
-    def _call_result(self, c: Call, res: GenerateResult) -> GenerateResult:
-        if isinstance(c, InfillCall):
-            if len(res.tokens) > c.max_tokens:
-                res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
-                res.text = self._text(res.tokens, c.single_line)
-                res.finish_reason = "length"
-            return res
-        cur = self.tokenizer.special.cursor
-        keep = [i for i, t in enumerate(res.tokens) if t != cur]
-        res.tokens = [res.tokens[i] for i in keep]
-        res.confidences = [res.confidences[i] for i in keep]
-        res.text = self._text(res.tokens, False)
-        return res
+        return [call_result(self, c, r) for c, r in zip(calls, results, strict=True)]
 
     def generate(self, prompt_tokens: Sequence[int], canvas: CanvasSpec,
                  sampler: SamplerConfig | None = None, cache_key: str | None = None,
@@ -242,12 +225,27 @@ class Engine:
             raise ValueError("generate needs at least one prompt token")
         cfg = resolve(req.sampler, self.sampler)
         sp = self.tokenizer.special
+        after = list(req.after) if isinstance(req, FormatRequest) else []
+        stops = req.stop_ids if isinstance(req, FormatRequest) else frozenset()
+        expand = req.expand_id if isinstance(req, FormatRequest) else None
+        if (after or expand is not None) and self.args.attention != "bidirectional":
+            raise FormatNotSupported("in-place / variable-length canvases need a bidirectional model")
+        newlines = self.newline_ids if req.canvas.single_line else ()
+        den: Denoiser | ExpandCanvas
+        if expand is not None:
+            den = ExpandCanvas(req.canvas, cfg, mask_id=sp.mask, expand_id=expand, end_ids=sp.end_ids | stops,
+                               newline_ids=newlines, suppress_ids=self._suppress)
+            return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
         scope = req.canvas.scope_indent
-        den = Denoiser(req.canvas, cfg, mask_id=sp.mask, end_ids=sp.end_ids,
-                       newline_ids=self.newline_ids if req.canvas.single_line else (),
-                       block_size=self._block(cfg), suppress_ids=self._suppress,
-                       stop_rule=None if scope is None else scope_rule(self.tokenizer.decode_content, scope))
-        return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step)
+        kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
+                                  block_size=self._block(cfg), suppress_ids=self._suppress,
+                                  stop_rule=None if scope is None else scope_rule(self.tokenizer.decode_content, scope))
+        if self.args.attention == "block_causal" and self.args.block_align == "absolute":
+            cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
+            den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
+        else:
+            den = Denoiser(req.canvas, cfg, **kw)
+        return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
 
     @torch.no_grad()
     def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
@@ -273,9 +271,9 @@ class Engine:
                 for j in jobs:
                     j.timings["decode_ms"] = (t2 - t1) * 1e3
             else:
+                t1 = time.perf_counter()
+                decode_bidirectional(self, jobs)  # batched: one forward per step (engine.bidir)
                 for j in jobs:
-                    t1 = time.perf_counter()
-                    decode_bidirectional(self, j)
                     j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
             total = (time.perf_counter() - t0) * 1e3
             out = []
@@ -312,30 +310,7 @@ class Engine:
 
     # -- block-causal: exact prefix cache ------------------------------------------------------
     def _prefill(self, j: _Job) -> None:
-        t0 = time.perf_counter()
-        n = len(j.prompt)
-        need = n + j.den.spec.length + self.block_size
-        slot = self._take_slot(j, need)
-        lcp = common_prefix(slot.tokens, j.prompt)
-        full_hit = lcp == n == len(slot.tokens) and slot.last_hidden is not None
-        reuse = n if full_hit else min(lcp, n - 1)
-        kv = slot.kv
-        if reuse == n:
-            last = slot.last_hidden
-        else:
-            ids = torch.tensor([j.prompt], device=self.device)
-            for s in range(reuse, n, PREFILL_CHUNK):
-                e = min(n, s + PREFILL_CHUNK)
-                kv.length = s
-                mask = None if s == 0 or e - s == 1 else causal_mask(e - s, s, self.device)
-                h = self.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=s == 0,
-                               logits_slice=slice(0, 0))
-                j.forwards += 1
-            last = h[0, -1]
-        kv.length = n
-        slot.tokens, slot.last_hidden = list(j.prompt), last
-        j.slot, j.kv, j.ctx, j.last_hidden, j.cached = slot, kv, n, last, reuse
-        j.timings["prefill_ms"] = (time.perf_counter() - t0) * 1e3
+        prefill(self, j, PREFILL_CHUNK)
 
     def _slot_key(self, j: _Job) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
@@ -344,24 +319,11 @@ class Engine:
         return j.cache_key + ("#edit" if self.tokenizer.special.region_start in j.prompt else "#fim")
 
     def _take_slot(self, j: _Job, need: int) -> Slot:
-        key = self._slot_key(j)
-        slot = self.cache.take(key) if key else None
-        if slot is not None:
-            slot.kv.ensure(need)
-            return slot
-        slot = Slot([], KVCache.for_model(self.args, 1, need, self.kv_dtype, self.device))
-        donor = self.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
-        if donor is not None and donor[1] >= 16:  # seed it with the other kind's shared prefix
-            src, n = donor
-            for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
-                for t, o in zip(dst, old, strict=True):
-                    t[:, :, :n] = o[:, :, :n]
-            slot.tokens = src.tokens[:n]
-        return slot
+        return take_slot(self, j, need)
 
     def _release(self, j: _Job) -> None:
         assert j.slot is not None and j.kv is not None
-        j.kv.length = len(j.prompt)
+        j.kv.length = j.base
         key = self._slot_key(j)
         if key:
             self.cache.put(key, j.slot)

@@ -9,7 +9,7 @@ token text; nothing here holds a literal id.
 
     fmt = for_model(engine.tokenizer, engine.meta)   # once, after loading
     lay = fmt.fim(prompt, max_tokens)                # Layout
-    lay = fmt.edit(prompt)                           # Layout, or FormatNotSupported (with the reason)
+    lay = fmt.edit(prompt, block_size)               # Layout (canvas in whole blocks), or FormatNotSupported
 
 Formats: ``native`` (our adapter's layout, `engine.templates`), ``infill`` (in-place
 ``[bos] prefix <mask>*n suffix [eos]``: Dream / Dream-Coder / DiffuCoder / Open-dCoder / LLaDA),
@@ -49,7 +49,7 @@ class PromptFormat(Protocol):
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout: ...
 
-    def edit(self, p: EditPrompt) -> Layout: ...
+    def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout: ...
 
 
 def token_id(tok: Any, text: str | None) -> int | None:

@@ -92,7 +92,7 @@ class ChatFormat:
         ids, parts = self.prompt(content)
         return Layout(ids, max_tokens, stop_ids=self.stops, parts=parts)
 
-    def edit(self, p: EditPrompt) -> Layout:
+    def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
         if self.entry.edit is None:
             raise FormatNotSupported(f"{self.entry.name}: next edits are not supported ({self.entry.edit_note})")
         if not 0 <= p.cursor <= len(p.region):
@@ -102,5 +102,5 @@ class ChatFormat:
         content = (head + self._context(p.path, p.sections, p.history) + p.before + REGION_START
                    + p.region[: p.cursor] + CURSOR + p.region[p.cursor:] + REGION_END + p.after)
         ids, parts = self.prompt(content)
-        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=self.entry.block_size)
+        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=block_size or self.entry.block_size)
         return Layout(ids, n, stop_ids=self.stops, parts=parts)

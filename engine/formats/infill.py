@@ -50,9 +50,9 @@ class InfillFormat:
         after = self.tok.encode(p.suffix) + ([] if self.eos is None else [self.eos])
         return Layout(before, max_tokens, after, self.stops, self.expand, parts)
 
-    def edit(self, p: EditPrompt) -> Layout:
+    def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
         if self.entry.edit is None:
             raise FormatNotSupported(f"{self.entry.name}: next edits are not supported ({self.entry.edit_note})")
         from engine.formats.chat import ChatFormat
 
-        return ChatFormat(self.tok, self.entry, self.meta).edit(p)
+        return ChatFormat(self.tok, self.entry, self.meta).edit(p, block_size)

@@ -18,7 +18,7 @@ class NativeFormat:
         r = render_fim(self.tok, p)
         return Layout(r.ids, max_tokens, parts=r.parts)
 
-    def edit(self, p: EditPrompt) -> Layout:
+    def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
         r = render_edit(self.tok, p)
-        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=self.block)
+        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=block_size or self.block)
         return Layout(r.ids, n, parts=r.parts)

@@ -1,0 +1,80 @@
+"""Infill / rewrite calls → decode requests in the loaded model's own prompt format, and results back.
+
+`Engine` picks its format once after loading (`pick_format`: the registry entry's, `engine.formats`;
+our native layout for the default model and anything without an entry, so those prompts are exactly
+`engine.templates`' output). A call becomes a `FormatRequest`: the tokens before the canvas, the
+canvas, and — for in-place infilling of bidirectional models — the tokens *after* it, the format's
+stop tokens and DreamOn's expand token. A format that cannot serve a call raises
+`FormatNotSupported` (a ``ValueError`` whose message says why) before any decoding starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api import Call, InfillCall
+from engine.decode import resolve
+from engine.formats import FormatNotSupported, PromptFormat, for_model
+from engine.formats.native import NativeFormat
+from engine.types import CanvasSpec, GenerateRequest, GenerateResult
+
+
+@dataclass
+class FormatRequest(GenerateRequest):
+    """A `GenerateRequest` with the rest of a `engine.formats.Layout`."""
+
+    after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
+    stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
+    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.expand)
+
+
+def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
+    """The loaded model's format; native (our layout) without a registry entry."""
+    fmt = for_model(tok, meta)
+    if isinstance(fmt, NativeFormat):
+        return NativeFormat(tok, block_size=args.block_size)
+    return fmt
+
+
+def _round(n: int, b: int) -> int:
+    return -(-n // b) * b
+
+
+def call_request(eng: Any, c: Call) -> FormatRequest:
+    b = eng._block(c.sampler)
+    cfg = resolve(c.sampler, eng.sampler)
+    fmt: PromptFormat = eng.format
+    if isinstance(c, InfillCall):
+        lay = fmt.fim(c.prompt, c.max_tokens)
+        line = c.prompt.prefix.rsplit("\n", 1)[-1]
+        scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
+            line.expandtabs(4).lstrip(" "))
+        if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
+            spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope)
+        else:
+            spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
+                              scope_indent=scope)
+    else:
+        lay = fmt.edit(c.prompt, b)
+        spec = CanvasSpec(_round(lay.canvas, b))
+    if lay.in_place and eng.args.attention != "bidirectional":
+        raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
+                                 f"(this one is {eng.args.attention})")
+    return FormatRequest(lay.before, spec, c.sampler, c.cache_key, c.abort, after=list(lay.after),
+                         stop_ids=lay.stop_ids, expand_id=lay.expand_id)
+
+
+def call_result(eng: Any, c: Call, res: GenerateResult) -> GenerateResult:
+    if isinstance(c, InfillCall):
+        if len(res.tokens) > c.max_tokens:
+            res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
+            res.text = eng._text(res.tokens, c.single_line)
+            res.finish_reason = "length"
+        return res
+    cur = eng.tokenizer.special.cursor
+    keep = [i for i, t in enumerate(res.tokens) if t != cur]
+    res.tokens = [res.tokens[i] for i in keep]
+    res.confidences = [res.confidences[i] for i in keep]
+    res.text = eng._text(res.tokens, False)
+    return res
