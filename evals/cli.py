@@ -97,6 +97,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--steps-mode", choices=["parallel", "one-per-step"], default="parallel",
                     help="parallel: threshold sampler (τ); one-per-step: one token per forward")
     he.add_argument("--threshold", type=float, default=0.9, help="τ of the parallel sampler")
+    he.add_argument("--window", default=None,
+                    help="block | adaptive | N: decoding window (default: the engine's, adaptive on a CPU)")
+    he.add_argument("--remask", choices=["off", "confidence"], default="off",
+                    help="confidence: remask decided tokens of the current block whose probability fell "
+                         "(block mode only, SamplerConfig.remask)")
+    he.add_argument("--remask-threshold", type=float, default=0.5)
+    he.add_argument("--remask-per-step", type=int, default=2)
+    he.add_argument("--remask-budget", type=int, default=8, help="remasks per canvas")
     he.add_argument("--max-tokens", type=int, default=None, help="canvas length (default per split)")
     he.add_argument("--workers", type=int, default=2, help="parallel sandboxed checks")
     he.add_argument("--check-timeout", type=float, default=10.0, help="seconds per functional check")
@@ -152,7 +160,7 @@ def _print_summary(title: str, summary: dict[str, Any], out: Path) -> None:
 
 def run_humaneval(args: argparse.Namespace) -> int:
     from evals.datasets import load_humaneval
-    from evals.humaneval import Scorer, generate_engine, generate_lsp
+    from evals.humaneval import Scorer, generate_engine, generate_lsp, sampler_options
     from evals.report import write_humaneval
     from evals.sandbox import Limits
     from evals.store import ResultStore
@@ -165,6 +173,10 @@ def run_humaneval(args: argparse.Namespace) -> int:
               "model": None if args.oracle else args.model, "device": args.device,
               "steps_mode": args.steps_mode, "threshold": args.threshold, "max_tokens": max_tokens,
               "seed": args.seed, "check_timeout": args.check_timeout}
+    extra = sampler_options(args.window, args.remask, args.remask_threshold, args.remask_per_step,
+                            args.remask_budget)
+    if extra:
+        config["sampler"] = extra
     store = ResultStore(args.out, config, fresh=args.fresh)
     todo = [t for t in tasks if not store.done(t.task_id)]
     limits = Limits(timeout_s=args.check_timeout, cpu_s=int(args.check_timeout) + 1)
@@ -177,7 +189,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
         elif runner == "engine":
             generate_engine(todo, scorer, model=args.model, device=args.device, split=args.split,
                             max_tokens=max_tokens, steps_mode=args.steps_mode,
-                            threshold=args.threshold, seed=args.seed, progress=prog)
+                            threshold=args.threshold, seed=args.seed, sampler_extra=extra, progress=prog)
         elif todo:
             with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
                 generate_lsp(todo, scorer, model=args.model, device=args.device, split=args.split,

@@ -21,12 +21,28 @@ log = logging.getLogger(__name__)
 WHOLE_LINE_SPLITS = ("single-line", "multi-line")  # holes are whole lines: the editor has an empty line
 
 
-def sampler_for(steps_mode: str, threshold: float, seed: int) -> Any:
+def sampler_for(steps_mode: str, threshold: float, seed: int, **extra: Any) -> Any:
+    """The eval's sampler; ``extra``: further `SamplerConfig` fields (window, remask, ...)."""
     from engine import SamplerConfig
 
     if steps_mode == "one-per-step":
-        return SamplerConfig(strategy="topk", tokens_per_step=1, seed=seed)
-    return SamplerConfig(strategy="threshold", threshold=threshold, seed=seed)
+        return SamplerConfig(strategy="topk", tokens_per_step=1, seed=seed, **extra)
+    return SamplerConfig(strategy="threshold", threshold=threshold, seed=seed, **extra)
+
+
+def sampler_options(window: str | None, remask: str, remask_threshold: float, remask_per_step: int,
+                    remask_budget: int) -> dict[str, Any]:
+    """CLI sampler options → `SamplerConfig` fields; only the ones that differ from the defaults
+    (so a run's recorded configuration is unchanged when none is given)."""
+    out: dict[str, Any] = {}
+    if window is not None:
+        if window not in ("block", "adaptive") and not (window.isdigit() and int(window) > 0):
+            raise ValueError(f"--window {window!r}: expected block, adaptive or a positive size")
+        out["window"] = int(window) if window.isdigit() else window
+    if remask != "off":
+        out.update(remask=remask, remask_threshold=remask_threshold, remask_per_step=remask_per_step,
+                   remask_budget=remask_budget)
+    return out
 
 
 def fix_middle(split: str, middle: str) -> str:
@@ -71,18 +87,23 @@ class Scorer:
 
 def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str,
                     max_tokens: int, steps_mode: str, threshold: float, seed: int,
+                    sampler_extra: dict[str, Any] | None = None,
                     progress: Callable[[Iterable], Iterable] = iter) -> None:
-    """Generate each middle through ``Engine.infill`` and hand it to the scorer."""
+    """Generate each middle through ``Engine.infill`` and hand it to the scorer (with remasking on,
+    each record also counts the positions put back to mask, from the per-step events)."""
     from engine import Engine, FimPrompt
 
     eng = Engine.load(model, device=device)
-    sampler = sampler_for(steps_mode, threshold, seed)
+    sampler = sampler_for(steps_mode, threshold, seed, **(sampler_extra or {}))
+    remasked: list[int] = []
+    hook = (lambda ev: remasked.append(ev.remasked)) if sampler.remask != "off" else None
     for task in progress(tasks):
         t0 = time.perf_counter()
+        remasked.clear()
         try:
             res = eng.infill(FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py"),
                              max_tokens=max_tokens, single_line=split == "single-line",
-                             sampler=sampler, cache_key=f"humaneval:{task.task_id}")
+                             sampler=sampler, cache_key=f"humaneval:{task.task_id}", on_step=hook)
         except Exception as e:  # noqa: BLE001 - an engine failure is a recorded miss, not a crash
             scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, ""), "error": str(e),
                                  "latency_ms": (time.perf_counter() - t0) * 1000})
@@ -91,7 +112,8 @@ def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, devi
         scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, res.text), "latency_ms": ms,
                      "tokens": len(res.tokens), "steps": res.steps, "forwards": res.forwards,
                      "tokens_per_forward": res.tokens_per_forward, "finish_reason": res.finish_reason,
-                     "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms")})
+                     "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms"),
+                     **({"remasked": sum(remasked)} if hook is not None else {})})
 
 
 def completion_edit(text: str, offset: int, result: Any) -> tuple[int, int, str, float | None] | None:

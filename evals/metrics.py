@@ -43,6 +43,8 @@ def summarize_humaneval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "errors": sum(bool(r.get("error")) for r in records),
         "shown_rate": _rate(sum(bool(r.get("shown")) for r in records), len(records))
         if any("shown" in r for r in records) else None,  # via LSP only
+        **({"mean_remasked": _mean([r["remasked"] for r in records if "remasked" in r])}
+           if any("remasked" in r for r in records) else {}),  # SamplerConfig.remask on
     }
 
 
