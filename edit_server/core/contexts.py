@@ -25,12 +25,13 @@ CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM mid
 
 def auto_budget(settings: Settings, engine: Any) -> int:
     """Prompt-token budget: the setting, or (0 = auto) the model's context capped at 32,768 on a GPU
-    and at 2,048 on a CPU, minus room for the canvas."""
+    and at 2,048 on a CPU (a remote backend counts as a GPU), minus room for the canvas."""
     if settings.context_budget:
         return settings.context_budget
     max_len = getattr(getattr(engine, "args", None), "max_seq_len", None) or 8192
     ctx = min(max_len, GPU_MAX_CONTEXT)
-    if not str((getattr(engine, "info", None) or {}).get("device", "cpu")).startswith("cuda"):
+    info = getattr(engine, "info", None) or {}
+    if not str(info.get("device", "cpu")).startswith("cuda") and not info.get("remote"):  # remote: its GPU
         ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
     return max(256, ctx - CANVAS_RESERVE)
 

@@ -18,6 +18,7 @@ import msgspec
 
 from edit_server.core.documents import DocumentStore
 from edit_server.core.history import EditHistory, Hunk
+from edit_server.core.remote import load_key
 from edit_server.core.requests import (
     Built,
     EditAnswer,
@@ -34,7 +35,7 @@ from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, Stat
 from edit_server.selectivity.feedback import FeedbackStore
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
-from engine.types import StepCallback
+from engine.types import GenerateResult, StepCallback
 
 log = logging.getLogger(__name__)
 EMPTY = "model output empty after filtering"  # the reason when the model ran but left nothing to show
@@ -62,11 +63,11 @@ class Pipeline:
         self.cache = SuggestCache(ttl_s=settings.suggestion_ttl_s)
         self.feedback = feedback if feedback is not None else open_feedback(settings)
         self.worker = EngineWorker(on_status, roots, on_progress)
-        self.loaded: tuple[str, str] | None = None
+        self.loaded: tuple[object, ...] | None = None
         self.on_suggestion = on_suggestion
         self._generation: dict[tuple[str, str], int] = {}
         if engine is not None:
-            self.loaded = (settings.model, settings.device)
+            self.loaded = load_key(settings)
             self.worker.load(settings.model, settings.device, settings, engine)
         self.configure(settings)
 
@@ -76,7 +77,7 @@ class Pipeline:
         self.settings = settings
         self.cache.ttl_s = settings.suggestion_ttl_s
         self.worker.set_settings(settings)
-        want = (settings.model, settings.device)
+        want = load_key(settings)  # a new model, device or remote backend: load again
         if want != self.loaded:
             self.loaded = want
             self.worker.load(settings.model, settings.device, settings)
@@ -238,6 +239,24 @@ class Pipeline:
         text = prompt.before + prompt.region + prompt.after
         req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
         return await self._edit(req, EditBuilt(prompt, start, start + len(prompt.region)), key, on_step)
+
+    async def engine_call(self, key: str, prompt: FimPrompt | EditPrompt, max_tokens: int = 64,
+                          single_line: bool = False) -> GenerateResult | None:
+        """A prompt another edit-server built (its remote backend: ``/v1/engine/complete``): the engine's
+        own result through the same worker (queue, batching, supersede by ``key``, abort on cancel) — no
+        gate, no feedback: the caller's decide. None: superseded or cancelled."""
+        if isinstance(prompt, FimPrompt):
+            text = prompt.prefix + prompt.suffix
+            req: FimRequest | EditRequest = FimRequest(key, prompt.path, text, 0, len(prompt.prefix), True)
+            settings = msgspec.structs.replace(self.settings, max_tokens=max_tokens)
+            job = Job(key, req, settings, prompt, single_line=single_line)
+        else:
+            start = len(prompt.before)
+            text = prompt.before + prompt.region + prompt.after
+            req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
+            job = Job(key, req, self.settings, EditBuilt(prompt, start, start + len(prompt.region)))
+        out = await self._run(job)
+        return out.result if out is not None else None
 
     async def _fim(self, req: FimRequest, built: Built | None, uri: str,
                    settings: Settings | None = None, on_step: StepCallback | None = None) -> Suggestion | None:

@@ -59,6 +59,31 @@ class Http(msgspec.Struct, rename="camel", kw_only=True):
     metrics_auth: bool = True  # /metrics needs a key when keys are configured (/health never does)
 
 
+class Remote(msgspec.Struct, rename="camel", kw_only=True):
+    """The remote backend (engine/remote/): engine calls go to ``url``; the context builder (exclusions,
+    secret redaction), the gate and the feedback store stay local. ``url`` "" = the local engine, and
+    nothing is ever contacted."""
+
+    url: str = ""  # http(s)://HOST:PORT[/PATH] of an `edit-server http`, an OpenAI-compatible server, SGLang
+    # edit-server: its native /v1/engine/complete route (per-token confidences, next edit);
+    # openai: /v1/completions (FIM prompt in fimFormat) + /v1/chat/completions (next edit);
+    # sglang: its native /generate (fimFormat) + /v1/chat/completions
+    kind: Literal["edit-server", "openai", "sglang"] = "edit-server"
+    api_key: str = ""  # sent only as "Authorization: Bearer …", never logged; prefer apiKeyEnv
+    api_key_env: str = ""  # the name of an environment variable holding the key
+    model: str = ""  # the "model" field sent (the served model's name for openai / sglang)
+    # how a FIM prompt is written for openai / sglang: the model's own FIM tokens, "suffix" (prompt +
+    # suffix fields: servers with FIM support), "chat" (an instruction to a chat model, e.g. LLaDA2.x)
+    fim_format: Literal["qwen", "starcoder", "codellama", "deepseek", "suffix", "chat"] = "qwen"
+    connect_timeout_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 2000
+    timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 10_000  # the whole request
+    # on a connection error, timeout, 5xx or bad answer: "local" runs the call on the local model (loaded
+    # on the first failure, then kept), "none" gives no suggestion; the status names the failure either way
+    fallback: Literal["local", "none"] = "local"
+    retry_s: Annotated[float, msgspec.Meta(ge=0.0, le=3600.0)] = 30.0  # after a failure, skip the remote this long
+    context_tokens: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)] = 0  # the remote model's context; 0 = 8192
+
+
 class Settings(msgspec.Struct, rename="camel", kw_only=True):
     model: str = "default"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
@@ -79,6 +104,7 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     suggestion_ttl_s: Annotated[float, msgspec.Meta(ge=0.0)] = 30.0
     limits: Limits = msgspec.field(default_factory=Limits)
     http: Http = msgspec.field(default_factory=Http)
+    remote: Remote = msgspec.field(default_factory=Remote)
 
 
 MIN_CONTEXT_BUDGET = 256  # below this no prompt fits the template's markers and a useful window
@@ -97,6 +123,20 @@ def _check(key: str, value: Any) -> str | None:
     if key == "model" and (not value or "\x00" in value or len(value) > MAX_MODEL_SPEC):
         return ('must be "default", "tiny-random", an HF directory, a .gguf file or ORG/NAME[@REVISION] '
                 f"(got {value!r:.60})")
+    if key == "remote.url" and value:
+        from urllib.parse import urlsplit
+
+        try:
+            u = urlsplit(value)
+            creds, port = u.username or u.password, u.port  # port: raises on a bad one
+        except ValueError:
+            return 'must be "" (local engine) or http(s)://HOST[:PORT][/PATH] (bad port)'
+        if creds or "@" in u.netloc:  # never echoed: it may hold a password
+            return "must not carry credentials (use remote.apiKey or remote.apiKeyEnv)"
+        if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or port == 0:
+            return f'must be "" (local engine) or http(s)://HOST[:PORT][/PATH] (got {value!r:.80})'
+    if key == "remote.apiKeyEnv" and value and not value.replace("_", "").isalnum():
+        return f"must be an environment variable name (got {value!r:.60})"
     return None
 
 

@@ -49,6 +49,7 @@ class Job:
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.monotonic)
     on_step: StepCallback | None = None  # per denoising step, on the worker thread (HTTP "diffusing")
+    single_line: bool | None = None  # FIM: the caller's one-line decision (None: from the document)
 
     @property
     def kind(self) -> str:
@@ -123,7 +124,8 @@ def engine_call(job: Job, built: Built) -> Call:
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
-        return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=is_single_line(job.req),
+        one = job.single_line if job.single_line is not None else is_single_line(job.req)
+        return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=one,
                           cache_key=job.key, abort=job.abort, on_step=job.on_step)
     assert isinstance(built, EditBuilt)
     return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
@@ -219,13 +221,17 @@ class EngineWorker:
         self.on_status("loading", f"loading model {item.spec!r} on {item.device}")
         t0 = time.perf_counter()
         try:
-            self.engine = None
+            old, self.engine = self.engine, None
+            if old is not None and (getattr(old, "info", None) or {}).get("remote"):
+                old.close()  # type: ignore[attr-defined]  # a remote backend: its connections and thread
             if item.settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
                 import torch
 
                 torch.set_num_threads(item.settings.threads)
             if item.engine is not None:
                 eng, self.scorer = item.engine, None
+            elif item.settings.remote.url:  # engine calls go to the remote; this machine loads no model
+                eng, self.scorer = self._remote(item), None
             else:
                 eng, self.scorer = load_engine(item.spec, item.device, self.on_progress,
                                                item.settings.gate.kto)
@@ -234,12 +240,15 @@ class EngineWorker:
             self.error = None
             self.degraded = self._ctx.degraded
             self.ready.set()
+
             info = getattr(eng, "info", None) or {}
             rev = (getattr(eng, "meta", None) or {}).get("revision")
             if rev and "revision" not in info:  # a hub model: the pinned commit
                 info["revision"] = rev
             msg = (f"{info.get('model', item.spec)} ({info.get('label', '')}) on "
                    f"{info.get('device', item.device)}, loaded in {time.perf_counter() - t0:.1f}s")
+            if info.get("warning"):  # a remote backend over plain http to another machine
+                msg += f"; {info['warning']}"
             if self.degraded:
                 self.on_status("degraded", f"{msg}; {self.degraded}")
             else:
@@ -248,6 +257,21 @@ class EngineWorker:
             log.exception("model load failed")
             self.error = f"model load failed: {e}"
             self.on_status("error", self.error)
+
+    def _remote(self, item: Load) -> EngineAPI:
+        from edit_server.core.remote import remote_engine
+
+        def local() -> EngineAPI:
+            self.on_status("busy", f"remote failed: loading the local model {item.spec!r}")
+            return load_engine(item.spec, item.device, self.on_progress, "off")[0]
+
+        return remote_engine(item.settings, local)
+
+    def _degraded_now(self) -> str | None:
+        """The context builder's degradation or the remote backend's last failure (shown as status)."""
+        remote = getattr(self.engine, "degraded", None)
+        parts = [p for p in (self.degraded, remote if isinstance(remote, str) else None) if p]
+        return "; ".join(parts) or None
 
     def _fail_pending(self) -> None:
         with self._lock:
@@ -292,7 +316,8 @@ class EngineWorker:
                     built.append((j, b))
             self._generate(built)
         finally:
-            self.on_status("degraded" if self.degraded else "ready", self.degraded or "idle")
+            degraded = self._degraded_now()
+            self.on_status("degraded" if degraded else "ready", degraded or "idle")
 
     def _build(self, job: Job) -> Built | None:
         assert self._ctx is not None

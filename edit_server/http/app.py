@@ -6,6 +6,8 @@ Routes (handlers in handlers.py / handlers_mercury.py, free of aiohttp; formats 
                                 ``suffix`` field: OpenAI-style FIM
 ``POST /v1/fim/completions``    Mercury FIM      ``POST /v1/edit/completions``   Mercury next edit
 ``POST /v1/apply/completions``  Mercury apply    (each also without the ``/v1`` prefix)
+``POST /v1/engine/complete``    the engine contract for another edit-server's remote backend
+                                (handlers_engine.py: built prompt in, raw result + confidences out)
 ``GET /health``                 model state, queue, version; ``GET /ready``: 200 once loaded, else 503
                                 (neither needs a key)
 ``GET /metrics``                Prometheus text (metrics.py)
@@ -38,7 +40,7 @@ from aiohttp import web
 from edit_server import __version__
 from edit_server.core.pipeline import Pipeline
 from edit_server.core.settings import Settings
-from edit_server.http import handlers, handlers_mercury
+from edit_server.http import handlers, handlers_engine, handlers_mercury
 from edit_server.http.auth import KeyRing, RateLimiter, retry_after
 from edit_server.http.handlers import Ctx, Reply, Stream
 from edit_server.http.metrics import MeteredEngine, Registry
@@ -61,6 +63,7 @@ ROUTES: list[tuple[str, Route]] = [
     ("/v1/fim/completions", handlers_mercury.fim),
     ("/v1/edit/completions", handlers_mercury.edit),
     ("/v1/apply/completions", handlers_mercury.apply),
+    ("/v1/engine/complete", handlers_engine.complete),
 ]
 
 
