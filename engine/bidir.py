@@ -15,7 +15,7 @@ A step is one of two kinds per request:
 
 All requests needing a full step run as one batched forward, all the others as one batched block
 forward: one forward per step when requests are in the same phase, two when some start a block
-while others are inside one.
+while others are inside one (and one more per other block width: a request's shorter last block).
 """
 
 from __future__ import annotations
@@ -118,25 +118,27 @@ def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
 
 
 def _block_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
+    """One batched forward per block width (a request's last block may be shorter): padding a
+    shorter block would write over the stale keys / values right after it, which it attends to."""
+    widths = [len(j.den.block_ids()) for j in js]
+    for w in sorted(set(widths), reverse=True):
+        _block_forward(eng, batch, [j for j, x in zip(js, widths, strict=True) if x == w])
+
+
+def _block_forward(eng: Any, batch: _Batch, js: list[Any]) -> None:
     assert batch.kv is not None
-    blocks = [j.den.block_ids() for j in js]
-    widths = [len(b) for b in blocks]
-    width = max(widths)
     rows = [batch.rows[id(j)] for j in js]
-    # writing into the batch cache is safe when every row's block has the same width (padding would
-    # overwrite the stale keys after a shorter block); otherwise work on a copy of the rows
-    direct = rows == list(range(batch.kv.batch)) and min(widths) == width
-    kv = batch.kv if direct else _gather(batch.kv, rows)
+    kv = batch.kv if rows == list(range(batch.kv.batch)) else _gather(batch.kv, rows)
     lengths = [_length(j) for j in js]
     kv.length = max(lengths)
     offs = [len(j.prompt) + j.den.block_range()[0] for j in js]
-    ids = torch.tensor([b + [eng.tokenizer.special.mask] * (width - len(b)) for b in blocks], device=eng.device)
-    mask = _key_mask(lengths, kv.length, eng.device)
-    h = eng.model(ids, offset=offs[0] if len(js) == 1 else offs, cache=kv, mask=mask, logits_slice=slice(0, 0))
+    ids = torch.tensor([j.den.block_ids() for j in js], device=eng.device)
+    h = eng.model(ids, offset=offs[0] if len(js) == 1 else offs, cache=kv,
+                  mask=_key_mask(lengths, kv.length, eng.device), logits_slice=slice(0, 0))
     for r, j in enumerate(js):
         j.forwards += 1
-        j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + widths[r]
-        _advance(eng, j, h[r, :widths[r]])
+        j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + ids.shape[1]
+        _advance(eng, j, h[r])
 
 
 def _advance(eng: Any, j: Any, hb: Tensor) -> None:

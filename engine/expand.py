@@ -51,6 +51,7 @@ class ExpandCanvas:
         self.steps = self.expands = self.deletes = 0
         self.finish: FinishReason | None = None
         self._ended = False  # an end token closed the span
+        self.last_remasked: list[int] = []  # never: DreamOn does not remask (the engine's step events read it)
         self.generator: torch.Generator | None = None
 
     @property
