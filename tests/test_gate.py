@@ -20,6 +20,9 @@ def test_filters() -> None:
     check("    return x\n    return x", "def f():\n    ", "\n    return x\n", "")  # rewrites next line
     check("y = 1\nz = 2\nw = 3", "x = 0\n", "\nz = 2\nw = 3\n", "y = 1")  # trailing lines repeat the suffix
     check("ab" * 10, "x = '", "", "ab")  # repetition loop
+    check("a + b", "def add(a, b):\n    return a + b", "\n", "")  # echoes the end of the line
+    check(" + c", "def add(a, b):\n    return a + b", "\n", " + c")  # continues it
+    check("b", "    return a + b", "\n", "b")  # too short to call an echo
     check("pass\npass\npass\npass", "def f():\n", "", "pass\npass")
     check("\tif x:\n\t\treturn 1", "def f():\n    y = 1\n    ", "", "if x:\n        return 1")  # indentation
 

@@ -118,6 +118,11 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
     if not text.strip():
         return ""
+    # output that repeats the end of the line before the cursor (an echo, e.g. of the suggestion just
+    # accepted: "return a + b" + "a + b")
+    body = text.strip()
+    if "\n" not in body and len(body) >= 3 and line_prefix.rstrip().endswith(body):
+        return ""
     # output that repeats the text after the cursor
     if line_suffix.strip() and text.strip() and line_suffix.strip().startswith(text.strip()):
         return ""

@@ -125,7 +125,11 @@ local function main()
   out.text_after_inline = api.nvim_buf_get_lines(0, 0, -1, false)
 
   -- the same request made directly, to check the wire shape of the reply
+  -- at the end of the accepted line, explicitly: where <Esc> leaves the cursor (one column left, once
+  -- Neovim has processed the key) is timing, and a cursor before the last character is another request
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  local accepted = api.nvim_buf_get_lines(0, line - 1, line, false)[1] or ''
+  params.position = { line = line - 1, character = vim.str_utfindex(accepted, 'utf-16') }
   params.context = { triggerKind = 1 }
   local resp = client:request_sync('textDocument/inlineCompletion', params, timeout, 0)
   out.inline_direct = resp and { replied = true, err = resp.err, result = resp.result } or { timeout = true }
