@@ -190,6 +190,7 @@ class EngineWorker:
             item = self._q.get()
             if isinstance(item, Stop):
                 self._fail_pending()
+                self._close_remote(self.engine)
                 return
             if not isinstance(item, Job):
                 self._command(item)
@@ -222,8 +223,7 @@ class EngineWorker:
         t0 = time.perf_counter()
         try:
             old, self.engine = self.engine, None
-            if old is not None and (getattr(old, "info", None) or {}).get("remote"):
-                old.close()  # type: ignore[attr-defined]  # a remote backend: its connections and thread
+            self._close_remote(old)
             if item.settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
                 import torch
 
@@ -257,6 +257,15 @@ class EngineWorker:
             log.exception("model load failed")
             self.error = f"model load failed: {e}"
             self.on_status("error", self.error)
+
+    @staticmethod
+    def _close_remote(engine: EngineAPI | None) -> None:
+        """A remote backend's connections and thread go with it."""
+        if engine is not None and (getattr(engine, "info", None) or {}).get("remote"):
+            try:
+                engine.close()  # type: ignore[attr-defined]
+            except Exception:
+                log.warning("closing the remote backend failed", exc_info=True)
 
     def _remote(self, item: Load) -> EngineAPI:
         from edit_server.core.remote import remote_engine

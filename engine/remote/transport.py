@@ -70,7 +70,7 @@ class Transport:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="remote-http", daemon=True).start()
+                threading.Thread(target=_run_loop, args=(loop,), name="remote-http", daemon=True).start()
                 self._loop = loop
             return self._loop
 
@@ -165,6 +165,13 @@ class Transport:
         except Exception:  # closing is best effort
             pass
         loop.call_soon_threadsafe(loop.stop)
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def _reason(e: Exception) -> str:
