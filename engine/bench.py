@@ -63,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     p.add_argument("--fast-cpu", choices=["auto", "on", "off"], default="auto",
                    help="int8 fused CPU layers (engine.fastcpu); auto: as the model's loader says")
+    p.add_argument("--batch", default=None,
+                   help="batch sizes, comma-separated: batched vs one-by-one in-place decoding (engine.bench_batch)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -231,6 +233,11 @@ def run(args: argparse.Namespace) -> int:
         "decoding": bench_decoding(eng, args.prompt, args.tokens, thresholds, args.repeats, modes),
         "prefill": bench_prefill(eng, contexts, args.repeats),
     }
+    if getattr(args, "batch", None):
+        from engine.bench_batch import bench_batch
+
+        sizes = [int(x) for x in args.batch.split(",") if x.strip()]
+        report["batch"] = bench_batch(eng, sizes, args.prompt, args.tokens)
     report["memory"] = peak_memory(dev)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
@@ -264,6 +271,10 @@ def format_report(r: dict[str, Any]) -> str:
     for p in r["prefill"]:
         lines.append(f"{p['context']:>8}{p['cold_ms']:>11.1f}{p['warm_ms']:>10.1f}"
                      f"{p['recomputed']:>6} ({p['recomputed_frac']:.2%}){p['speedup']:>7.1f}x")
+    if r.get("batch"):
+        from engine.bench_batch import format_batch
+
+        lines += format_batch(r["batch"], dec["prompt_tokens"])
     mem = r["memory"]
     lines += ["", "peak memory: " + ", ".join(f"{k} {v}" for k, v in mem.items()),
               f"wall {r['wall_s']} s", ""]

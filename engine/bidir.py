@@ -97,6 +97,7 @@ def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
     if any(id(j) in batch.rows for j in js):
         cache = KVCache.for_model(eng.args, len(js), width, eng.dtype, eng.device)
     h = eng.model(ids, mask=_key_mask(lengths, width, eng.device), cache=cache, logits_slice=slice(0, 0))
+    items = []
     for r, j in enumerate(js):
         j.forwards += 1
         j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + lengths[r]
@@ -114,7 +115,8 @@ def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
                     d[row, :, :m] = s[r, :, :m]
         s, e = j.den.block_range()
         j.seen, j.prev = j.den.block, h[r, n + s - 1]
-        _advance(eng, j, h[r, n + s: n + e])
+        items.append((j, h[r, n + s: n + e], j.prev))
+    _advance(eng, items)
 
 
 def _block_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
@@ -135,13 +137,17 @@ def _block_forward(eng: Any, batch: _Batch, js: list[Any]) -> None:
     ids = torch.tensor([j.den.block_ids() for j in js], device=eng.device)
     h = eng.model(ids, offset=offs[0] if len(js) == 1 else offs, cache=kv,
                   mask=_key_mask(lengths, kv.length, eng.device), logits_slice=slice(0, 0))
-    for r, j in enumerate(js):
+    for j in js:
         j.forwards += 1
         j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + ids.shape[1]
-        _advance(eng, j, h[r])
+    _advance(eng, [(j, h[r], j.prev) for r, j in enumerate(js)])
 
 
-def _advance(eng: Any, j: Any, hb: Tensor) -> None:
-    eng._step_logits(j, hb, j.prev)
-    if not j.den.finished and j.den.block_done():
-        j.den.next_block()
+def _advance(eng: Any, items: list[tuple[Any, Tensor, Tensor | None]]) -> None:
+    """One denoising step of each job (one LM-head matmul for all), then on to the next block."""
+    if not items:
+        return
+    eng._step_many(items)
+    for j, _, _ in items:
+        if not j.den.finished and j.den.block_done():
+            j.den.next_block()

@@ -157,6 +157,7 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
             mask = (keys[None, None, :] < lim[:, :, None])[:, None]  # (N, 1, T, S)
             h = eng.model(ids, offset=offs[0] if single else offs, cache=kv, mask=mask,
                            logits_slice=slice(0, 0))
+        items = []
         for r, j in enumerate(live):
             if pres[r]:  # the clean block is now part of the context
                 j.last_hidden = h[r, pres[r] - 1]
@@ -164,7 +165,9 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
             j.forwards += 1
             j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + len(blocks[r])
             c0 = pres[r] + len(leads[r])  # the canvas block's first row
-            eng._step_logits(j, h[r, c0:], h[r, c0 - 1] if leads[r] else j.last_hidden)
+            items.append((j, h[r, c0:], h[r, c0 - 1] if leads[r] else j.last_hidden))
+        eng._step_many(items)  # one LM-head matmul for every row
+        for r, j in enumerate(live):
             if not j.den.finished and j.den.block_done():
                 s, e = j.den.block_range()
                 clean = leads[r] + j.den.canvas[s:e]

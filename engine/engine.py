@@ -298,15 +298,27 @@ class Engine:
         """Unmask from hidden states of the current block (T, dim); ``prev`` = hidden state of
         the position before the block (shifted models). Rows: the masked positions, plus the
         decided ones when the sampler may remask them (`Denoiser.logit_rows`)."""
-        cand = j.den.logit_rows()
-        if self.args.shifted_logits:
-            assert prev is not None
-            hs = torch.stack([prev if c == 0 else h_block[c - 1] for c in cand])
-        else:
-            hs = h_block[cand]
-        n = j.den.step(self.model.logits(hs[None])[0], cand)
-        self._emit(j, n)
-        return n
+        return self._step_many([(j, h_block, prev)])[0]
+
+    def _step_many(self, items: Sequence[tuple[_Job, Tensor, Tensor | None]]) -> list[int]:
+        """`_step_logits` for several jobs with one LM-head matmul (its weights read once per step)."""
+        rows, hs = [], []
+        for j, h_block, prev in items:
+            cand = j.den.logit_rows()
+            rows.append(cand)
+            if self.args.shifted_logits:
+                assert prev is not None
+                hs.extend(prev if c == 0 else h_block[c - 1] for c in cand)
+            else:
+                hs.extend(h_block[c] for c in cand)
+        logits = self.model.logits(torch.stack(hs)[None])[0] if hs else None
+        out, at = [], 0
+        for (j, _, _), cand in zip(items, rows, strict=True):
+            n = j.den.step(logits[at:at + len(cand)], cand) if logits is not None and cand else 0
+            at += len(cand)
+            self._emit(j, n)
+            out.append(n)
+        return out
 
     # -- block-causal: exact prefix cache ------------------------------------------------------
     def _prefill(self, j: _Job) -> None:
