@@ -74,7 +74,7 @@ class Remote(msgspec.Struct, rename="camel", kw_only=True):
     model: str = ""  # the "model" field sent (the served model's name for openai / sglang)
     # how a FIM prompt is written for openai / sglang: the model's own FIM tokens, "suffix" (prompt +
     # suffix fields: servers with FIM support), "chat" (an instruction to a chat model, e.g. LLaDA2.x)
-    fim_format: Literal["qwen", "starcoder", "codellama", "deepseek", "suffix", "chat"] = "qwen"
+    fim_format: Literal["chat", "codellama", "deepseek", "qwen", "starcoder", "suffix"] = "qwen"
     connect_timeout_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 2000
     timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 10_000  # the whole request
     # on a connection error, timeout, 5xx or bad answer: "local" runs the call on the local model (loaded
