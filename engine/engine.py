@@ -1,11 +1,14 @@
 """The Engine API: load a model, then infill / rewrite / generate (single or batched).
 
-Decoding is block diffusion: the prompt is prefilled (reusing the longest cached token prefix of
-the same ``cache_key``), then the canvas is denoised block by block. For block-causal models a
-step runs only the current block over the cached context, with no mask (fast SDPA kernel); a
-finished block is committed by one forward over its clean tokens. Bidirectional models
-(Dream / LLaDA) recompute everything at each block start and, with ``approx_cache`` on, reuse
-the stale prefix+suffix KV inside a block (Fast-dLLM dual cache).
+Calls are rendered in the loaded model's own prompt format (`engine.calls`, `engine.formats`: our
+native layout for the default model; in-place canvases with the suffix after them for
+bidirectional models; DreamOn's variable-length span). Decoding is block diffusion. Block-causal
+models (`engine.blocks`): the prompt is prefilled (reusing the longest cached token prefix of the
+same ``cache_key``), then the canvas is denoised block by block, several requests in one forward
+per step; blocks start at the canvas (our adapters) or tile the sequence from position 0 (SDAR,
+Fast-dLLM v2, LLaDA2.0: ``block_align = "absolute"``). Bidirectional models (`engine.bidir`: Dream /
+LLaDA …) run all requests batched, recomputing everything at each block start and, with
+``approx_cache`` on, reusing the stale prefix+suffix KV inside a block (Fast-dLLM dual cache).
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""Run a per-model `Layout` on an `Engine` through its public ``generate`` (until `Engine.infill` /
-`rewrite` call the formats themselves).
+"""Run a per-model `Layout` on an `Engine` through its public ``generate`` / ``generate_batch``
+(`Engine.infill` / `rewrite` / `complete` do the same from a call, `engine.calls`).
 
-Canvas-last layouts (``native``, ``chat``) run today: the canvas is rounded up to whole blocks and
-the output is cut at the layout's stop tokens (``<|im_end|>`` …). In-place layouts (``infill``,
-``dreamon``: the suffix after the canvas) need the engine to decode a canvas between prompt tokens;
-until it can, they raise `FormatNotSupported` naming that hook.
+Canvas-last layouts (``native``, ``chat``): the canvas is rounded up to whole blocks and the output
+is cut at the layout's stop tokens (``<|im_end|>`` …). In-place layouts (``infill``, ``dreamon``:
+the suffix after the canvas) run as a `engine.calls.FormatRequest` on bidirectional models; the
+engine raises `FormatNotSupported` for them on block-causal ones.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.formats import FormatNotSupported, Layout
+from engine.formats import Layout
 from engine.types import CanvasSpec, GenerateResult
 
 
@@ -31,8 +31,11 @@ def run_layout(engine: Any, lay: Layout, *, max_tokens: int | None = None, singl
                sampler: Any = None, cache_key: str | None = None, abort: Any = None,
                on_step: Any = None) -> GenerateResult:
     if lay.in_place:
-        raise FormatNotSupported("in-place infilling needs the engine to decode a canvas between the prompt "
-                                 "and Layout.after (bidirectional models); Engine.generate cannot yet")
+        from engine.calls import FormatRequest
+
+        req = FormatRequest(lay.before, CanvasSpec(lay.canvas, single_line=single_line), sampler, cache_key, abort,
+                            after=list(lay.after), stop_ids=lay.stop_ids, expand_id=lay.expand_id)
+        return engine.generate_batch([req], [on_step])[0]
     b = engine.block_size if engine.args.attention == "block_causal" else (
         sampler.block_size if sampler is not None else 32)
     spec = CanvasSpec(-(-lay.canvas // b) * b, single_line=single_line)
