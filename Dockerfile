@@ -26,7 +26,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /
 WORKDIR /app
 # torch first, from the chosen index: a bare `torch` requirement would pull the multi-GB CUDA build
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY edit_server ./edit_server
 COPY engine ./engine
 COPY evals ./evals
