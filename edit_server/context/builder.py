@@ -30,12 +30,14 @@ from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
 from edit_server.context.secrets import rules_for
+from edit_server.context.sticky import StickyFim, others_key
 from edit_server.context.syntax import Document
 from edit_server.context.window import (
     LineCosts,
     Window,
     expand,
     fim_window,
+    fim_window_between,
     long_lines,
     region_lines,
     region_text,
@@ -53,7 +55,18 @@ class ContextBuilder(Workspace):
                  options: ContextOptions | None = None) -> None:
         self.tokenizer = tokenizer
         self.counter = TokenCounter(tokenizer)
+        self._sticky: dict[str, StickyFim] = {}  # path -> its last full FIM build (context.sticky)
         super().__init__(roots, options)
+
+    def update_options(self, options: ContextOptions | None = None, **changes: object) -> None:
+        with self._lock:
+            self._sticky.clear()  # new exclusions / budget / caps: no build from before them is reused
+        super().update_options(options, **changes)
+
+    def close_document(self, path: str) -> None:
+        with self._lock:
+            self._sticky.pop(path, None)
+        super().close_document(path)
 
     @classmethod
     def fallback(cls, tokenizer: TokenizerLike | None, options: ContextOptions | None = None,
@@ -156,23 +169,61 @@ class ContextBuilder(Workspace):
             w_share = int(avail * self.options.shares.window)
             costs = self._line_costs(doc)
             self._maybe_extract(doc, costs)
-            win = fim_window(doc, offset, w_share, self.counter, costs, self.options.prefix_ratio)
-            sections, hist, left = self._sources(doc, fim=True, history=history, avail=avail,
-                                                 carry=w_share - win.tokens, offset=offset, rep=rep,
-                                                 visible=(win.start_line, win.end_line))
-            if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
-                win = fim_window(doc, offset, win.tokens + left, self.counter, costs, self.options.prefix_ratio)
+            key = others_key(history, path)
+            old = self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
+            git_diff = self._git_diff(path)
+            bounds = old and git_diff == old.git_diff and old.bounds(
+                text, offset, len(doc.lines), key, rep.budget, self.options.sticky_ttl_s)
+            win = bounds and fim_window_between(doc, offset, *bounds, self.counter, costs)
+            if old and win and win.tokens <= old.room:  # typing inside the last window: only the cursor moves
+                sections, hist = list(old.sections), old.hist
+                rep.sources, rep.sticky = old.reports(), True
+            else:
+                old = None
+                win = fim_window(doc, offset, w_share, self.counter, costs, self.options.prefix_ratio)
+                sections, hist, left = self._sources(doc, fim=True, history=history, avail=avail,
+                                                     carry=w_share - win.tokens, offset=offset, rep=rep,
+                                                     visible=(win.start_line, win.end_line))
+                if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
+                    win = fim_window(doc, offset, win.tokens + left, self.counter, costs, self.options.prefix_ratio)
 
             def make(w: Window) -> FimPrompt:
                 return FimPrompt(w.before, w.after, rel, hist, tuple(sections), self.options.layout)  # type: ignore[arg-type]
 
             prompt = make(win)
             self._finish(rep, win, sections)
+            if old is not None:
+                rep.excluded = dict(old.excluded)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, lambda n: fim_window(
                     doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs)
+            if self.settled and (old is None or (win.start_line, win.end_line) != bounds):
+                self._keep_sticky(path, doc, win, key, rep, tuple(sections), hist, git_diff)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
+
+    def _keep_sticky(self, path: str, doc: Document, win: Window, key: tuple[tuple[str, str], ...],
+                     rep: BuildReport, sections: tuple[Section, ...], hist: tuple[str, ...],
+                     git_diff: str | None) -> None:
+        if self.options.sticky_ttl_s <= 0:
+            return
+        starts, n = doc.line_starts, len(doc.lines)
+        tail = doc.text[starts[win.end_line]:] if win.end_line < n else ""
+        self._sticky[path] = StickyFim(rep.budget, doc.text[:starts[win.start_line]], tail, win.start_line,
+                                       n - win.end_line, key, sections, hist, [
+                                           dataclasses.replace(r, items=list(r.items)) for r in rep.sources],
+                                       dict(rep.excluded), rep.budget - rep.fixed - sum(r.used for r in rep.sources),
+                                       git_diff)
+
+    def _git_diff(self, path: str) -> str | None:
+        """The file's last computed uncommitted diff; a stale one (saved since) is refreshed in the
+        background — a sticky build is reused only while this stays the same."""
+        ctx = self.git_for(Path(path))
+        if ctx is None:
+            return None
+        if ctx.stale(Path(path)):
+            self._submit(ctx.refresh, Path(path))
+        return ctx.diff(Path(path))
 
     def build_edit(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
                    budget: int | None = None) -> EditBuild:

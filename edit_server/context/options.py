@@ -31,6 +31,7 @@ class ContextOptions:
     max_line_chars: int | None = 1000  # longer lines are cut in every prompt section ("…")
     max_doc_chars: int = MAX_PARSE_CHARS  # larger documents: no parse, no context
     current_only: bool = False  # only the current document (and its own history): no other file is read
+    sticky_ttl_s: float = 60.0  # reuse a document's last FIM build while typing inside its window (0 = off)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class BuildReport:
     ms: float = 0.0
     degraded: str | None = None  # the builder's degraded reason (ContextBuilder.degraded), if any
     failed: dict[str, str] = field(default_factory=dict)  # source -> error type (the source was dropped)
+    sticky: bool = False  # the sections, history and window lines of the document's last build (typing)
 
 
 @dataclass

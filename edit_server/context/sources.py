@@ -79,14 +79,14 @@ def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str,
     """Recent diffs: this file first (newest first), then other files (unless ``only_current``); the
     open hunk of this file is left out for FIM (it is in the prefix). ``clean(diff, path)`` redacts a
     diff. Returned oldest first, as the templates expect."""
-    mine = [h for h in hunks if _same(h.path, current)]
-    others = [] if only_current else [h for h in hunks if not _same(h.path, current)]
+    mine = [h for h in hunks if same_path(h.path, current)]
+    others = [] if only_current else [h for h in hunks if not same_path(h.path, current)]
     ordered = sorted(mine, key=lambda h: -h.timestamp) + sorted(others, key=lambda h: -h.timestamp)
     chosen: list[tuple[float, str]] = []
     for h in ordered:
         if len(chosen) >= max_items:
             break
-        if (fim and h.open and _same(h.path, current)) or not h.diff or len(h.diff) > max_chars:
+        if (fim and h.open and same_path(h.path, current)) or not h.diff or len(h.diff) > max_chars:
             continue
         if not allowed_path(h.path):
             rep.dropped += 1
@@ -103,7 +103,7 @@ def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str,
     return tuple(d for _, d in chosen)
 
 
-def _same(a: str, b: str) -> bool:
+def same_path(a: str, b: str) -> bool:
     if a == b:
         return True
     try:

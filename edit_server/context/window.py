@@ -188,9 +188,25 @@ def fim_window(doc: Document, offset: int, budget: int, counter: TokenCounter,
     pre, suf = _trim_line_parts(pre, suf, budget, counter)
     base = counter.count(pre) + counter.count(suf)
     s, e, tp, ts = expand(doc, offset, line, line + 1, budget - base, costs, ratio)
+    return _window(line, pre, suf, s, e, costs, tp + ts + base)
+
+
+def fim_window_between(doc: Document, offset: int, s: int, e: int, counter: TokenCounter,
+                       costs: LineCosts) -> Window:
+    """The FIM window over the given lines [s, e) (the cursor's line among them): a sticky build's
+    window keeps its first and last line while the user types (edit_server.context.sticky)."""
+    line = doc.line_of(offset)
+    col = offset - doc.line_starts[line]
+    half = None if costs.max_line is None else max(1, costs.max_line // 2)
+    pre, suf = split_redacted(doc.lines[line], col, doc.path, whole=line in costs.pem, max_half=half)
+    tokens = costs.cost(s, line) + costs.cost(line + 1, e) + counter.count(pre) + counter.count(suf)
+    return _window(line, pre, suf, s, e, costs, tokens)
+
+
+def _window(line: int, pre: str, suf: str, s: int, e: int, costs: LineCosts, tokens: int) -> Window:
     before = "".join(costs.lines[s:line]) + pre
     after = suf + "".join(costs.lines[line + 1:e])
-    return Window(before, after, s, e, tp + ts + base, line, line + 1, pre, suf)
+    return Window(before, after, s, e, tokens, line, line + 1, pre, suf)
 
 
 def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int = 20) -> tuple[int, int]:

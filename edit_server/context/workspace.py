@@ -103,6 +103,11 @@ class Workspace:
         except Exception as e:
             log.warning("workspace indexing failed: %s", type(e).__name__)
 
+    @property
+    def settled(self) -> bool:
+        """No background indexing / git work is pending (a build now sees every source)."""
+        return all(f.done() for f in self._pending)
+
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait for background indexing / git work (tests, CLI)."""
         end = time.monotonic() + timeout

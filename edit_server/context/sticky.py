@@ -1,0 +1,74 @@
+"""Sticky FIM context: while the user types inside the last window, the prompt only grows at the cursor.
+
+The prompt's prefix KV cache (engine) reuses the longest common token prefix of consecutive prompts. A
+fresh build per keystroke moves that point far to the left: the window's first and last lines follow
+the budget (a longer prefix pushes the suffix's end up), the definitions follow the identifier being
+typed (a half-typed name ranks other definitions) and open-file snippets come and go with the carry of
+the other sources — each such change re-prefills everything after it (~1,500 tokens of a 2K prompt,
+seconds on a CPU). So the last build of a document is kept and reused while
+
+* the document is unchanged before the window's first line and from its end line on,
+* the cursor is inside the window's lines,
+* the edit history of *other* files is the same (this file's own edits are in the window; an edit
+  elsewhere in it changes the text outside the window or stays visible in it),
+* the budget is the same and the window still fits what the build left for it,
+* the file's uncommitted git diff is the one the build saw (a save refreshes it),
+* and the build is younger than ``ttl_s`` (context sources refresh at least that often).
+
+Then the sections and history are the build's, and the window keeps its first and last line: the
+prompt differs from the last one only from the cursor's line on (SPM: only the prefix's end). A jump
+outside the window, an edit outside it, a new exclusion (the builder drops every sticky build when its
+options change) or an expired build means a full build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edit_server.context import sources as src
+from engine.templates import Section
+
+TTL_S = 60.0
+
+
+def others_key(history: Sequence[src.HunkLike], path: str) -> tuple[tuple[str, str], ...]:
+    """The part of the edit history a sticky build depends on: the other files' hunks."""
+    return tuple((h.path, h.diff) for h in history if not src.same_path(h.path, path))
+
+
+@dataclass
+class StickyFim:
+    budget: int
+    head: str  # document text before the window's first line
+    tail: str  # document text from the window's end line on
+    start_line: int
+    tail_lines: int  # lines from the window's end on
+    history: tuple[tuple[str, str], ...]
+    sections: tuple[Section, ...]
+    hist: tuple[str, ...]
+    sources: list[src.SourceReport]
+    excluded: dict[str, str]
+    room: int  # tokens the build left for the window
+    git_diff: str | None  # the file's uncommitted diff the build saw (a save refreshes it)
+    created: float = dataclasses.field(default_factory=time.monotonic)
+
+    def bounds(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
+               ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
+        """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
+        full build is needed."""
+        now = time.monotonic() if now is None else now
+        if budget != self.budget or history != self.history or now - self.created > ttl_s:
+            return None
+        end = len(text) - len(self.tail)
+        if not (text.startswith(self.head) and text.endswith(self.tail) and len(self.head) <= offset):
+            return None
+        if self.tail and (offset >= end or text[end - 1] != "\n"):  # the cursor left the window / lines merged
+            return None
+        e = n_lines - self.tail_lines
+        return (self.start_line, e) if self.start_line < e else None
+
+    def reports(self) -> list[src.SourceReport]:
+        return [dataclasses.replace(r, items=list(r.items)) for r in self.sources]

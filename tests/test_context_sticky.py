@@ -1,0 +1,133 @@
+"""Sticky FIM context (edit_server.context.sticky): typing inside the last window only grows the prompt at
+the cursor, so the engine's prefix KV cache recomputes a few tokens per keystroke instead of the window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import sticky as sticky_mod
+from engine.templates import render_fim
+from engine.tokenizer import Tokenizer
+
+TOK = Tokenizer.byte_level()
+UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
+
+
+@dataclass
+class Hunk:
+    path: str
+    diff: str
+    timestamp: float
+    open: bool = False
+
+
+def _text(n: int = 60) -> str:
+    return "from lib.util import helper, Thing\n" + "".join(
+        f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" for i in range(n))
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[tuple[ContextBuilder, str, str]]:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "util.py").write_text(UTIL)
+    main = tmp_path / "main.py"
+    text = _text()
+    main.write_text(text)
+    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    b.update_document(str(main), text, 1)
+    b.build_fim(str(main), text, 10, [], budget=700)  # schedules indexing
+    assert b.wait_idle()
+    yield b, str(main), text
+    b.close()
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _type(b: ContextBuilder, path: str, text: str, offset: int, typed: str, version: int = 2,
+          history: tuple[Hunk, ...] = (), budget: int = 700) -> tuple[str, list[tuple[bool, int, int]]]:
+    """Type ``typed`` at ``offset`` one character at a time, a build after each; per keystroke:
+    (sticky, prompt tokens, tokens recomputed against the previous prompt)."""
+    prev = render_fim(TOK, b.build_fim(path, text, offset, list(history), budget=budget).prompt).ids
+    out = []
+    for i, ch in enumerate(typed):
+        text = text[:offset + i] + ch + text[offset + i:]
+        b.update_document(path, text, version + i)
+        fim = b.build_fim(path, text, offset + i + 1, list(history), budget=budget)
+        assert fim.report.total <= budget
+        ids = render_fim(TOK, fim.prompt).ids
+        assert len(ids) == fim.report.total
+        out.append((fim.report.sticky, len(ids), len(ids) - _lcp(prev, ids)))
+        prev = ids
+    return text, out
+
+
+def test_typing_inside_the_window_recomputes_only_the_cursor_end(ws) -> None:
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    text2, steps = _type(b, path, text, offset, "helper(x + 1")
+    assert [s for s, _, _ in steps] == [True] * len("helper(x + 1")
+    # byte-level tokenizer: a keystroke adds one token; the prompt is the last one with it inserted
+    # before the closing fim_middle token: 2 tokens to compute
+    assert [r for _, _, r in steps] == [2] * len("helper(x + 1")
+    fim = b.build_fim(path, text2, offset + 12, [], budget=700)
+    assert fim.prompt.prefix.endswith("y = helper(x + 1") and fim.prompt.suffix.startswith("helper(x, 30)")
+    # without stickiness the same keystrokes move the window and the sources: far more is recomputed
+    b.update_options(sticky_ttl_s=0.0)
+    _, fresh = _type(b, path, text, offset, "helper(x + 1", version=100)
+    assert not any(s for s, _, _ in fresh)
+    assert sum(r for _, _, r in fresh) > 10 * sum(r for _, _, r in steps)
+
+
+def test_a_jump_an_edit_outside_or_new_options_mean_a_full_build(ws) -> None:
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    text, steps = _type(b, path, text, offset, "ab")
+    assert steps[-1][0]
+    far = text.index("def f2(")  # outside the 700-token window around f30
+    fim = b.build_fim(path, text, far, [], budget=700)
+    assert not fim.report.sticky
+    back = b.build_fim(path, text, offset + 2, [], budget=700)  # a new full build there
+    assert not back.report.sticky
+    assert b.build_fim(path, text, offset + 2, [], budget=700).report.sticky
+    edited = "# header edit\n" + text  # outside the window, before it
+    b.update_document(path, edited, 50)
+    assert not b.build_fim(path, edited, offset + 2 + 14, [], budget=700).report.sticky
+    assert b.build_fim(path, edited, offset + 2 + 14, [], budget=700).report.sticky
+    b.update_options(exclude=("**/nothing.sql",))  # new exclusions: nothing built before is reused
+    assert not b.build_fim(path, edited, offset + 2 + 14, [], budget=700).report.sticky
+    assert not b.build_fim(path, edited, offset + 2 + 14, [], budget=900).report.sticky  # another budget
+
+
+def test_other_files_history_and_age_refresh_the_context(ws, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    mine = (Hunk(path, "@@ -1 +1 @@\n-a\n+b\n", 1.0, open=True),)
+    b.build_fim(path, text, offset, list(mine), budget=700)
+    assert b.build_fim(path, text, offset, list(mine), budget=700).report.sticky  # own edits: still sticky
+    other = (*mine, Hunk(str(Path(path).parent / "lib" / "util.py"), "@@ -1 +1 @@\n-x = 1\n+x = 2\n", 2.0))
+    fim = b.build_fim(path, text, offset, list(other), budget=700)
+    assert not fim.report.sticky and any("x = 2" in h for h in fim.prompt.history)
+    assert b.build_fim(path, text, offset, list(other), budget=700).report.sticky
+    now = sticky_mod.time.monotonic()
+    monkeypatch.setattr(sticky_mod.time, "monotonic", lambda: now + sticky_mod.TTL_S + 1)
+    assert not b.build_fim(path, text, offset, list(other), budget=700).report.sticky
+
+
+def test_a_window_that_outgrows_its_room_is_rebuilt_within_the_budget(ws) -> None:
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    _, steps = _type(b, path, text, offset, "x" * 120, budget=700)
+    flags = [s for s, _, _ in steps]
+    assert flags[0] and not all(flags)  # some keystroke overflowed the window's room: a full build
+    assert max(n for _, n, _ in steps) <= 700
