@@ -19,7 +19,8 @@ from engine.types import AbortSignal, GenerateResult, SamplerConfig, StepCallbac
 
 @dataclass(frozen=True)
 class InfillCall:
-    """Fill the masked middle of ``prompt``: at most ``max_tokens`` tokens, one line when ``single_line``."""
+    """Fill the masked middle of ``prompt``: at most ``max_tokens`` tokens, one line when ``single_line``,
+    at most ``max_lines`` lines otherwise (decoding stops there: the rest of the canvas is never computed)."""
 
     prompt: FimPrompt
     max_tokens: int = 64
@@ -28,6 +29,7 @@ class InfillCall:
     cache_key: str | None = None
     abort: AbortSignal | None = None
     on_step: StepCallback | None = None
+    max_lines: int | None = None  # multi-line: the output ends with its ``max_lines``-th line (None: no cap)
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,12 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
         line = c.prompt.prefix.rsplit("\n", 1)[-1]
         scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
             line.expandtabs(4).lstrip(" "))
+        lines = None if c.single_line else c.max_lines
         if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
-            spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope)
+            spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
-                              scope_indent=scope)
+                              scope_indent=scope, max_lines=lines)
     else:
         lay = fmt.edit(c.prompt, b)
         spec = CanvasSpec(_round(lay.canvas, b))

@@ -117,11 +117,33 @@ def scope_cut(text: str, base: int) -> int | None:
     return None
 
 
-def scope_rule(decode: Callable[[list[int]], str], base: int) -> Callable[[list[int]], int | None]:
-    """Denoiser stop rule: tokens to keep so the text reaches the scope cut (the gate cuts the
-    rest), or None."""
+def lines_cut(text: str, max_lines: int) -> int | None:
+    """Character offset after the ``max_lines``-th line's newline (the output's last line ends there);
+    None while the text has fewer line ends."""
+    pos = -1
+    for _ in range(max_lines):
+        pos = text.find("\n", pos + 1)
+        if pos < 0:
+            return None
+    return pos
+
+
+def text_cut(text: str, scope: int | None, max_lines: int | None) -> int | None:
+    """The earliest of the scope cut and the line cap (None: neither reached)."""
+    cuts = [c for c in (None if scope is None else scope_cut(text, scope),
+                        None if not max_lines else lines_cut(text, max_lines)) if c is not None]
+    return min(cuts) if cuts else None
+
+
+def scope_rule(decode: Callable[[list[int]], str], base: int | None,
+               max_lines: int | None = None) -> Callable[[list[int]], int | None] | None:
+    """Denoiser stop rule: tokens to keep so the text reaches the scope cut or the line cap (the gate
+    cuts the rest), or None; no rule when neither is asked for."""
+    if base is None and not max_lines:
+        return None
+
     def rule(ids: list[int]) -> int | None:
-        cut = scope_cut(decode(ids), base)
+        cut = text_cut(decode(ids), base, max_lines)
         if cut is None:
             return None
         lo, hi = 1, len(ids)  # smallest k whose text covers the cut

@@ -83,6 +83,7 @@ class CanvasSpec:
     # multi-line: stop before the first non-blank line after the first one that is indented less than
     # this many columns (tabs = 4), or that follows two blank lines (the cursor's block ended)
     scope_indent: int | None = None
+    max_lines: int | None = None  # multi-line: stop once the output holds this many lines
 
 
 class AbortSignal:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
-from engine.decode import Lookup, parse_decode, resolve, scope_cut, scope_rule
+from engine.api import InfillCall
+from engine.decode import Lookup, lines_cut, parse_decode, resolve, scope_cut, scope_rule, text_cut
 from engine.sampler import Denoiser
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -159,6 +160,41 @@ def test_infill_multi_line_stops_when_the_scope_closes(eng: Engine, monkeypatch:
     off = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=40,
                      sampler=SamplerConfig(window=4, speculate=0, stop_at_scope=False))
     assert "more" in off.text
+
+
+def test_line_cap_cuts_at_the_last_allowed_line() -> None:
+    assert lines_cut("a\nb\nc\nd", 2) == len("a\nb")
+    assert lines_cut("a\nb", 2) is None  # the second line may still grow
+    assert lines_cut("\n    x\n    y\n", 2) == len("\n    x")  # the cursor line's rest counts as one
+    assert text_cut("x\n    y\nz = 1\nw\n", 4, 10) == len("x\n    y\n")  # the scope closes first
+    assert text_cut("x\n    y\n    z\n", 4, 2) == len("x\n    y")  # the cap comes first
+    assert text_cut("x\n", None, None) is None and scope_rule(str, None, None) is None
+
+
+def test_infill_multi_line_stops_at_max_lines(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A canvas stops decoding once it holds ``max_lines`` lines (finish "scope"): fewer steps than
+    the same request without the cap, the same text up to the cut."""
+    tok = eng.tokenizer
+    script = tok.encode("a = 1\n    b = 2\n    c = 3\n    d = 4\n    e = 5\n    f = 6\n")
+    real = Denoiser.step
+
+    def scripted(self: Denoiser, logits: torch.Tensor, rows: list[int] | None = None, **kw: object) -> int:
+        cand = self.candidates() if rows is None else rows
+        s, _ = self.block_range()
+        fake = torch.full_like(logits, -30.0)
+        for r, c in enumerate(cand):
+            fake[r, script[s + c] if s + c < len(script) else tok.special.eom] = 30.0
+        return real(self, fake, rows, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Denoiser, "step", scripted)
+    cfg = SamplerConfig(window=4, speculate=0, stop_at_scope=False)
+    capped = eng.complete([InfillCall(FimPrompt("def f():\n    ", "\n"), max_tokens=60, sampler=cfg, max_lines=3)])[0]
+    assert capped.finish_reason == "scope" and capped.text == "a = 1\n    b = 2\n    c = 3"
+    full = eng.complete([InfillCall(FimPrompt("def f():\n    ", "\n"), max_tokens=60, sampler=cfg)])[0]
+    assert full.text.startswith(capped.text + "\n    d = 4") and full.steps > capped.steps
+    one = eng.complete([InfillCall(FimPrompt("def f():\n    ", "\n"), max_tokens=60, sampler=cfg,
+                                   single_line=True, max_lines=3)])[0]
+    assert one.text == "a = 1"  # single-line requests keep their own stop
 
 
 def test_lookup_drafts_follow_the_last_ngram() -> None:

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (docs/PERFORMANCE.md)
 GPU_MAX_CONTEXT = 32768
+CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)
 CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
 
 
@@ -30,10 +31,23 @@ def auto_budget(settings: Settings, engine: Any) -> int:
         return settings.context_budget
     max_len = getattr(getattr(engine, "args", None), "max_seq_len", None) or 8192
     ctx = min(max_len, GPU_MAX_CONTEXT)
-    info = getattr(engine, "info", None) or {}
-    if not str(info.get("device", "cpu")).startswith("cuda") and not info.get("remote"):  # remote: its GPU
+    if on_cpu(engine):
         ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
     return max(256, ctx - CANVAS_RESERVE)
+
+
+def on_cpu(engine: Any) -> bool:
+    """The engine computes on this machine without CUDA (CPU, or MPS: a laptop) and not on a remote
+    backend (whose GPU counts as one)."""
+    info = getattr(engine, "info", None) or {}
+    return not str(info.get("device", "cpu")).startswith("cuda") and not info.get("remote")
+
+
+def max_lines(settings: Settings, engine: Any) -> int | None:
+    """Lines of a multi-line completion: the setting, or (0 = auto) 4 on a CPU and no cap elsewhere."""
+    if settings.max_lines:
+        return settings.max_lines
+    return CPU_AUTO_MAX_LINES if on_cpu(engine) else None
 
 
 def context_options(settings: Settings, budget: int) -> ContextOptions:

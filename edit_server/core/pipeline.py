@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from edit_server.core.contexts import max_lines
 from edit_server.core.documents import DocumentStore
 from edit_server.core.history import EditHistory, Hunk
 from edit_server.core.remote import load_key
@@ -265,7 +266,8 @@ class Pipeline:
         out = await self._run(Job(uri, req, settings, built, on_step=on_step))
         if out is None:
             return None
-        sug = fim_result(req, out.text, out.confidences, settings, out.reward)
+        sug = fim_result(req, out.text, out.confidences, settings, out.reward,
+                         max_lines=max_lines(settings, self.worker.engine))
         if sug is None:
             self._report(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
             return None

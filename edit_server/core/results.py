@@ -46,8 +46,12 @@ def without_line_rest(suggestion: str, line_rest: str) -> str:
 
 
 def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
-               reward: Any = None) -> Suggestion | None:
-    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], is_single_line(req))
+               reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
+    """The FIM suggestion from the engine's text (filters, line cap, gate), or None."""
+    one = is_single_line(req)
+    if max_lines and not one:  # engines that do not stop at the cap themselves (remote, fakes)
+        text = "\n".join(text.split("\n")[:max_lines])
+    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], one)
     line_end = req.text.find("\n", req.offset)
     cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
     if not cleaned:

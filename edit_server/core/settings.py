@@ -91,6 +91,8 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     context_budget: Annotated[int, msgspec.Meta(ge=0, le=32768)] = 0
     debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=5000)] = 0
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=512)] = 64
+    # lines of a multi-line completion; 0 = auto: 4 on a CPU (decoding stops there), no cap on a GPU / remote
+    max_lines: Annotated[int, msgspec.Meta(ge=0, le=200)] = 0
     inline_completion: Feature = msgspec.field(default_factory=Feature)
     next_edit: Feature = msgspec.field(default_factory=Feature)
     gate: Gate = msgspec.field(default_factory=Gate)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edit_server.core.contexts import Context, auto_budget, make_context
+from edit_server.core.contexts import Context, auto_budget, make_context, max_lines
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
@@ -120,13 +120,14 @@ def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto:
     return kto_gate.load_engine(spec, device, kto)
 
 
-def engine_call(job: Job, built: Built) -> Call:
+def engine_call(job: Job, built: Built, engine: Any = None) -> Call:
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
         one = job.single_line if job.single_line is not None else is_single_line(job.req)
         return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=one,
-                          cache_key=job.key, abort=job.abort, on_step=job.on_step)
+                          cache_key=job.key, abort=job.abort, on_step=job.on_step,
+                          max_lines=None if one else max_lines(job.settings, engine))
     assert isinstance(built, EditBuilt)
     return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
 
@@ -337,7 +338,7 @@ class EngineWorker:
             return
         assert self.engine is not None
         try:
-            self._deliver(built, self.engine.complete([engine_call(j, b) for j, b in built]))
+            self._deliver(built, self.engine.complete([engine_call(j, b, self.engine) for j, b in built]))
             return
         except Exception as e:
             if len(built) == 1:
@@ -348,7 +349,7 @@ class EngineWorker:
             if j.future.done():
                 continue
             try:
-                self._deliver([(j, b)], self.engine.complete([engine_call(j, b)]))
+                self._deliver([(j, b)], self.engine.complete([engine_call(j, b, self.engine)]))
             except Exception as e:
                 self._engine_failed(j, e)
 
