@@ -26,7 +26,7 @@ class SamplerConfig:
                  block (the trained layout, batched), an int = a fixed window of that many
                  positions after the decided prefix (1 = autoregressive cost), "adaptive" = a window
                  that halves when a step unmasks one token and doubles when every position was
-                 confident (between 1 and ``window_max``, ``single_line_window`` for single-line
+                 confident (between 1 and ``window_max``, ``single_line_window`` (1) for single-line
                  canvases). In window modes the leftmost masked position is decided every step and
                  the decided prefix is committed to the KV cache (causally) as it grows. None = the
                  engine's default (adaptive on a CPU, block elsewhere).
@@ -62,7 +62,9 @@ class SamplerConfig:
     end_run_threshold: float | None = 0.5
     window: int | Literal["block", "adaptive"] | None = None
     window_max: int | None = None  # None = the model's block size
-    single_line_window: int = 8
+    # single-line canvases (4-7 tokens on the CPU default): width 1 + speculation beat the adaptive
+    # window's 2-position first steps (docs/PERFORMANCE.md, issue 14: bench lsp 0.73x AR with 8)
+    single_line_window: int = 1
     speculate: int | None = None
     stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
     give_up: GiveUp | None = None
