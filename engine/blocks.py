@@ -83,20 +83,26 @@ def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
     j.timings["prefill_ms"] = (time.perf_counter() - t0) * 1e3
 
 
+DONOR_MIN = 16  # tokens another slot must share beyond this one's before its KV is copied
+
+
 def take_slot(eng: Any, j: Any, need: int) -> Slot:
+    """The job's slot (per document and prompt kind), seeded from the document's other slot when that
+    one shares a longer token prefix with the prompt (a next edit after typing: the FIM prompt's
+    context sections, which the edit prompt shares)."""
     key = eng._slot_key(j)
     slot = eng.cache.take(key) if key else None
     if slot is not None:
         slot.kv.ensure(need)
-        return slot
-    slot = Slot([], KVCache.for_model(eng.args, 1, need, eng.kv_dtype, eng.device))
+    else:
+        slot = Slot([], KVCache.for_model(eng.args, 1, need, eng.kv_dtype, eng.device))
     donor = eng.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
-    if donor is not None and donor[1] >= 16:  # seed it with the other kind's shared prefix
+    if donor is not None and donor[1] >= common_prefix(slot.tokens, j.prompt) + DONOR_MIN:
         src, n = donor
         for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
             for t, o in zip(dst, old, strict=True):
                 t[:, :, :n] = o[:, :, :n]
-        slot.tokens = src.tokens[:n]
+        slot.tokens, slot.last_hidden = src.tokens[:n], None
     return slot
 
 

@@ -134,6 +134,24 @@ def test_a_document_keeps_a_slot_per_prompt_kind(eng: Engine) -> None:
     assert len(eng.cache) == 0
 
 
+def test_an_existing_slot_is_reseeded_from_a_longer_shared_prefix(eng: Engine) -> None:
+    """A next edit after typing: the document's edit slot holds an older edit prompt, the FIM slot
+    holds the current context; the new edit prompt shares the FIM prompt's context, so its slot is
+    reseeded from the FIM slot (not recomputed from its own short common prefix), and decodes the same."""
+    eng.cache.clear()
+    spec = CanvasSpec(8)
+    region = eng.tokenizer.special.region_start
+    old_ctx, ctx = text_ids(eng, 20, seed=21), text_ids(eng, 40, seed=22)
+    eng.generate(old_ctx + [region] + text_ids(eng, 20, seed=23), spec, cache_key="doc")  # an old edit
+    eng.generate(ctx + text_ids(eng, 20, seed=24), spec, cache_key="doc")  # typing since: FIM prompts
+    edit = ctx + [region] + text_ids(eng, 20, seed=25)
+    got = eng.generate(edit, spec, cache_key="doc")
+    assert got.cached_tokens == 40  # the FIM slot's context, not the old edit slot's 0
+    assert got.tokens == eng.generate(edit, spec).tokens
+    assert eng.generate(edit + [66], spec, cache_key="doc").cached_tokens == len(edit)  # its own slot now
+    eng.cache.clear("doc")
+
+
 def test_prefix_cache_byte_budget_evicts_least_recent() -> None:
     def slot() -> Slot:
         return Slot([1, 2, 3], KVCache(2, 1, 2, 8, 256, torch.float32, "cpu"))

@@ -11,7 +11,7 @@ import pytest
 
 from edit_server.context import ContextBuilder, ContextOptions
 from edit_server.context import sticky as sticky_mod
-from engine.templates import render_fim
+from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
 
 TOK = Tokenizer.byte_level()
@@ -131,3 +131,22 @@ def test_a_window_that_outgrows_its_room_is_rebuilt_within_the_budget(ws) -> Non
     flags = [s for s, _, _ in steps]
     assert flags[0] and not all(flags)  # some keystroke overflowed the window's room: a full build
     assert max(n for _, n, _ in steps) <= 700
+
+
+def test_a_next_edit_starts_with_the_fim_prompts_sections(ws) -> None:
+    """The edit prompt reuses the sticky FIM build's sections (so the engine seeds its KV from the FIM
+    slot) with a fresh history; the budget stays exact; without a fresh FIM build it collects its own."""
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    fim = b.build_fim(path, text, offset, [], budget=700)
+    mine = [Hunk(path, "@@ -1 +1 @@\n-old_name = 1\n+new_name = 1\n", 5.0)]
+    edit = b.build_edit(path, text, offset, mine, budget=700)
+    assert edit.report.sticky and edit.prompt.sections == fim.prompt.sections
+    assert any("new_name" in h for h in edit.prompt.history)  # this file's edit is in the edit prompt
+    fim_ids = render_fim(TOK, fim.prompt).ids
+    edit_ids = render_edit(TOK, edit.prompt).ids
+    assert len(edit_ids) == edit.report.total <= 700
+    shared = sum(1 + len(TOK.encode(f"{s.path}\n{s.text}")) for s in fim.prompt.sections)
+    assert shared > 100 and edit_ids[:shared] == fim_ids[:shared]
+    b.update_options(exclude=("**/x.sql",))  # drops the sticky build: the edit collects its own context
+    assert not b.build_edit(path, text, offset, mine, budget=700).report.sticky

@@ -102,8 +102,11 @@ class ContextBuilder(Workspace):
 
     # ---- builds ------------------------------------------------------------------------
     def _sources(self, doc: Document, *, fim: bool, history: Sequence[src.HunkLike], avail: int,
-                 carry: int, visible: tuple[int, int], offset: int,
-                 rep: BuildReport) -> tuple[list[Section], tuple[str, ...], int]:
+                 carry: int, visible: tuple[int, int], offset: int, rep: BuildReport,
+                 reuse: StickyFim | None = None) -> tuple[list[Section], tuple[str, ...], int] | None:
+        """Sections, history and the tokens left. ``reuse``: the sections of the document's sticky FIM
+        build instead of collecting them (history stays fresh); they may take more than their shares
+        here (the tokens left is then negative: the caller shrinks the window)."""
         view = self._view()
         row = doc.line_of(offset)
         ready: list[bool] = []
@@ -124,11 +127,17 @@ class ContextBuilder(Workspace):
                                         display=self.display, clean=self._clean, rep=r,
                                         max_items=self.options.max_history, max_chars=self.options.max_diff_chars,
                                         only_current=self.current_only)
+            elif reuse is not None:
+                kept = next((x for x in reuse.sources if x.name == name), None)
+                if kept is not None:
+                    r.used, r.items, r.dropped = kept.used, list(kept.items), kept.dropped
             elif not self.current_only:
                 picked[name] = src.fill(self.counter, src.dedupe(_guarded(name, gens[name], rep), seen), r)
             carry = r.allowed - r.used
             rep.sources.append(r)
         rep.git_ready = bool(ready and ready[0])
+        if reuse is not None:
+            return list(reuse.sections), hist, carry
         # farthest from the cursor first: stable, low-priority context leads (KV-cache friendly)
         order = ["open_files", "git", "imports", "definitions"]
         return [s for k in order for s in picked.get(k, [])], hist, carry
@@ -181,9 +190,10 @@ class ContextBuilder(Workspace):
             else:
                 old = None
                 win = fim_window(doc, offset, w_share, self.counter, costs, self.options.prefix_ratio)
-                sections, hist, left = self._sources(doc, fim=True, history=history, avail=avail,
-                                                     carry=w_share - win.tokens, offset=offset, rep=rep,
-                                                     visible=(win.start_line, win.end_line))
+                got = self._sources(doc, fim=True, history=history, avail=avail, carry=w_share - win.tokens,
+                                    offset=offset, rep=rep, visible=(win.start_line, win.end_line))
+                assert got is not None
+                sections, hist, left = got
                 if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
                     win = fim_window(doc, offset, win.tokens + left, self.counter, costs, self.options.prefix_ratio)
 
@@ -214,6 +224,16 @@ class ContextBuilder(Workspace):
                                            dataclasses.replace(r, items=list(r.items)) for r in rep.sources],
                                        dict(rep.excluded), rep.budget - rep.fixed - sum(r.used for r in rep.sources),
                                        git_diff)
+
+    def _shared_sections(self, path: str, history: Sequence[src.HunkLike], budget: int) -> StickyFim | None:
+        """The document's sticky FIM build when its sections may serve a next edit too: same budget,
+        other files' history and git diff, still young. The edit prompt then starts with the FIM
+        prompt's sections, so the engine reuses their KV (engine.blocks.take_slot)."""
+        old = self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
+        if old is None or not old.fresh(budget, others_key(history, path), self._git_diff(path),
+                                        self.options.sticky_ttl_s):
+            return None
+        return old
 
     def _git_diff(self, path: str) -> str | None:
         """The file's last computed uncommitted diff; a stale one (saved since) is refreshed in the
@@ -272,10 +292,19 @@ class ContextBuilder(Workspace):
                 return Window("".join(costs.lines[s:lo]), "".join(costs.lines[hi:e]), s, e, tp + ts, lo, hi)
 
             win = window(w_share)
-            sections, hist, left = self._sources(doc, fim=False, history=history, avail=avail,
-                                                 carry=w_share - win.tokens, offset=offset, rep=rep,
-                                                 visible=(win.start_line, win.end_line))
-            if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
+            kw = dict(fim=False, history=history, avail=avail, carry=w_share - win.tokens, offset=offset,
+                      visible=(win.start_line, win.end_line))
+            shared = self._shared_sections(path, history, rep.budget)
+            got = self._sources(doc, rep=rep, reuse=shared, **kw) if shared is not None else None  # type: ignore[arg-type]
+            if got is not None and win.tokens + got[2] < w_share // 2:  # they would squeeze the window
+                got = None
+            rep.sticky = got is not None  # the FIM prompt's sections: the engine seeds this prompt's KV from it
+            if got is None:
+                rep.sources = []
+                got = self._sources(doc, rep=rep, **kw)  # type: ignore[arg-type]
+                assert got is not None
+            sections, hist, left = got
+            if left < 0 or left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
                 win = window(win.tokens + left)
 
             def make(w: Window) -> EditPrompt:
@@ -283,6 +312,8 @@ class ContextBuilder(Workspace):
 
             prompt = make(win)
             self._finish(rep, win, sections)
+            if shared is not None and rep.sticky:
+                rep.excluded.update(shared.excluded)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3

@@ -55,12 +55,18 @@ class StickyFim:
     git_diff: str | None  # the file's uncommitted diff the build saw (a save refreshes it)
     created: float = dataclasses.field(default_factory=time.monotonic)
 
+    def fresh(self, budget: int, history: tuple[tuple[str, str], ...], git_diff: str | None,
+              ttl_s: float = TTL_S, now: float | None = None) -> bool:
+        """The build's sections still hold: same budget, other files' history and git diff, young."""
+        now = time.monotonic() if now is None else now
+        return budget == self.budget and history == self.history and git_diff == self.git_diff \
+            and now - self.created <= ttl_s
+
     def bounds(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
                ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
         """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
-        full build is needed."""
-        now = time.monotonic() if now is None else now
-        if budget != self.budget or history != self.history or now - self.created > ttl_s:
+        full build is needed (the git diff is checked by the caller)."""
+        if not self.fresh(budget, history, self.git_diff, ttl_s, now):
             return None
         end = len(text) - len(self.tail)
         if not (text.startswith(self.head) and text.endswith(self.tail) and len(self.head) <= offset):
