@@ -282,7 +282,12 @@ class WindowDecoder:
         if self.lookup is None:
             return []
         room = self.j.den.needed - self.j.den.prefix - 1
-        return self.lookup.draft(min(self.spec_k, room)) if room > 0 else []
+        draft = self.lookup.draft(min(self.spec_k, room)) if room > 0 else []
+        if self.j.den.spec.single_line:  # what follows the line's end is cut: never verify it
+            nl = self.eng.newline_ids
+            end = next((i + 1 for i, t in enumerate(draft) if t in nl), len(draft))
+            draft = draft[:end]
+        return draft
 
     def _speculate(self, pending: list[int], draft: list[int]) -> None:
         """Verify ``draft`` (for the positions after the window's first) in one causal forward."""

@@ -82,6 +82,28 @@ def test_width_one_is_autoregressive_and_drafts_change_nothing(eng: Engine) -> N
     assert spec_run.timings["decode_drafted"] > 0 and spec_run.forwards <= ar.forwards
 
 
+def test_single_line_drafts_stop_at_the_line_end(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-line canvas never verifies draft tokens after a newline (the answer is cut there)."""
+    from engine.decode import WindowDecoder
+
+    nl = min(eng.newline_ids)
+    seen: list[list[int]] = []
+    real = WindowDecoder._speculate
+
+    def spy(self: WindowDecoder, pending: list[int], draft: list[int]) -> None:
+        seen.append(list(draft))
+        real(self, pending, draft)
+
+    monkeypatch.setattr(Lookup, "draft", lambda self, k: [65, nl, 66, 67][:k])
+    monkeypatch.setattr(WindowDecoder, "_speculate", spy)
+    prompt = text_ids(20, seed=8)
+    eng.generate(prompt, CanvasSpec(16, single_line=True, stop_at_end=False), SamplerConfig(window=1, speculate=6))
+    assert [65, nl] in seen and all(nl not in d[:-1] for d in seen)  # nothing verified past a newline
+    seen.clear()
+    eng.generate(prompt, CanvasSpec(16, stop_at_end=False), SamplerConfig(window=1, speculate=6))
+    assert seen and max(seen, key=len) == [65, nl, 66, 67], seen[:4]
+
+
 def test_adaptive_window_and_batch_equal_alone(eng: Engine) -> None:
     reqs = [text_ids(25, seed=s) for s in (5, 6)]
     spec = CanvasSpec(16, stop_at_end=False)
