@@ -97,12 +97,14 @@ def _route_calls(url: str) -> float:
     return parse_text(_metrics(url)).get(key, 0.0)
 
 
-async def _ready_after(client: LanguageClient, n: int) -> None:
-    """Wait for a "ready" status sent after the first ``n`` statuses (a reload finished)."""
+async def _ready_after(client: LanguageClient, n: int, naming: str) -> None:
+    """Wait for a "ready" status sent after the first ``n`` statuses whose message names ``naming``
+    (the reloaded engine: the old one's "ready" after its last request may come first)."""
     import asyncio
 
     for _ in range(3000):
-        if any(_get(s, "state") == "ready" for s in client.statuses[n:]):  # type: ignore[attr-defined]
+        if any(_get(s, "state") == "ready" and naming in str(_get(s, "message"))
+               for s in client.statuses[n:]):  # type: ignore[attr-defined]
             return
         await asyncio.sleep(0.02)
     pytest.fail("no ready status after the reload")
@@ -112,7 +114,7 @@ async def test_remote_suggestion_equals_the_local_one(client: LanguageClient, re
     local = await _suggest(client, "remote_same.py")
     n = len(client.statuses)  # type: ignore[attr-defined]
     _configure(client, remote={"url": remote})
-    await _ready_after(client, n)
+    await _ready_after(client, n, remote)
     assert any(remote in str(_get(s, "message")) for s in client.statuses[n:])  # type: ignore[attr-defined]
     before = _route_calls(remote)
     got = await _suggest(client, "remote_same.py")
@@ -123,7 +125,7 @@ async def test_remote_suggestion_equals_the_local_one(client: LanguageClient, re
 async def test_next_edit_through_the_remote(client: LanguageClient, remote: str) -> None:
     n = len(client.statuses)  # type: ignore[attr-defined]
     _configure(client, remote={"url": remote, "timeoutMs": 30000})  # a different remote: reloads
-    await _ready_after(client, n)
+    await _ready_after(client, n, remote)
     before = _route_calls(remote)
     u = uri("remote_edit.py")
     open_doc(client, u, TEXT)
@@ -136,7 +138,7 @@ async def test_a_remote_that_is_down_falls_back_to_local_with_a_status(client: L
     n = len(client.statuses)  # type: ignore[attr-defined]
     dead = f"http://127.0.0.1:{free_port()}"
     _configure(client, remote={"url": dead, "connectTimeoutMs": 500, "retryS": 0})
-    await _ready_after(client, n)
+    await _ready_after(client, n, dead)
     local_text = await _suggest(client, "remote_down.py")
     assert local_text.strip()  # the local model answered
     await wait_state(client, "degraded")
