@@ -213,6 +213,8 @@ class WindowDecoder:
         self.w = min(self.wmax, 2) if self.adaptive else self.wmax
         greedy = cfg.temperature <= 0 and cfg.strategy == "threshold"
         self.spec_k = int(cfg.speculate or 0) if greedy and self.shifted else 0
+        if den.spec.single_line:
+            self.spec_k = min(self.spec_k, cfg.single_line_speculate)
         self.lookup = Lookup(job.prompt) if self.spec_k else None
         self.stats = {"positions": 0.0, "drafted": 0.0, "accepted": 0.0}
         self.committed = 0  # canvas positions whose KV is in the cache

@@ -32,7 +32,8 @@ class SamplerConfig:
                  engine's default (adaptive on a CPU, block elsewhere).
     speculate:   window modes at width 1: verify up to this many draft tokens per forward, copied
                  from the prompt where its last tokens occur there (prompt lookup; greedy only,
-                 output identical to decoding without it). None = the engine's default.
+                 output identical to decoding without it). None = the engine's default;
+                 ``single_line_speculate`` caps it for single-line canvases.
     give_up:     called after each step with the confidences of the decided output so far and the
                  number of positions still open; True stops the request (finish "gave_up") — the
                  gate's "this can no longer reach the show threshold".
@@ -66,6 +67,9 @@ class SamplerConfig:
     # window's 2-position first steps (docs/PERFORMANCE.md, issue 14: bench lsp 0.73x AR with 8)
     single_line_window: int = 1
     speculate: int | None = None
+    # single-line canvases verify at most this many drafts per forward: on real typing (bench lsp) a
+    # wrong draft costs more than the 4-7-token answer saves (0.71-0.82x AR with 8, capped at the newline)
+    single_line_speculate: int = 0
     stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
     give_up: GiveUp | None = None
     remask: Literal["off", "confidence"] = "off"

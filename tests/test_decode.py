@@ -97,9 +97,12 @@ def test_single_line_drafts_stop_at_the_line_end(eng: Engine, monkeypatch: pytes
     monkeypatch.setattr(Lookup, "draft", lambda self, k: [65, nl, 66, 67][:k])
     monkeypatch.setattr(WindowDecoder, "_speculate", spy)
     prompt = text_ids(20, seed=8)
-    eng.generate(prompt, CanvasSpec(16, single_line=True, stop_at_end=False), SamplerConfig(window=1, speculate=6))
+    eng.generate(prompt, CanvasSpec(16, single_line=True, stop_at_end=False),
+                 SamplerConfig(window=1, speculate=6, single_line_speculate=6))
     assert [65, nl] in seen and all(nl not in d[:-1] for d in seen)  # nothing verified past a newline
     seen.clear()
+    eng.generate(prompt, CanvasSpec(16, single_line=True, stop_at_end=False), SamplerConfig(window=1, speculate=6))
+    assert seen == []  # single-line canvases do not speculate by default (single_line_speculate = 0)
     eng.generate(prompt, CanvasSpec(16, stop_at_end=False), SamplerConfig(window=1, speculate=6))
     assert seen and max(seen, key=len) == [65, nl, 66, 67], seen[:4]
 
