@@ -70,6 +70,22 @@ class EngineAPI(Protocol):
         ...
 
 
+class ByComplete:
+    """Mixin for engines whose ``complete`` is the primitive: ``infill`` / ``rewrite`` are one-call
+    batches (the in-process ``Engine``, the remote backend)."""
+
+    def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
+               sampler: SamplerConfig | None = None, cache_key: str | None = None,
+               abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
+        call = InfillCall(prompt, max_tokens, single_line, sampler, cache_key, abort, on_step)
+        return self.complete([call])[0]  # type: ignore[attr-defined]
+
+    def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
+                cache_key: str | None = None, abort: AbortSignal | None = None,
+                on_step: StepCallback | None = None) -> GenerateResult:
+        return self.complete([RewriteCall(prompt, sampler, cache_key, abort, on_step)])[0]  # type: ignore[attr-defined]
+
+
 class OneByOne:
     """Mixin for engines without batching (test fakes, remote backends): ``complete`` runs each call
     through the object's own ``infill`` / ``rewrite``."""

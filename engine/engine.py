@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from engine import fastcpu
-from engine.api import Call, InfillCall, RewriteCall
+from engine.api import ByComplete, Call
 from engine.attention import attention_path
 from engine.bidir import decode_bidirectional
 from engine.blocks import OffsetDenoiser, decode_blocks, prefill, take_slot
@@ -44,7 +44,6 @@ from engine.formats import FormatNotSupported
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
-from engine.templates import EditPrompt, FimPrompt
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -80,7 +79,7 @@ class _Job:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-class Engine:
+class Engine(ByComplete):
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
                  meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
                  approx_cache: bool = True, sampler: SamplerConfig | None = None,
@@ -182,16 +181,6 @@ class Engine:
         return self.model(t, is_causal=self.args.attention == "block_causal").float()
 
     # ---- requests ----------------------------------------------------------------------------
-    def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
-               sampler: SamplerConfig | None = None, cache_key: str | None = None,
-               abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
-        return self.complete([InfillCall(prompt, max_tokens, single_line, sampler, cache_key, abort, on_step)])[0]
-
-    def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
-                cache_key: str | None = None, abort: AbortSignal | None = None,
-                on_step: StepCallback | None = None) -> GenerateResult:
-        return self.complete([RewriteCall(prompt, sampler, cache_key, abort, on_step)])[0]
-
     def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
         """Infill / rewrite calls as one batch (engine.api); each result as its single call gives."""
         if not calls:

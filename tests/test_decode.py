@@ -165,10 +165,10 @@ def test_scope_rule_keeps_tokens_up_to_the_cut(eng: Engine) -> None:
     assert rule(tok.encode("    y = 2\n    z")) is None
 
 
-def test_infill_multi_line_stops_when_the_scope_closes(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A canvas that leaves the cursor's block stops there (finish "scope")."""
+def script_output(eng: Engine, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """Every denoising step predicts ``text``'s tokens (then eom) with certainty."""
     tok = eng.tokenizer
-    script = tok.encode("x\n    y\nz = 1\nmore text that is never needed\n")
+    script = tok.encode(text)
     real = Denoiser.step
 
     def scripted(self: Denoiser, logits: torch.Tensor, rows: list[int] | None = None, **kw: object) -> int:
@@ -180,6 +180,11 @@ def test_infill_multi_line_stops_when_the_scope_closes(eng: Engine, monkeypatch:
         return real(self, fake, rows, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Denoiser, "step", scripted)
+
+
+def test_infill_multi_line_stops_when_the_scope_closes(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A canvas that leaves the cursor's block stops there (finish "scope")."""
+    script_output(eng, monkeypatch, "x\n    y\nz = 1\nmore text that is never needed\n")
     r = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=40, sampler=SamplerConfig(window=4, speculate=0))
     assert r.finish_reason == "scope" and "more" not in r.text and r.text.startswith("x\n    y\n")
     off = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=40,
@@ -199,19 +204,7 @@ def test_line_cap_cuts_at_the_last_allowed_line() -> None:
 def test_infill_multi_line_stops_at_max_lines(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A canvas stops decoding once it holds ``max_lines`` lines (finish "scope"): fewer steps than
     the same request without the cap, the same text up to the cut."""
-    tok = eng.tokenizer
-    script = tok.encode("a = 1\n    b = 2\n    c = 3\n    d = 4\n    e = 5\n    f = 6\n")
-    real = Denoiser.step
-
-    def scripted(self: Denoiser, logits: torch.Tensor, rows: list[int] | None = None, **kw: object) -> int:
-        cand = self.candidates() if rows is None else rows
-        s, _ = self.block_range()
-        fake = torch.full_like(logits, -30.0)
-        for r, c in enumerate(cand):
-            fake[r, script[s + c] if s + c < len(script) else tok.special.eom] = 30.0
-        return real(self, fake, rows, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Denoiser, "step", scripted)
+    script_output(eng, monkeypatch, "a = 1\n    b = 2\n    c = 3\n    d = 4\n    e = 5\n    f = 6\n")
     cfg = SamplerConfig(window=4, speculate=0, stop_at_scope=False)
     capped = eng.complete([InfillCall(FimPrompt("def f():\n    ", "\n"), max_tokens=60, sampler=cfg, max_lines=3)])[0]
     assert capped.finish_reason == "scope" and capped.text == "a = 1\n    b = 2\n    c = 3"

@@ -21,11 +21,10 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.api import Call, EngineAPI, InfillCall, RewriteCall
+from engine.api import ByComplete, Call, EngineAPI, InfillCall, RewriteCall
 from engine.remote import backends as b
 from engine.remote.transport import Aborted, RemoteError, Request, Transport, redacted_url
-from engine.templates import EditPrompt, FimPrompt
-from engine.types import AbortSignal, GenerateResult, SamplerConfig, StepCallback
+from engine.types import GenerateResult
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTEXT = 8192
@@ -56,7 +55,7 @@ def _aborted() -> GenerateResult:
                           cached_tokens=0, finish_reason="aborted")
 
 
-class RemoteEngine:
+class RemoteEngine(ByComplete):
     def __init__(self, cfg: RemoteConfig, fallback: Callable[[], EngineAPI] | None = None,
                  transport: Transport | None = None) -> None:
         self.cfg = cfg
@@ -127,16 +126,6 @@ class RemoteEngine:
             assert error is not None
             self._run_local([calls[i] for i in failed], failed, out, error)
         return [r if r is not None else _aborted() for r in out]
-
-    def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
-               sampler: SamplerConfig | None = None, cache_key: str | None = None,
-               abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
-        return self.complete([InfillCall(prompt, max_tokens, single_line, sampler, cache_key, abort, on_step)])[0]
-
-    def rewrite(self, prompt: EditPrompt, sampler: SamplerConfig | None = None,
-                cache_key: str | None = None, abort: AbortSignal | None = None,
-                on_step: StepCallback | None = None) -> GenerateResult:
-        return self.complete([RewriteCall(prompt, sampler, cache_key, abort, on_step)])[0]
 
     # -- failure and fallback ---------------------------------------------------------------------
     def _failed(self, e: RemoteError) -> None:
