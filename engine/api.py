@@ -87,7 +87,7 @@ class ByComplete:
 
 
 class OneByOne:
-    """Mixin for engines without batching (test fakes, remote backends): ``complete`` runs each call
+    """Mixin for engines without batching (test fakes): ``complete`` runs each call
     through the object's own ``infill`` / ``rewrite``."""
 
     def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:

@@ -19,6 +19,7 @@ own history are sent. A source that raises is dropped from that build (``report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +31,7 @@ from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
 from edit_server.context.secrets import rules_for
-from edit_server.context.sticky import StickyFim, others_key
+from edit_server.context.sticky import StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
 from edit_server.context.window import (
     LineCosts,
@@ -179,10 +180,10 @@ class ContextBuilder(Workspace):
             costs = self._line_costs(doc)
             self._maybe_extract(doc, costs)
             key = others_key(history, path)
-            old = self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
+            old = self._sticky_build(path)
             git_diff = self._git_diff(path)
-            bounds = old and git_diff == old.git_diff and old.bounds(
-                text, offset, len(doc.lines), key, rep.budget, self.options.sticky_ttl_s)
+            bounds = old and old.bounds(text, offset, len(doc.lines), key, rep.budget, git_diff,
+                                        self.options.sticky_ttl_s)
             win = bounds and fim_window_between(doc, offset, *bounds, self.counter, costs)
             if old and win and win.tokens <= old.room:  # typing inside the last window: only the cursor moves
                 sections, hist = list(old.sections), old.hist
@@ -220,16 +221,18 @@ class ContextBuilder(Workspace):
         starts, n = doc.line_starts, len(doc.lines)
         tail = doc.text[starts[win.end_line]:] if win.end_line < n else ""
         self._sticky[path] = StickyFim(rep.budget, doc.text[:starts[win.start_line]], tail, win.start_line,
-                                       n - win.end_line, key, sections, hist, [
-                                           dataclasses.replace(r, items=list(r.items)) for r in rep.sources],
+                                       n - win.end_line, key, sections, hist, copy_reports(rep.sources),
                                        dict(rep.excluded), rep.budget - rep.fixed - sum(r.used for r in rep.sources),
                                        git_diff)
+
+    def _sticky_build(self, path: str) -> StickyFim | None:
+        return self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
 
     def _shared_sections(self, path: str, history: Sequence[src.HunkLike], budget: int) -> StickyFim | None:
         """The document's sticky FIM build when its sections may serve a next edit too: same budget,
         other files' history and git diff, still young. The edit prompt then starts with the FIM
         prompt's sections, so the engine reuses their KV (engine.blocks.take_slot)."""
-        old = self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
+        old = self._sticky_build(path)
         if old is None or not old.fresh(budget, others_key(history, path), self._git_diff(path),
                                         self.options.sticky_ttl_s):
             return None
@@ -292,16 +295,17 @@ class ContextBuilder(Workspace):
                 return Window("".join(costs.lines[s:lo]), "".join(costs.lines[hi:e]), s, e, tp + ts, lo, hi)
 
             win = window(w_share)
-            kw = dict(fim=False, history=history, avail=avail, carry=w_share - win.tokens, offset=offset,
-                      visible=(win.start_line, win.end_line))
+            sources = functools.partial(self._sources, doc, fim=False, history=history, avail=avail,
+                                        carry=w_share - win.tokens, offset=offset,
+                                        visible=(win.start_line, win.end_line), rep=rep)
             shared = self._shared_sections(path, history, rep.budget)
-            got = self._sources(doc, rep=rep, reuse=shared, **kw) if shared is not None else None  # type: ignore[arg-type]
+            got = sources(reuse=shared) if shared is not None else None
             if got is not None and win.tokens + got[2] < w_share // 2:  # they would squeeze the window
                 got = None
             rep.sticky = got is not None  # the FIM prompt's sections: the engine seeds this prompt's KV from it
             if got is None:
                 rep.sources = []
-                got = self._sources(doc, rep=rep, **kw)  # type: ignore[arg-type]
+                got = sources()
                 assert got is not None
             sections, hist, left = got
             if left < 0 or left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):

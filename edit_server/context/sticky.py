@@ -34,6 +34,11 @@ from engine.templates import Section
 TTL_S = 60.0
 
 
+def copy_reports(reports: Sequence[src.SourceReport]) -> list[src.SourceReport]:
+    """Source reports a build may change without touching the kept ones."""
+    return [dataclasses.replace(r, items=list(r.items)) for r in reports]
+
+
 def others_key(history: Sequence[src.HunkLike], path: str) -> tuple[tuple[str, str], ...]:
     """The part of the edit history a sticky build depends on: the other files' hunks."""
     return tuple((h.path, h.diff) for h in history if not src.same_path(h.path, path))
@@ -63,10 +68,10 @@ class StickyFim:
             and now - self.created <= ttl_s
 
     def bounds(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
-               ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
+               git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
         """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
-        full build is needed (the git diff is checked by the caller)."""
-        if not self.fresh(budget, history, self.git_diff, ttl_s, now):
+        full build is needed."""
+        if not self.fresh(budget, history, git_diff, ttl_s, now):
             return None
         end = len(text) - len(self.tail)
         if not (text.startswith(self.head) and text.endswith(self.tail) and len(self.head) <= offset):
@@ -77,4 +82,4 @@ class StickyFim:
         return (self.start_line, e) if self.start_line < e else None
 
     def reports(self) -> list[src.SourceReport]:
-        return [dataclasses.replace(r, items=list(r.items)) for r in self.sources]
+        return copy_reports(self.sources)

@@ -10,6 +10,7 @@ from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Sugges
 from edit_server.core.settings import Settings
 from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.thresholds import gate_threshold
+from engine.decode import lines_cut
 
 
 def skip_reason(req: FimRequest, settings: Settings) -> str | None:
@@ -49,8 +50,9 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
                reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
     """The FIM suggestion from the engine's text (filters, line cap, gate), or None."""
     one = is_single_line(req)
-    if max_lines and not one:  # engines that do not stop at the cap themselves (remote, fakes)
-        text = "\n".join(text.split("\n")[:max_lines])
+    cut = lines_cut(text, max_lines) if max_lines and not one else None
+    if cut is not None:  # engines that do not stop at the cap themselves (remote, fakes)
+        text = text[:cut]
     cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], one)
     line_end = req.text.find("\n", req.offset)
     cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])

@@ -124,7 +124,7 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     if "\n" not in body and len(body) >= 3 and line_prefix.rstrip().endswith(body):
         return ""
     # output that repeats the text after the cursor
-    if line_suffix.strip() and text.strip() and line_suffix.strip().startswith(text.strip()):
+    if line_suffix.strip() and line_suffix.strip().startswith(body):
         return ""
     # trailing output lines that repeat the next lines of the document
     nxt = [ln.strip() for ln in suffix.split("\n")[1:] if ln.strip()]
