@@ -3,7 +3,7 @@ random engines in each regime, and a scripted model whose logits a test chooses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,15 +24,16 @@ DREAMON = {"registry": "Dream-org/DreamOn-v0-7B", "bos_token": "<|beginoftext|>"
 LLADA = {"registry": "GSAI-ML/LLaDA-8B-Base", "bos_token": "<|startoftext|>"}
 
 
-def registry_tokenizer(mask: str = "<|mask|>") -> Any:
+def registry_tokenizer(mask: str = "<|mask|>", specials: Sequence[str] = SPECIALS) -> Any:
+    """A byte-level BPE tokenizer holding the registered models' special tokens (``specials``)."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {ch: i for i, ch in enumerate(alphabet)}
-    for t in SPECIALS:
+    for t in specials:
         vocab[t] = len(vocab)
     hf = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     hf.decoder = decoders.ByteLevel()
-    hf.add_special_tokens(list(SPECIALS))
+    hf.add_special_tokens(list(specials))
     return make_tokenizer(hf, eos_token="<|endoftext|>", source="test", mask_id=hf.token_to_id(mask))
 
 

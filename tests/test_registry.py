@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers
+from tokenizers import models, pre_tokenizers
 
 from engine.formats import FormatNotSupported, for_model
 from engine.loading.archs import ARCHITECTURES, args_from_dict
-from engine.loading.common import make_tokenizer
 from engine.registry import MODELS, lookup
 from engine.templates import EditPrompt, FimPrompt, Section, render_fim
+from tests.dllm_util import registry_tokenizer
 
 SPECIALS = ("<|endoftext|>", "<|beginoftext|>", "<|mask|>", "<|expand|>", "<|im_start|>", "<|im_end|>",
             "<|file_sep|>", "<M>", "<think>", "</think>", "<|dlm_pad|>", "<|startoftext|>",
@@ -26,15 +26,7 @@ SUFFIX = "\n\nprint(add(1, 2))\n"
 
 @pytest.fixture(scope="module")
 def tok():  # type: ignore[no-untyped-def]
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
-    for t in SPECIALS:
-        vocab[t] = len(vocab)
-    hf = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    hf.decoder = decoders.ByteLevel()
-    hf.add_special_tokens(list(SPECIALS))
-    return make_tokenizer(hf, eos_token="<|endoftext|>", source="test", mask_id=hf.token_to_id("<|mask|>"))
+    return registry_tokenizer(specials=SPECIALS)
 
 
 def tid(tok, text: str) -> int:  # type: ignore[no-untyped-def]

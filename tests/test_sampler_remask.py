@@ -13,21 +13,11 @@ from engine import CanvasSpec, Engine, SamplerConfig
 from engine.remask import pick_remask, token_confidence
 from engine.sampler import Denoiser
 from engine.types import StepEvent
+from tests.test_sampler import END, MASK, V, rows
 
-V, MASK, END, NL = 16, 15, 14, 13
 A, B, C = 1, 2, 3
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def rows(spec: list[tuple[int, float]]) -> torch.Tensor:
-    """Logits whose softmax puts probability c on token t (rest uniform, none on MASK) per row."""
-    out = torch.full((len(spec), V), 0.0)
-    for i, (t, c) in enumerate(spec):
-        p = torch.full((V,), (1 - c) / (V - 2))
-        p[t], p[MASK] = c, 0.0
-        out[i] = p.log()
-    return out
 
 
 def den(length: int = 8, block: int = 8, keep: int | None = None, **cfg: Any) -> Denoiser:
