@@ -63,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     p.add_argument("--fast-cpu", choices=["auto", "on", "off"], default="auto",
                    help="int8 fused CPU layers (engine.fastcpu); auto: as the model's loader says")
+    p.add_argument("--cuda-graphs", choices=["auto", "on", "off"], default="auto",
+                   help="capture the decode step as a CUDA graph (engine.graphs); auto: on for dense models on CUDA")
     p.add_argument("--batch", default=None,
                    help="batch sizes, comma-separated: batched vs one-by-one in-place decoding (engine.bench_batch)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -216,8 +218,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    fast = {"on": True, "off": False}.get(getattr(args, "fast_cpu", "auto"))
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, fast_cpu=fast)
+    onoff = {"on": True, "off": False}
+    fast = onoff.get(getattr(args, "fast_cpu", "auto"))
+    graphs = onoff.get(getattr(args, "cuda_graphs", "auto"))
+    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, fast_cpu=fast, cuda_graphs=graphs)
     dev = eng.device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -239,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         sizes = [int(x) for x in args.batch.split(",") if x.strip()]
         report["batch"] = bench_batch(eng, sizes, args.prompt, args.tokens)
     report["memory"] = peak_memory(dev)
+    if eng.graphs is not None:
+        report["cuda_graphs"] = eng.graphs.info()
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
@@ -252,7 +258,8 @@ def format_report(r: dict[str, Any]) -> str:
     m, mach, dec = r["model"], r["machine"], r["decoding"]
     lines = [f"model {m['model']} ({m['label']}), {m['params'] / 1e6:.1f} M params, {m['dtype']}, "
              f"attention {m['attention']}, block {m['block_size']}"
-             + (f", {m['fast_cpu']}" if m.get("fast_cpu") else ""),
+             + (f", {m['fast_cpu']}" if m.get("fast_cpu") else "")
+             + (", CUDA graphs" if m.get("cuda_graphs") else ""),
              f"machine {mach.get('gpu') or mach.get('cpu')} / {mach['cpu_count']} cores, "
              f"torch {mach['torch']} ({mach['torch_threads']} threads)", "",
              f"decoding {dec['ar']['tokens']} tokens after a {dec['prompt_tokens']}-token prompt",

@@ -53,15 +53,23 @@ class _Batch:
         self.eng = eng
         fixed = [j for j in jobs if not isinstance(j.den, ExpandCanvas)] if eng.approx_cache else []
         self.rows = {id(j): r for r, j in enumerate(fixed)}
-        self.kv = (KVCache.for_model(eng.args, len(fixed), max(_length(j) for j in fixed), eng.dtype, eng.device)
-                   if fixed else None)
+        self.graphs = getattr(eng, "graphs", None)  # engine.graphs: block steps captured, over an arena
+        self.cap = max((_length(j) for j in fixed), default=0)
+        self.kv: KVCache | None = None
+        if fixed and self.graphs is not None:
+            self.kv = self.graphs.arena([], self.cap, rows=len(fixed))
+        elif fixed:
+            self.kv = KVCache.for_model(eng.args, len(fixed), self.cap, eng.dtype, eng.device)
 
     def shrink(self, live: list[Any]) -> None:
         """Drop the rows of finished requests (one copy, then less work per step)."""
         keep = [j for j in live if id(j) in self.rows]
         if self.kv is None or len(keep) == self.kv.batch:
             return
-        self.kv = _gather(self.kv, [self.rows[id(j)] for j in keep]) if keep else None
+        if keep and self.graphs is not None:
+            self.kv = self.graphs.arena([(self.kv.row(self.rows[id(j)]), _length(j)) for j in keep], self.cap)
+        else:
+            self.kv = _gather(self.kv, [self.rows[id(j)] for j in keep]) if keep else None
         self.rows = {id(j): r for r, j in enumerate(keep)}
 
 
@@ -135,8 +143,10 @@ def _block_forward(eng: Any, batch: _Batch, js: list[Any]) -> None:
     kv.length = max(lengths)
     offs = [len(j.prompt) + j.den.block_range()[0] for j in js]
     ids = torch.tensor([j.den.block_ids() for j in js], device=eng.device)
-    h = eng.model(ids, offset=offs[0] if len(js) == 1 else offs, cache=kv,
-                  mask=_key_mask(lengths, kv.length, eng.device), logits_slice=slice(0, 0))
+    h = batch.graphs.step(kv, ids, offs, lengths) if batch.graphs is not None else None
+    if h is None:
+        h = eng.model(ids, offset=offs[0] if len(js) == 1 else offs, cache=kv,
+                      mask=_key_mask(lengths, kv.length, eng.device), logits_slice=slice(0, 0))
     for j in js:
         j.forwards += 1
         j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + ids.shape[1]

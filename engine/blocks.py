@@ -117,11 +117,14 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
     block attends to the context, the clean block and itself (exactly the block-causal rule).
     Only that first step of a block needs a mask; the others run mask-free."""
     mask_id = eng.tokenizer.special.mask
-    if len(jobs) == 1:
+    graphs = getattr(eng, "graphs", None)  # engine.graphs: captured steps over a pooled arena
+    cap = max(j.ctx + len(j.lead) + j.den.spec.length for j in jobs) + 2 * eng.block_size
+    if graphs is not None:
+        kv = graphs.arena([(j.kv, j.ctx) for j in jobs], cap)
+    elif len(jobs) == 1:
         kv = jobs[0].kv
         assert kv is not None
     else:
-        cap = max(j.ctx + len(j.lead) + j.den.spec.length for j in jobs) + 2 * eng.block_size
         kv = KVCache.stack([(j.kv, j.ctx) for j in jobs], cap)  # type: ignore[misc]
         kv.length = 0
     live = list(jobs)  # row r of kv belongs to live[r]
@@ -134,7 +137,9 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
         if not still:
             return
         if len(still) < len(live):  # drop finished rows (one more copy, then less work)
-            if len(still) == 1:
+            if graphs is not None:
+                kv = graphs.arena([(kv.row(r), live[r].ctx) for r in still], cap)
+            elif len(still) == 1:
                 kv = kv.row(still[0])
             else:
                 idx = torch.tensor(still, device=eng.device)
@@ -151,9 +156,12 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
         offs = [j.ctx for j in live]
         if single:
             kv.length = offs[0]
-        if single and not pres[0]:  # the hot path: B tokens over the cache, no mask
+        h = None  # inside a block: the captured step (keys < context + own block)
+        if graphs is not None and not any(pres):
+            h = graphs.step(kv, ids, offs, [o + len(b) for o, b in zip(offs, blocks, strict=True)])
+        if h is None and single and not pres[0]:  # the hot path: B tokens over the cache, no mask
             h = eng.model(ids, offset=offs[0], cache=kv, logits_slice=slice(0, 0))
-        else:
+        elif h is None:
             dev = eng.device
             q = torch.arange(width, device=dev)
             o, pr = torch.tensor(offs, device=dev), torch.tensor(pres, device=dev)

@@ -41,6 +41,7 @@ from engine.decode import (
 )
 from engine.expand import ExpandCanvas
 from engine.formats import FormatNotSupported
+from engine.graphs import StepGraphs, want_graphs
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
@@ -83,7 +84,7 @@ class Engine(ByComplete):
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
                  meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
                  approx_cache: bool = True, sampler: SamplerConfig | None = None,
-                 fast_cpu: bool | None = None) -> None:
+                 fast_cpu: bool | None = None, cuda_graphs: bool | None = None) -> None:
         self.model = model.eval()
         self.args: ModelArgs = model.args
         self.tokenizer = tokenizer
@@ -102,6 +103,9 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
+        # captured decode steps over pooled KV arenas (engine.graphs): dense models on CUDA
+        self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
+                       if want_graphs(cuda_graphs, self.device, self.args) else None)
         # used for requests without a sampler; its None fields are filled for those with one
         self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"
                                                         and self.args.block_align == "canvas"))
@@ -115,6 +119,7 @@ class Engine(ByComplete):
             "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
+            "cuda_graphs": self.graphs is not None,
         }
         log.info("engine ready: %s", self.info)
 

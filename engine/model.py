@@ -255,8 +255,16 @@ class Transformer(nn.Module):
                     p.normal_(0.0, std, generator=g)
         return self
 
+    def rope_table(self, n: int, device: torch.device | None = None) -> None:
+        """Make sure the cos/sin table covers positions < ``n`` (a captured step must not grow it)."""
+        dev = device or next(self.parameters()).device
+        self._rope(torch.tensor([max(0, n - 1)], device=dev))
+
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        need = int(positions.max().item()) + 1 if positions.numel() else 1
+        if positions.is_cuda and torch.cuda.is_current_stream_capturing():
+            need = 1  # engine.graphs sized the table before capturing (no host sync in a graph)
+        else:
+            need = int(positions.max().item()) + 1 if positions.numel() else 1
         dev = positions.device
         if self._cos is None or need > self._rope_len or self._cos.device != dev:
             n = max(need, min(self.args.max_seq_len, 4096), self._rope_len)

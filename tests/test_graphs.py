@@ -1,0 +1,107 @@
+"""The captured decode step (engine.graphs): over a pooled KV arena, with per-row positions as tensors
+and an in-graph key mask, it gives token for token what the eager step gives — block-causal (canvas
+and absolute blocks, alone and batched, rows dropping out) and bidirectional (dual cache). On the CPU
+the static step runs without capture (`capture=False`); with CUDA the same checks run captured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import FimPrompt
+from engine.api import InfillCall
+from engine.engine import Engine
+from engine.graphs import CAP_MIN, StepGraphs, want_graphs
+from engine.types import CanvasSpec, GenerateRequest, SamplerConfig
+from tests.dllm_util import DREAM, tiny_engine
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BLOCK = SamplerConfig(window="block")  # the trained block layout (CPUs default to window mode)
+PROMPTS = [list(range(40, 40 + n)) for n in (23, 5, 61)]
+SPECS = [CanvasSpec(20, stop_at_end=False), CanvasSpec(6, stop_at_end=False), CanvasSpec(13, stop_at_end=False)]
+
+
+def graphed(eng: Engine, capture: bool = False) -> StepGraphs:
+    eng.graphs = StepGraphs(eng.model, eng.kv_dtype, eng.device, capture=capture)
+    return eng.graphs
+
+
+def run_all(eng: Engine, cfg: SamplerConfig) -> tuple[list[list[int]], list[list[int]]]:
+    alone = [eng.generate(p, s, cfg).tokens for p, s in zip(PROMPTS, SPECS, strict=True)]
+    batch = eng.generate_batch([GenerateRequest(p, s, cfg) for p, s in zip(PROMPTS, SPECS, strict=True)])
+    return alone, [r.tokens for r in batch]
+
+
+@pytest.mark.parametrize("align", ["canvas", "absolute"])
+def test_block_causal_static_step_equals_eager(align: str) -> None:
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, block_align=align, seed=11)
+    cfg = BLOCK if align == "canvas" else SamplerConfig()
+    want = run_all(eng, cfg)
+    assert len({len(t) for t in want[1]}) == 3  # three canvas lengths: rows finish apart
+    g = graphed(eng)
+    assert run_all(eng, cfg) == want
+    assert g.stats["replayed"] > 10  # the static step ran (steps inside blocks)
+    assert g.stats["captured"] == 0  # CPU: never captured
+    arenas = dict(g.arenas)
+    assert run_all(eng, cfg) == want  # a second round reuses the pooled arenas
+    assert all(g.arenas[k] is arenas[k] for k in arenas)
+
+
+def test_bidirectional_dual_cache_static_step_equals_eager() -> None:
+    eng = tiny_engine(DREAM, approx_cache=True, seed=5)
+    cfg = SamplerConfig(block_size=8)
+    calls = [InfillCall(FimPrompt("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"), 24, sampler=cfg),
+             InfillCall(FimPrompt("x", ""), 8, sampler=cfg),
+             InfillCall(FimPrompt("import os\n\n\ndef main():\n    ", "\n    return 0\n"), 16, sampler=cfg)]
+    want = [r.tokens for r in eng.complete(calls)]
+    g = graphed(eng)
+    assert [r.tokens for r in eng.complete(calls)] == want
+    assert [eng.complete([c])[0].tokens for c in calls] == want
+    assert g.stats["replayed"] > 5
+
+
+def test_arena_rows_capacity_and_compaction() -> None:
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=2)
+    g = graphed(eng)
+    a = eng.args
+    src = [torch.randn(1, a.n_kv_heads, 40, a.head_dim) for _ in range(3)]
+    from engine.cache import KVCache
+
+    caches = [KVCache._from([s.clone() for _ in range(a.n_layers)], [s.clone() for _ in range(a.n_layers)], 40)
+              for s in src]
+    view = g.arena([(c, 40) for c in caches], 50)
+    assert view.batch == 3 and view.capacity == CAP_MIN  # rows: 3 of a 4-row arena
+    assert list(g.arenas) == [(4, CAP_MIN)]
+    assert torch.equal(view.k[0][2, :, :40], src[2][0])
+    # drop row 0: rows 1, 2 move up in the same arena (ascending copies never clobber a source)
+    view2 = g.arena([(view.row(1), 40), (view.row(2), 40)], 50)
+    assert list(g.arenas) == [(4, CAP_MIN), (2, CAP_MIN)]
+    assert torch.equal(view2.k[0][0, :, :40], src[1][0]) and torch.equal(view2.k[0][1, :, :40], src[2][0])
+    big = g.arena([(caches[0], 40)], CAP_MIN + 1)
+    assert big.capacity == 2 * CAP_MIN
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    assert g.step(KVCache._from(caches[0].k, caches[0].v, 0), ids[:1], [40], [48]) is None  # not an arena
+
+
+def test_want_graphs_defaults() -> None:
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=2)
+    assert eng.graphs is None and eng.info["cuda_graphs"] is False  # CPU
+    cuda = torch.device("cuda")
+    assert want_graphs(None, cuda, eng.args) is True
+    assert want_graphs(False, cuda, eng.args) is False
+    assert want_graphs(True, torch.device("cpu"), eng.args) is False
+    moe = type("A", (), {"n_experts": 4})()
+    assert want_graphs(True, cuda, moe) is False  # host sync per expert: never captured
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+def test_captured_step_equals_eager_on_cuda() -> None:
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=11)
+    eng.model.to("cuda")
+    eng.device = torch.device("cuda")
+    eng.graphs = None
+    want = run_all(eng, BLOCK)
+    g = graphed(eng, capture=True)
+    assert run_all(eng, BLOCK) == want
+    assert g.stats["captured"] >= 1 and g.stats["replayed"] > g.stats["captured"]
