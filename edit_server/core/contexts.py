@@ -9,41 +9,40 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from edit_server.context import ContextBuilder, ContextOptions, open_builder
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
-from edit_server.core.settings import Settings
+from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Settings
+from engine.api import EngineAPI
 from engine.templates import FimPrompt
 
 log = logging.getLogger(__name__)
 
 CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (docs/PERFORMANCE.md)
-GPU_MAX_CONTEXT = 32768
 CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)
 CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
 
 
-def auto_budget(settings: Settings, engine: Any) -> int:
+def auto_budget(settings: Settings, engine: EngineAPI | None) -> int:
     """Prompt-token budget: the setting, or (0 = auto) the model's context capped at 32,768 on a GPU
     and at 2,048 on a CPU (a remote backend counts as a GPU), minus room for the canvas."""
     if settings.context_budget:
         return settings.context_budget
     max_len = getattr(getattr(engine, "args", None), "max_seq_len", None) or 8192
-    ctx = min(max_len, GPU_MAX_CONTEXT)
+    ctx = min(max_len, MAX_CONTEXT_BUDGET)
     if on_cpu(engine):
         ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
-    return max(256, ctx - CANVAS_RESERVE)
+    return max(MIN_CONTEXT_BUDGET, ctx - CANVAS_RESERVE)
 
 
-def on_cpu(engine: Any) -> bool:
+def on_cpu(engine: EngineAPI | None) -> bool:
     """The engine computes on this machine without CUDA (CPU, or MPS: a laptop) and not on a remote
     backend (whose GPU counts as one)."""
     info = getattr(engine, "info", None) or {}
     return not str(info.get("device", "cpu")).startswith("cuda") and not info.get("remote")
 
 
-def max_lines(settings: Settings, engine: Any) -> int | None:
+def max_lines(settings: Settings, engine: EngineAPI | None) -> int | None:
     """Lines of a multi-line completion: the setting, or (0 = auto) 4 on a CPU and no cap elsewhere."""
     if settings.max_lines:
         return settings.max_lines
@@ -101,7 +100,7 @@ class BuilderContext:
 Context = BuilderContext
 
 
-def make_context(settings: Settings, roots: list[Path], engine: Any) -> Context:
+def make_context(settings: Settings, roots: list[Path], engine: EngineAPI | None) -> Context:
     """The context builder over ``roots`` (never raises: it degrades to the current document)."""
     budget = auto_budget(settings, engine)
     return BuilderContext(open_builder(roots, getattr(engine, "tokenizer", None), context_options(settings, budget)),

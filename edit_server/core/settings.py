@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+MIN_CONTEXT_BUDGET = 256  # below this no prompt fits the template's markers and a useful window
+MAX_CONTEXT_BUDGET = 32768  # contextBudget's ceiling; also the auto budget's cap on a GPU (core/contexts.py)
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -88,7 +90,7 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     model: str = "default"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     # prompt tokens; 0 = auto: the model's context (capped at 32,768) on a GPU, 2,048 on a CPU
-    context_budget: Annotated[int, msgspec.Meta(ge=0, le=32768)] = 0
+    context_budget: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTEXT_BUDGET)] = 0
     debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=5000)] = 0
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=512)] = 64
     # lines of a multi-line completion; 0 = auto: 4 on a CPU (decoding stops there), no cap on a GPU / remote
@@ -98,8 +100,6 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     gate: Gate = msgspec.field(default_factory=Gate)
     exclude: list[str] = msgspec.field(default_factory=lambda: ["**/.env", "**/*.pem", "**/*.key"])
     history_size: Annotated[int, msgspec.Meta(ge=0, le=64)] = 6
-    edit_lines_before: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
-    edit_lines_after: Annotated[int, msgspec.Meta(ge=0, le=50)] = 6
     auto_trigger_max_right: NonNeg = 8
     threads: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0  # torch CPU threads; 0 = torch's default
     feedback_db: str = ""  # "" = user data dir; ":memory:" for tests
@@ -109,7 +109,6 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     remote: Remote = msgspec.field(default_factory=Remote)
 
 
-MIN_CONTEXT_BUDGET = 256  # below this no prompt fits the template's markers and a useful window
 MAX_MODEL_SPEC = 1024
 
 

@@ -120,7 +120,7 @@ def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto:
     return kto_gate.load_engine(spec, device, kto)
 
 
-def engine_call(job: Job, built: Built, engine: Any = None) -> Call:
+def engine_call(job: Job, built: Built, engine: EngineAPI | None = None) -> Call:
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
