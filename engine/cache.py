@@ -119,6 +119,22 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+PINNED_CONTEXT = 32768  # tokens of one document's prompt the GPU prefix cache always has room for
+
+
+def prefix_budget(args: object, kv_dtype: torch.dtype, device: torch.device) -> int:
+    """Default prefix-cache budget: 1 GiB on a CPU; on CUDA 40 % of the memory free after loading,
+    and never less than one slot at the pinned context (``min(max_seq_len, 32K)`` tokens), so a
+    long file's prompt stays cached between requests even at 7B (1.8 GB for 32K tokens)."""
+    if device.type != "cuda":
+        return 1 << 30
+    a = args  # ModelArgs
+    per_token = 2 * a.n_layers * a.n_kv_heads * a.head_dim * torch.empty(0, dtype=kv_dtype).element_size()  # type: ignore[attr-defined]
+    one = per_token * min(a.max_seq_len, PINNED_CONTEXT)  # type: ignore[attr-defined]
+    free = torch.cuda.mem_get_info(device)[0]
+    return max(one, int(free * 0.4))
+
+
 @dataclass
 class Slot:
     """One document's cached prompt: its tokens, their KV and the last position's hidden state."""

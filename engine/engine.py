@@ -28,7 +28,7 @@ from engine.api import ByComplete, Call
 from engine.attention import attention_path
 from engine.bidir import decode_bidirectional
 from engine.blocks import OffsetDenoiser, decode_blocks, prefill, take_slot
-from engine.cache import KVCache, PrefixCache, Slot
+from engine.cache import KVCache, PrefixCache, Slot, prefix_budget
 from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
@@ -82,7 +82,7 @@ class _Job:
 
 class Engine(ByComplete):
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model",
-                 meta: dict[str, Any] | None = None, cache_bytes: int = 1 << 30,
+                 meta: dict[str, Any] | None = None, cache_bytes: int | None = None,
                  approx_cache: bool = True, sampler: SamplerConfig | None = None,
                  fast_cpu: bool | None = None, cuda_graphs: bool | None = None) -> None:
         self.model = model.eval()
@@ -90,7 +90,6 @@ class Engine(ByComplete):
         self.tokenizer = tokenizer
         self.name = name
         self.meta = dict(meta or {})
-        self.cache = PrefixCache(cache_bytes)
         self.approx_cache = approx_cache
         self._lock = threading.RLock()
         self._newline_ids: frozenset[int] | None = None
@@ -103,6 +102,9 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
+        if cache_bytes is None:
+            cache_bytes = prefix_budget(self.args, self.kv_dtype, self.device)
+        self.cache = PrefixCache(cache_bytes)
         # captured decode steps over pooled KV arenas (engine.graphs): dense models on CUDA
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
