@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any
 
+from engine.types import SamplerConfig
+
 CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
     """Merge two sorted lists into one sorted list."""
     out, i, j = [], 0, 0
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--prompt", type=int, default=256, help="prompt tokens for the decoding test")
     p.add_argument("--tokens", type=int, default=64, help="tokens to generate (canvas length)")
-    p.add_argument("--threshold", default="0.9",
+    p.add_argument("--threshold", default=str(SamplerConfig.threshold),
                    help="confidence threshold(s), comma-separated for a sweep (default: %(default)s)")
     p.add_argument("--modes", default="block,adaptive",
                    help="diffusion decode modes per threshold: block (the trained 32-position step), "
@@ -142,7 +144,7 @@ def _median(xs: list[float]) -> float:
 
 def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[float],
                    repeats: int, modes: tuple[str | int, ...] = ("block",)) -> dict[str, Any]:
-    from engine.types import CanvasSpec, SamplerConfig
+    from engine.types import CanvasSpec
 
     prompt = prompt_ids(eng, n_prompt)
     spec = CanvasSpec(n_tokens, stop_at_end=False)  # fixed length: same work as AR

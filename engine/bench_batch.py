@@ -19,7 +19,7 @@ def _requests(eng: Any, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
     from engine.types import CanvasSpec, SamplerConfig
 
     bidir = eng.args.attention == "bidirectional"
-    cfg = SamplerConfig(block_size=32)
+    cfg = SamplerConfig()
     out = []
     for i in range(k):
         ids = prompt_ids(eng, n_prompt + n_prompt // 4, salt=i)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from engine.types import SamplerConfig
 from evals.datasets import MAX_TOKENS, SPLITS, default_data_dir
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="score the canonical solutions (harness sanity check, no model)")
     he.add_argument("--steps-mode", choices=["parallel", "one-per-step"], default="parallel",
                     help="parallel: threshold sampler (τ); one-per-step: one token per forward")
-    he.add_argument("--threshold", type=float, default=0.9, help="τ of the parallel sampler")
+    he.add_argument("--threshold", type=float, default=SamplerConfig.threshold,
+                    help="τ of the parallel sampler (default: the engine's, %(default)s)")
     he.add_argument("--window", default=None,
                     help="block | adaptive | N: decoding window (default: the engine's, adaptive on a CPU)")
     he.add_argument("--remask", choices=["off", "confidence"], default="off",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.formats import Layout
-from engine.types import CanvasSpec, GenerateResult
+from engine.types import CanvasSpec, GenerateResult, SamplerConfig
 
 
 def cut_at_stops(engine: Any, res: GenerateResult, stops: frozenset[int], single_line: bool) -> GenerateResult:
@@ -36,8 +36,7 @@ def run_layout(engine: Any, lay: Layout, *, max_tokens: int | None = None, singl
         req = FormatRequest(lay.before, CanvasSpec(lay.canvas, single_line=single_line), sampler, cache_key, abort,
                             after=list(lay.after), stop_ids=lay.stop_ids, expand_id=lay.expand_id)
         return engine.generate_batch([req], [on_step])[0]
-    b = engine.block_size if engine.args.attention == "block_causal" else (
-        sampler.block_size if sampler is not None else 32)
+    b = engine.block_size if engine.args.attention == "block_causal" else (sampler or SamplerConfig()).block_size
     spec = CanvasSpec(-(-lay.canvas // b) * b, single_line=single_line)
     res = engine.generate(lay.before, spec, sampler, cache_key, abort, on_step)
     res = cut_at_stops(engine, res, lay.stop_ids, single_line)
