@@ -1,15 +1,15 @@
 """`edit-server align gate`: learn the show/hide threshold from logged outcomes.
 
-The gate's raw score (geometric-mean token confidence) is not calibrated across contexts (REFERENCE
-§5). This fits, per suggestion kind, an isotonic map score → P(accepted) on logged outcomes — the
-server's feedback store (accepted / partially accepted vs rejected / expired suggestions) and/or eval
-reports run with the gate off (`edit-server eval replay|cases --no-gate`) — and picks the lowest raw
-threshold whose held-out precision reaches the target. The result is a small JSON file that the server
-reads (setting ``gate.calibration``; default location below) in place of ``gate.threshold``.
+The gate's raw score (geometric-mean token confidence) is not calibrated across contexts. This fits, per
+suggestion kind, an isotonic map score → P(accepted) on logged outcomes — the server's feedback store
+(accepted / partially accepted vs rejected / expired suggestions) and/or eval reports run with the gate
+off (`edit-server eval replay|cases --no-gate`) — and picks the lowest raw threshold whose held-out
+precision reaches the target. The result is a small JSON file that the server reads (setting
+``gate.calibration``; default location below) in place of ``gate.threshold``.
 
-KTO alignment of the model itself (REFERENCE §5) and the gate on its implicit reward: ``align data``
-(`align_data`), ``align kto`` / ``align rollback`` (`align_kto`), ``align measure`` (`align_measure`),
-serving side `kto_gate`; they reuse `isotonic` / `fit` from here.
+KTO alignment of the model itself (Ethayarajh et al. 2024, arXiv 2402.01306) and the gate on its
+implicit reward: ``align data`` (`align_data`), ``align kto`` / ``align rollback`` (`align_kto`),
+``align measure`` (`align_measure`), serving side `kto_gate`; they reuse `isotonic` / `fit` from here.
 """
 
 from __future__ import annotations
