@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +62,12 @@ class LspClient:
     """Start a server process, ``initialize`` it, send requests/notifications, collect notifications.
 
     ``stderr_path``: the server's stderr is copied there (else discarded) — pygls pipes it, and a pipe
-    nobody reads would block a chatty server."""
+    nobody reads would block a chatty server. ``on_status``: called with each ``$/editServer/status``
+    (plain JSON) as it arrives."""
 
     def __init__(self, cmd: Sequence[str], *, cwd: Path | None = None, stderr_path: Path | None = None,
-                 env: dict[str, str] | None = None, name: str = "edit-server-client") -> None:
+                 env: dict[str, str] | None = None, name: str = "edit-server-client",
+                 on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.cmd = list(cmd)
         self.cwd = cwd
         self.stderr_path = stderr_path
@@ -83,6 +85,8 @@ class LspClient:
             self.status = plain(params, conv)
             self.notifications.append((STATUS, self.status))
             self._status.set()
+            if on_status is not None:
+                on_status(self.status)
 
         for method in ("didChangeStatus", "window/showMessage", "window/logMessage", "$/progress"):
             self.client.feature(method)(self._recorder(method))
