@@ -3,6 +3,7 @@ LoRA at run time (AlignedEngine + RewardScorer agree with the trainer), and a ti
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -107,6 +108,69 @@ def test_shared_masks_give_r_zero_when_policy_equals_reference() -> None:
     kto = Kto(model, tok, KtoConfig(samples=1), state)
     r = kto.rewards(pairs, torch.Generator().manual_seed(0), grad=False)
     assert bool((r.abs() > 1e-4).all())
+
+
+def test_z0_comes_from_mismatched_pairs_and_is_detached(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.train.kto.trainer as trainer
+
+    seen: list[torch.Tensor] = []
+    monkeypatch.setattr(trainer, "kl_reference", lambda r: seen.append(r) or kl_reference(r))
+    model, tok = tiny_model()
+    state = attach(model, 4, 8.0, ("q_proj", "v_proj", "down_proj"))
+    randomize(model)
+    pairs = [example(tok), example(tok, "y = ", "[1, 2, 3]"), example(tok, "z = f(", "a, b)")]
+    kto = Kto(model, tok, KtoConfig(samples=1, beta=1.0), state)
+    loss, m = kto.step_loss(pairs, [True, False, True], torch.Generator().manual_seed(3), (1.0, 1.0))
+    gen = torch.Generator().manual_seed(3)  # the step's draws, in order: the batch, then its z0 pairs
+    r = kto.rewards(pairs, gen, grad=False)
+    mismatched = [(pairs[i][0], pairs[(i + 1) % 3][1]) for i in range(3)]  # prompt i, completion i + 1
+    r_mis = kto.rewards(mismatched, gen, grad=False)
+    assert len(seen) == 1 and not seen[0].requires_grad
+    assert torch.allclose(seen[0], r_mis, atol=1e-5) and not torch.allclose(seen[0], r, atol=1e-3)
+    assert m["z0"] == max(0.0, float(r_mis.mean()))  # clamped (these mismatched pairs: below 0)
+    loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if ".lora_" in n]
+    assert any(g is not None and bool(g.abs().sum() > 0) for g in grads)
+
+
+# ---- self-play ------------------------------------------------------------------------------------
+class ScriptedPlayer:
+    """Plays badly at FIM (empty output) and keeps every region as it is (right only for no-edit)."""
+
+    def __init__(self, tok: object) -> None:
+        self.tokenizer = tok
+
+    def _res(self, text: str) -> object:
+        from engine.types import GenerateResult
+
+        return GenerateResult(text, [1] * len(text), [0.5] * len(text), 1, 1, 1, 0, "eom")
+
+    def infill(self, prompt: FimPrompt, **kw: object) -> object:
+        return self._res("")
+
+    def rewrite(self, prompt: object, **kw: object) -> object:
+        return self._res(prompt.region)  # type: ignore[attr-defined]
+
+
+def test_self_play_labels_by_exact_match_adds_truths_and_keeps_files_apart() -> None:
+    from engine.train.corpus import Doc
+    from engine.train.kto.selfplay import SelfPlayConfig, self_play
+
+    _, tok = tiny_model()
+    body = "".join(f"def f{i}(a, b):\n    total = a + b * {i}\n    return total - {i}\n\n\n" for i in range(12))
+    docs = [Doc(f"pkg/m{j}.py", "python", body.replace("total", f"t{j}"), 0) for j in range(3)]
+    recs = self_play(ScriptedPlayer(tok), docs, "heldout", SelfPlayConfig(n=24, seed=1))
+    plays = [r for r in recs if r.source == "selfplay"]
+    truths = {r.id.split(":", 1)[1]: r for r in recs if r.source == "selfplay-truth"}
+    kinds = {r.kind for r in plays}
+    assert len(plays) >= 18 and kinds == {"fim", "edit", "noedit"}, kinds  # a few tasks cannot be made
+    for r in plays:
+        assert r.group in {d.path for d in docs} and r.split == "heldout"
+        assert r.label == (r.kind == "noedit")  # only keeping an untouched region is right
+        t = truths.get(r.id.split(":", 1)[1])
+        assert (t is None) == r.label  # a miss adds the truth as desirable, for the same prompt and file
+        if t is not None:
+            assert t.label and t.prompt == r.prompt and t.group == r.group and t.completion == r.meta["truth"]
 
 
 # ---- run time: AlignedEngine + RewardScorer -----------------------------------------------------
@@ -214,6 +278,10 @@ def test_tiny_kto_run_lowers_the_loss_raises_the_margin_and_resumes(tmp_path: Pa
     assert last["loss"] < first["loss"] - 0.02, (first, last)
     assert last["margin"] > first["margin"] + 0.5, (first, last)
     assert s["desirable"] + s["undesirable"] == 40 and 0 < s["lambda"][0] <= 1
+    # λ_D, λ_U are the class balance's (λ_D n_D = λ_U n_U at ratio 1), recorded in the adapter
+    assert s["lambda"] == class_weights(s["desirable"], s["undesirable"]) and s["lambda"] != (1.0, 1.0)
+    meta = json.loads(Path(f"{cfg.out}.json").read_text())
+    assert (meta["data"]["lambda_d"], meta["data"]["lambda_u"]) == s["lambda"]
     assert Path(s["adapter"]).is_file() and Path(f"{cfg.out}.json").is_file()
     # resumable: 10 steps + resume to 30 == 30 steps
     cfg2 = KtoConfig(**{**cfg.__dict__, "out": str(tmp_path / "b" / "kto"), "stop_at": 10})

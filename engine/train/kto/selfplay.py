@@ -51,7 +51,10 @@ def _task(kind: str, doc: Doc, tok: object, cfg: SelfPlayConfig, rng: random.Ran
                         how=rng.choice(cfg.fim_spans))
     if kind == "edit":
         ex = make_edit(tok, doc.text, doc.path, rng, cfg.budget)  # type: ignore[arg-type]
-        return ex if ex is not None and not ex.kind.startswith("noedit") else None
+        if ex is None or ex.kind.startswith("noedit"):
+            return None
+        # a whitespace-only change (e.g. a blank line deleted) is no edit under the exact-match label
+        return ex if normalize(ex.meta["new_region"]) != normalize(ex.meta["prompt"].region) else None
     return make_noedit(tok, doc.text, doc.path, rng, cfg.budget)  # type: ignore[arg-type]
 
 
