@@ -19,6 +19,7 @@ from engine.reward import Reward
 from engine.specs import random_checkpoint
 from engine.templates import EditPrompt, FimPrompt, Section
 from engine.train.kto.records import assign_splits, prompt_from_dict, read_set
+from tests.conftest import HUMANEVAL_DIR
 from tests.test_kto import synthetic_set, write_stacked
 
 FIM = FimPrompt("def f(x):\n    return ", "\n", path="a.py", history=("--- a/a.py\n+++ b/a.py\n",),
@@ -230,6 +231,85 @@ def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
     assert conf["shown@threshold"] == 0.5 and conf["precision@threshold"] == 0.5
     assert rew["auroc"] == pytest.approx(0.25) and rew["shown@threshold"] is None
     assert problem_of("SingleLineInfilling/HumanEval/12/L3") == "HumanEval/12"
+
+
+def test_gates_at_equal_coverage_count_precision_acceptance_and_no_edit_silence() -> None:
+    from edit_server.selectivity.align_measure import coverage_rows, shown_metrics
+
+    # 5 cases: 2 right, 1 half right, 2 no-edit (one with a suggestion, one silent)
+    items = [{"kind": "fim", "has": True, "ok": True, "share": 1.0, "confidence": 0.9, "reward": 0.1},
+             {"kind": "edit", "has": True, "ok": False, "share": 0.5, "confidence": 0.8, "reward": 0.5},
+             {"kind": "fim", "has": True, "ok": True, "share": 1.0, "confidence": 0.3, "reward": 0.9},
+             {"kind": "edit", "has": True, "ok": False, "share": 0.0, "quiet": True, "confidence": 0.95,
+              "reward": -1.0},
+             {"kind": "edit", "has": False, "ok": False, "share": 0.0, "quiet": True, "confidence": 0.0,
+              "reward": float("-inf")}]
+    m = shown_metrics(items, {0, 3})
+    assert m == {"coverage": 0.4, "precision": 0.5, "accepted/shown": 0.5, "no-edit correct": 0.5}
+    rows = {(r["gate"], r["at"]): r for r in coverage_rows(
+        "s", items, [0.4, 1.0], {"confidence": 0.5, "reward": {"fim": 0.5}})}
+    assert rows["confidence", "coverage 40%"] == {**rows["confidence", "coverage 40%"], "precision": 0.5,
+                                                  "no-edit correct": 0.5}  # top 2: the quiet case + case 0
+    assert rows["KTO reward", "coverage 40%"]["precision"] == 0.5  # cases 2 and 1
+    assert rows["KTO reward", "coverage 40%"]["accepted/shown"] == 0.75
+    assert rows["KTO reward", "coverage 40%"]["no-edit correct"] == 1.0
+    assert rows["KTO reward", "coverage 100%"]["coverage"] == 0.8  # the silent case is never shown
+    # deployed: confidence ≥ 0.5 → cases 0, 1, 3; reward ≥ 0.5 for fim (case 2), no edit calibration →
+    # the confidence rule for edits (cases 1, 3)
+    assert rows["confidence", "deployed rule"]["coverage"] == pytest.approx(0.6)
+    assert rows["KTO reward", "deployed rule"]["coverage"] == pytest.approx(0.6)
+    assert rows["KTO reward", "deployed rule"]["precision"] == pytest.approx(1 / 3)
+
+
+def test_align_measure_runs_held_out_cases_before_and_after(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.train.kto.records import Record, prompt_to_dict, write_set
+
+    fixtures = Path(__file__).parent / "fixtures" / "evals" / "cases.jsonl"
+    adapter = write_stacked(tmp_path)
+    calibration(adapter)
+    data = tmp_path / "data"  # paths.py of the fixtures' repository was trained on: its 2 cases are skipped
+    p = prompt_to_dict(FimPrompt("x = ", "\n", path="paths.py"))
+    write_set(data, [Record("t", "eval", "fim", True, "repo:evals:paths.py", p, "1", split="train"),
+                     Record("u", "eval", "fim", False, "repo:evals:paths.py", p, "2", split="train")])
+    out = tmp_path / "m"
+    assert main(["align", "measure", "--adapter", str(adapter), "--data", str(data), "--model", "tiny-random",
+                 "--device", "cpu", "--threads", "1", "--limit", "0", "--cases", str(fixtures),
+                 "--max-tokens", "8", "--no-progress", "--out", str(out)]) == 0
+    res = json.loads((out / "measure.json").read_text())
+    assert res["cases"] == ["fim-perimeter", "next-call-site"] and res["cases_skipped"] == 2
+    assert len(res["case_items"]) == 4 and res["tasks"] == []
+    sets = {r["set"] for r in res["quality"]}
+    assert sets == {"cases, before (reference)", "cases, after (KTO)"}
+    at = {(r["set"], r["gate"], r["at"]) for r in res["at_coverage"]}
+    for outputs in ("reference", "aligned"):
+        for g in ("confidence", "KTO reward"):
+            for where in ("coverage 50%", "coverage 25%", "deployed rule"):
+                assert (f"cases, {outputs} outputs", g, where) in at
+    after = [x for x in res["case_items"][2:] if x["has"]]
+    assert res["cost"]["n"] == len(after) and res["cost"]["cached"] == len(after)
+    assert "accepted/shown" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not HUMANEVAL_DIR.is_dir(), reason="no HumanEval-infilling data")
+def test_humaneval_reports_become_records_grouped_by_problem(tmp_path: Path) -> None:
+    from evals.datasets import load_humaneval
+
+    a, b = load_humaneval("single-line")[:2]
+    run = tmp_path / "he"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"kind": "humaneval-infill", "split": "single-line"}))
+    rows = [{"id": a.task_id, "middle": a.canonical_solution, "passed": True, "exact": True, "mean_confidence": 0.9},
+            {"id": b.task_id, "middle": "    return None\n", "passed": False, "exact": False},
+            {"id": "x", "middle": "", "error": "boom"}]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recs = {r.id: r for r in align_data.from_eval(run)}
+    assert set(recs) == {f"humaneval:{a.task_id}", f"humaneval:{b.task_id}", f"humaneval-truth:{b.task_id}"}
+    ra, rb, tb = recs[f"humaneval:{a.task_id}"], recs[f"humaneval:{b.task_id}"], recs[f"humaneval-truth:{b.task_id}"]
+    assert ra.label and not rb.label and tb.label and tb.completion == b.canonical_solution.rstrip("\n")
+    assert rb.completion == "    return None"  # the harness's line end is not part of the completion
+    assert ra.group == "humaneval:HumanEval/" + a.task_id.split("/")[2] and tb.group == rb.group
+    assert prompt_from_dict(rb.prompt) == FimPrompt(b.prompt, b.suffix, path=f"{b.entry_point}.py")
 
 
 def test_the_server_worker_scores_with_the_aligned_adapter(tmp_path: Path) -> None:
