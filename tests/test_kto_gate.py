@@ -289,6 +289,10 @@ def test_align_measure_runs_held_out_cases_before_and_after(tmp_path: Path,
     after = [x for x in res["case_items"][2:] if x["has"]]
     assert res["cost"]["n"] == len(after) and res["cost"]["cached"] == len(after)
     assert "accepted/shown" in capsys.readouterr().out
+    from edit_server.selectivity.align_measure import read_heldout_cases
+
+    assert read_heldout_cases([fixtures], set(), language="markdown") == ([], 0)
+    assert len(read_heldout_cases([fixtures], set(), limit=3, language="python")[0]) == 3
 
 
 @pytest.mark.skipif(not HUMANEVAL_DIR.is_dir(), reason="no HumanEval-infilling data")

@@ -46,6 +46,7 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     m.add_argument("--limit", type=int, default=50, help="HumanEval tasks (seeded sample; 0 = none)")
     m.add_argument("--cases", type=Path, action="append", default=[], metavar="FILE",
                    help="held-out edit cases (`eval replay` cases.jsonl, next-edit fixtures), repeatable")
+    m.add_argument("--cases-language", default="", help="only cases of this language (e.g. python)")
     m.add_argument("--cases-limit", type=int, default=0, help="first N cases of each file (0 = all)")
     m.add_argument("--seed", type=int, default=7)
     m.add_argument("--max-tokens", type=int, default=32)
@@ -157,14 +158,16 @@ def _share(got: str, want: str, exact: bool) -> float:
     return 1.0 if exact or g == w else (common_prefix(g, w) / len(w) if w else 0.0)
 
 
-def read_heldout_cases(files: list[Path], trained: set[str], limit: int = 0) -> tuple[list[Any], int]:
-    """Cases of ``files`` whose group (``repo:REPO:PATH`` as `align_data.from_cases` names it) is not a
-    training group; returns (cases, number skipped)."""
+def read_heldout_cases(files: list[Path], trained: set[str], limit: int = 0,
+                       language: str = "") -> tuple[list[Any], int]:
+    """Cases of ``files`` (of ``language`` when given; the first ``limit`` of each file) whose group
+    (``repo:REPO:PATH`` as `align_data.from_cases` names it) is not a training group; returns (cases,
+    number skipped as trained on)."""
     from evals.cases import read_cases
 
     out, skipped = [], 0
     for f in files:
-        cases = read_cases(f)[: limit or None]
+        cases = [c for c in read_cases(f) if not language or c.language == language][: limit or None]
         for c in cases:
             if f"repo:{c.meta.get('repo', f.parent.name)}:{c.path}" in trained:
                 skipped += 1
@@ -267,7 +270,7 @@ def run_measure(args: argparse.Namespace) -> int:
         trained = {r.group for r in read_set(args.data, "train")}
     tasks = [t for t in load_humaneval(args.split, seed=args.seed)
              if f"humaneval:{problem_of(t.task_id)}" not in trained][: args.limit] if args.limit else []
-    cases, skipped = read_heldout_cases(args.cases, trained, args.cases_limit)
+    cases, skipped = read_heldout_cases(args.cases, trained, args.cases_limit, args.cases_language)
     eng = Engine.load(args.model, device=args.device, fast_cpu=False)
     before = _humaneval(eng, tasks, args, None, prog)
     before_c = _cases(eng, cases, args, None, prog)
