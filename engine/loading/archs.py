@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from engine.config import ModelArgs
-from engine.loading.common import CheckpointError
+from engine.loading.common import CheckpointError, tensor_renamer
 
 State = dict[str, torch.Tensor]
 
@@ -230,14 +230,12 @@ _LLADA_GLOBAL = {"model.transformer.wte.weight": "model.embed_tokens.weight",
                  "model.transformer.ff_out.weight": "lm_head.weight"}
 
 
+_llada = tensor_renamer(_LLADA_GLOBAL, _LLADA_LAYER, _LLADA_LAYER_NAMES)
+
+
 def llada_name(name: str) -> str:
     """LLaDA tensor name -> internal name (unknown names are kept, then reported by validation)."""
-    if name in _LLADA_GLOBAL:
-        return _LLADA_GLOBAL[name]
-    m = _LLADA_LAYER.match(name)
-    if m and m.group(2) in _LLADA_LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LLADA_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-    return name
+    return _llada(name) or name
 
 
 def llada_moe_name(name: str) -> str:

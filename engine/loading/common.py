@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 
 import torch
 from tokenizers import Tokenizer as HFTokenizer
@@ -21,6 +23,23 @@ NEW_ROW_NOISE = 0.02  # x std of the existing rows
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded; the message names the file and field/tensor."""
+
+
+def tensor_renamer(whole: dict[str, str], layer: re.Pattern[str], parts: dict[str, str]
+                   ) -> Callable[[str], str | None]:
+    """A checkpoint's tensor name -> ours, or None when unknown: ``whole`` maps entire names (embedding,
+    final norm, head); ``layer`` matches (layer index, part, weight|bias) and ``parts`` maps the part, giving
+    ``model.layers.N.<ours>.weight|bias``."""
+
+    def rename(name: str) -> str | None:
+        if name in whole:
+            return whole[name]
+        m = layer.match(name)
+        if m and m.group(2) in parts:
+            return f"model.layers.{m.group(1)}.{parts[m.group(2)]}.{m.group(3)}"
+        return None
+
+    return rename
 
 
 def make_tokenizer(hf: HFTokenizer, *, eos_token: str, source: str, mask_id: int | None = None,

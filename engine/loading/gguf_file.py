@@ -18,7 +18,7 @@ import torch
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.loading import base
-from engine.loading.common import CheckpointError, finish, make_tokenizer
+from engine.loading.common import CheckpointError, finish, make_tokenizer, tensor_renamer
 from engine.loading.gguf_tokenizer import build_bpe
 
 ARCHITECTURES = ("llama", "qwen2")  # qwen2: no Q/K permutation, QKV biases
@@ -44,13 +44,7 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def internal_name(name: str) -> str | None:
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
-    m = _LAYER.match(name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-    return None
+internal_name = tensor_renamer(_GLOBAL_NAMES, _LAYER, _LAYER_NAMES)  # GGUF tensor name -> ours (None: unknown)
 
 
 def dequantize(tensor: Any) -> np.ndarray:
