@@ -3,7 +3,6 @@ exactly, in tokens of the real tokenizer (checked by rendering with engine.templ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,7 @@ from edit_server.context import ContextBuilder, ContextOptions
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
-
-TOK = Tokenizer.byte_level()
-
-
-@dataclass
-class Hunk:
-    path: str
-    diff: str
-    timestamp: float
-    open: bool = False
-
+from tests.context_util import TOK, Hunk, two_module_workspace
 
 UTIL = '''"""Utilities."""
 
@@ -49,13 +38,8 @@ def _main_text(n_funcs: int = 40) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> tuple[ContextBuilder, Path, str]:
-    (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "__init__.py").write_text("")
-    (tmp_path / "lib" / "util.py").write_text(UTIL)
-    main = tmp_path / "main.py"
     text = _main_text()
-    main.write_text(text)
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    b, main = two_module_workspace(tmp_path, UTIL, text)
     b.update_document(str(tmp_path / "other.py"), "def other_fn():\n    return 42\n" * 5, 1)
     b.update_document(str(main), text, 1)
     b.build_fim(str(main), text, 10, [])  # schedules indexing of the open document

@@ -4,26 +4,16 @@ the cursor, so the engine's prefix KV cache recomputes a few tokens per keystrok
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import ContextBuilder
 from edit_server.context import sticky as sticky_mod
 from engine.templates import render_edit, render_fim
-from engine.tokenizer import Tokenizer
+from tests.context_util import TOK, Hunk, two_module_workspace
 
-TOK = Tokenizer.byte_level()
 UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
-
-
-@dataclass
-class Hunk:
-    path: str
-    diff: str
-    timestamp: float
-    open: bool = False
 
 
 def _text(n: int = 60) -> str:
@@ -33,13 +23,8 @@ def _text(n: int = 60) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Iterator[tuple[ContextBuilder, str, str]]:
-    (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "__init__.py").write_text("")
-    (tmp_path / "lib" / "util.py").write_text(UTIL)
-    main = tmp_path / "main.py"
     text = _text()
-    main.write_text(text)
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    b, main = two_module_workspace(tmp_path, UTIL, text)
     b.update_document(str(main), text, 1)
     b.build_fim(str(main), text, 10, [], budget=700)  # schedules indexing
     assert b.wait_idle()
