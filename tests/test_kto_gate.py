@@ -178,6 +178,11 @@ def test_align_kto_cli_trains_calibrates_and_the_local_loop_versions(tmp_path: P
     assert {k.split(".")[2] for k in load_file(f"{out}.safetensors")} == {"1"}  # the top layer only
     cal = json.loads(kto_gate.calibration_path(out).read_text())
     assert "fim" in cal["kinds"] and len(read_set(data, "heldout")) == 10
+    kto_gate.calibration_path(out).unlink()  # re-fit the calibration of the trained adapter, no training
+    mtime = Path(f"{out}.safetensors").stat().st_mtime_ns
+    assert main(["align", "kto", "--data", str(data), "--out", str(out), "--calibrate-only", *TINY]) == 0
+    assert json.loads(kto_gate.calibration_path(out).read_text()) == cal
+    assert Path(f"{out}.safetensors").stat().st_mtime_ns == mtime and "gate fim" in capsys.readouterr().out
     # local loop: a feedback store with stored prompts → kto-v1, made current
     db = tmp_path / "fb.sqlite3"
     fb = FeedbackStore(db)

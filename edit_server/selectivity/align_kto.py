@@ -44,6 +44,8 @@ def register_cli(a: argparse._SubParsersAction) -> None:
                                ("eval-examples", int, 32), ("max-minutes", float, 0.0)):
         k.add_argument(f"--{name}", type=typ, default=default)
     k.add_argument("--resume", action="store_true", help="continue from ADAPTER.ckpt/")
+    k.add_argument("--calibrate-only", action="store_true",
+                   help="no training: (re)fit ADAPTER.gate.json of an existing adapter on --data's held-out set")
     k.add_argument("--target-precision", type=float, default=0.6)
     k.add_argument("--min-count", type=int, default=10, help="fewest held-out outcomes per kind to calibrate")
     k.add_argument("--no-progress", action="store_true")
@@ -121,6 +123,17 @@ def run_kto(args: argparse.Namespace) -> int:
         return 2
     else:
         data, out = args.data, args.out
+    if args.calibrate_only:
+        if name is not None:
+            print("--calibrate-only takes --data DIR --out ADAPTER, not --feedback", file=sys.stderr)
+            return 2
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        _print_calibration(calibrate(out, Path(data), model=args.model, device=args.device,
+                                     target=args.target_precision, min_count=args.min_count), args.min_count)
+        return 0
     cfg = KtoConfig(model=args.model, data=str(data), out=str(out), steps=args.steps, batch_size=args.batch_size,
                     lr=args.lr, beta=args.beta, ratio=args.ratio, rank=args.rank, alpha=args.alpha,
                     samples=args.samples, max_prompt=args.max_prompt, max_canvas=args.max_canvas,
@@ -138,17 +151,21 @@ def run_kto(args: argparse.Namespace) -> int:
     print(f"monitor loss {first['loss']:.4f} -> {last['loss']:.4f}; reward margin "
           f"{first['margin']:.3f} -> {last['margin']:.3f}; z0 {summary['z0']:.4f}")
     print(f"adapter {summary['adapter']}")
+    _print_calibration(cal, args.min_count)
+    if name is not None:
+        kto_gate.set_current(d, name)
+        print(f"current adapter: {name} (undo: edit-server align rollback)")
+    return 0
+
+
+def _print_calibration(cal: dict[str, Any], min_count: int) -> None:
     if cal["kinds"]:
         for k, c in cal["kinds"].items():
             print(f"gate {k}: n {c['n']} threshold {c['threshold']:.4f} held-out precision {c['precision']:.3f} "
                   f"coverage {c['coverage']:.3f}")
     else:
-        print(f"no reward calibration ({cal['outcomes']} held-out outcomes, need >= {args.min_count} per kind): "
+        print(f"no reward calibration ({cal['outcomes']} held-out outcomes, need >= {min_count} per kind): "
               "the server keeps the confidence gate for this adapter")
-    if name is not None:
-        kto_gate.set_current(d, name)
-        print(f"current adapter: {name} (undo: edit-server align rollback)")
-    return 0
 
 
 def run_rollback(args: argparse.Namespace) -> int:

@@ -316,10 +316,12 @@ def run_measure(args: argparse.Namespace) -> int:
                     t = {"confidence": 0.5, "reward": cal.thresholds.get(kind) if cal else None}
                     gates += gate_rows(f"self-play held-out {kind}", part, args.coverage, t)
     timed = [x for x in after + after_c if "reward_ms" in x]
-    gen = sum(x["gen_ms"] for x in timed) / max(1, len(timed))
-    rew = sum(x["reward_ms"] for x in timed) / max(1, len(timed))
-    cost = {"generation_ms_mean": gen, "reward_ms_mean": rew, "ratio": rew / gen if gen else None,
-            "cached": sum(bool(x.get("cached")) for x in timed), "n": len(timed)}
+    cost = reward_cost(timed)
+    gen, rew = cost["generation_ms_mean"], cost["reward_ms_mean"]
+    cost["by_set"] = {name: reward_cost(part) for name, part in (
+        ("HumanEval", [x for x in after if "reward_ms" in x]),
+        ("cases fim", [x for x in after_c if "reward_ms" in x and x["kind"] == "fim"]),
+        ("cases edit", [x for x in after_c if "reward_ms" in x and x["kind"] == "edit"])) if part}
     args.out.mkdir(parents=True, exist_ok=True)
     keep = [{k: v for k, v in x.items() if k != "prompt"} for x in before + after]
     keep_c = [{k: v for k, v in x.items() if k != "prompt"} for x in before_c + after_c]
@@ -328,12 +330,26 @@ def run_measure(args: argparse.Namespace) -> int:
          "tasks": [t.task_id for t in tasks], "cases": [c.id for c in cases], "cases_skipped": skipped},
         indent=1))
     ratio = f"{cost['ratio']:.1%}" if cost["ratio"] is not None else "–"
+    by_set = "; ".join(f"{k}: {c['reward_ms_mean']:.0f} / {c['generation_ms_mean']:.0f} ms = {c['ratio']:.1%} "
+                       f"(median per item {c['ratio_median']:.1%}, n {c['n']})" for k, c in cost["by_set"].items())
     md = "\n\n".join([markdown(rows), markdown(gates), markdown(at_cov),
                       f"reward cost: {rew:.0f} ms vs generation {gen:.0f} ms = {ratio} "
-                      f"({cost['cached']}/{cost['n']} on the cached prompt)"])
+                      f"({cost['cached']}/{cost['n']} on the cached prompt); {by_set}"])
     (args.out / "measure.md").write_text(md + "\n")
     print(md)
     return 0
+
+
+def reward_cost(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean reward and generation time of the scored outputs, their ratio and the median per-item ratio."""
+    import statistics
+
+    gen = sum(x["gen_ms"] for x in timed) / max(1, len(timed))
+    rew = sum(x["reward_ms"] for x in timed) / max(1, len(timed))
+    per = [x["reward_ms"] / x["gen_ms"] for x in timed if x["gen_ms"] > 0]
+    return {"generation_ms_mean": gen, "reward_ms_mean": rew, "ratio": rew / gen if gen else None,
+            "ratio_median": statistics.median(per) if per else None,
+            "cached": sum(bool(x.get("cached")) for x in timed), "n": len(timed)}
 
 
 def _mean(items: list[dict[str, Any]], key: str) -> float | None:
