@@ -92,12 +92,14 @@ class Frame:
 
 
 def _readline(stdin: Any) -> tuple[bytes, bool]:
-    """(line, too_long); an over-long line is drained to its end and returned truncated."""
+    """(line, too_long); an over-long line is drained to its end and only its last 8 KiB are returned:
+    a header glued to the end of a skipped body (one long line, as JSON bodies are) is found there."""
     line = stdin.readline(MAX_HEADER_LINE)
     if len(line) < MAX_HEADER_LINE or line.endswith(b"\n"):
         return line, False
-    while True:  # drain the rest without keeping it
+    while True:  # drain the rest, keeping only its tail
         more = stdin.readline(MAX_HEADER_LINE)
+        line = (line + more)[-MAX_HEADER_LINE:]
         if not more or more.endswith(b"\n"):
             return line, True
 
@@ -113,8 +115,8 @@ def read_frame(stdin: Any, max_bytes: int) -> Frame:
             return Frame()  # EOF
         text = line.strip()
         at = text.lower().rfind(b"content-length:")
-        if at > 0:  # the tail of a skipped body glued to the next header: resynchronise on it
-            text = text[at:]
+        if at > 0 or (at == 0 and too_long):  # a skipped body glued to the next header: resynchronise on it
+            text, too_long = text[at:], False
         if not text:
             if seen:
                 break

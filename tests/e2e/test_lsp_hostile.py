@@ -60,6 +60,26 @@ def test_bad_frames_are_answered_and_the_server_keeps_reading() -> None:
         s.proc.kill()
 
 
+def test_a_request_glued_to_an_over_cap_body_is_still_answered() -> None:
+    """A real body over the cap (one long JSON line, no line end) is drained, not kept; the request
+    right behind it is found at the end of the drained line and answered (it was lost before)."""
+    s = RawServer()
+    try:
+        s.initialize(limits={"maxMessageBytes": 65536})
+        _open(s)
+        big = frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": URI + "big", "languageId": "python", "version": 1, "text": "y" * 100_000}}})
+        state = {"command": "editServer.documentState", "arguments": [{"uri": URI}]}
+        s.send(big + b"".join(frame({"jsonrpc": "2.0", "id": i, "method": "workspace/executeCommand", "params": state})
+                              for i in ("glued", "next")))
+        assert s.response("glued")["result"]["version"] == 1
+        assert s.response("next")["result"]["version"] == 1
+        errors = [m for m in s.seen if m.get("id") is None and "error" in m]
+        assert len(errors) == 1 and "outside 1..65536" in errors[0]["error"]["message"], errors
+    finally:
+        s.proc.kill()
+
+
 def test_message_order_rules_and_exit_status() -> None:
     s = RawServer()
     try:
