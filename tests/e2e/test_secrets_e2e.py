@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,12 @@ def test_no_secret_in_logs_or_feedback_store(tmp_path: Path) -> None:
 
     asyncio.run(session())
     logged = log.read_bytes()
-    stored = db.read_bytes()
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("feedback.sqlite3*"))  # with -wal / -journal
     assert b"textDocument/didOpen" in logged and len(logged) > len(doc)  # DEBUG logged whole messages
+    with sqlite3.connect(db) as con:  # the store did keep the session's prompts: the zero below means something
+        prompts = [p for (p,) in con.execute("SELECT prompt FROM suggestion_text")]
+    assert prompts and all("def total(a, b)" in p for p in prompts) and any("helper_open" in p for p in prompts)
+    assert any("[REDACTED]" in p for p in prompts)
     leaks = [(fmt, part) for fmt, _n, _v, parts in fmts for part in parts
              if part.encode() in logged or part.encode() in stored]
     assert leaks == []
