@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -339,7 +337,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench import machine
+    from engine.bench import emit, machine
 
     class _Dev:
         type = args.device
@@ -367,9 +365,4 @@ def run(args: argparse.Namespace) -> int:
     if "ar" in report:
         report["ratio"] = ratios(report["main"], report["ar"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_table(report))
-    return 0
+    return emit(report, args.json, format_table)

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from engine.types import SamplerConfig
@@ -248,11 +249,16 @@ def run(args: argparse.Namespace) -> int:
     if eng.graphs is not None:
         report["cuda_graphs"] = eng.graphs.info()
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    if args.json:
+    return emit(report, args.json, format_report)
+
+
+def emit(report: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any]], str]) -> int:
+    """Print a benchmark's report to stdout: JSON, or the human-readable ``table(report)``. Exit code 0."""
+    if as_json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_report(report))
+        sys.stdout.write(table(report))
     return 0
 
 
