@@ -141,6 +141,21 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
     assert sc3 is None and "aligned" not in eng3.info
 
 
+def test_serving_with_an_aligned_adapter_never_imports_training_code() -> None:
+    """ARCHITECTURE: serving never imports engine/train/ nor the offline align*.py modules."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import edit_server.lsp.server, edit_server.http.app, edit_server.core.pipeline, edit_server.core.worker\n"
+            "import edit_server.selectivity.kto_gate, engine.reward, engine.loading.stacked\n"
+            "print(sorted(m for m in sys.modules if m.startswith('engine.train') or '.align' in m))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 def test_versions_current_and_rollback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "adapters"
     d.mkdir()
