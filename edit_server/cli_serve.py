@@ -59,8 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 class RedactingFilter(logging.Filter):
-    """Every log record passes the prompt's secret redaction: even a DEBUG log of whole messages
-    (document text) holds no secret. A record logged while a redaction is under way (a library logging
+    """Every log record passes the prompts' secret redaction, with the rules of every file type and
+    string escapes read through (``secrets.redact_any``): even a DEBUG log of whole messages (document
+    text quoted in JSON) holds no secret. A record logged while a redaction is under way (a library logging
     from inside it) or one the redaction fails on is withheld, never passed through unredacted."""
 
     WITHHELD = "[log message withheld: secret redaction unavailable]"
@@ -73,7 +74,7 @@ class RedactingFilter(logging.Filter):
         self._busy = threading.local()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from edit_server.context.secrets import redact
+        from edit_server.context.secrets import redact_any as redact
 
         if getattr(self._busy, "on", False):
             record.msg, record.args, record.exc_info, record.exc_text = self.WITHHELD, None, None, None

@@ -40,7 +40,7 @@ def test_a_record_logged_inside_the_redaction_is_withheld(monkeypatch: pytest.Mo
     log, out = _logger()
     import edit_server.context.secrets as secrets
 
-    real = secrets.redact
+    real = secrets.redact_any
     calls = []
 
     def logging_redact(text: str, *a: object, **k: object) -> str:
@@ -49,7 +49,7 @@ def test_a_record_logged_inside_the_redaction_is_withheld(monkeypatch: pytest.Mo
             log.warning("inner %s", KEY)
         return real(text, *a, **k)
 
-    monkeypatch.setattr(secrets, "redact", logging_redact)
+    monkeypatch.setattr(secrets, "redact_any", logging_redact)
     log.info("outer")
     lines = out.getvalue().splitlines()
     assert lines == [RedactingFilter.WITHHELD, "outer"]
@@ -63,6 +63,22 @@ def test_a_failing_redaction_withholds_the_message(monkeypatch: pytest.MonkeyPat
     def broken(*_: object, **__: object) -> str:
         raise ImportError("partially initialized module")
 
-    monkeypatch.setattr(secrets, "redact", broken)
+    monkeypatch.setattr(secrets, "redact_any", broken)
     log.info("text %s", KEY)
     assert out.getvalue().splitlines() == [RedactingFilter.WITHHELD]
+
+
+def test_documents_quoted_in_message_dumps_are_redacted_in_place() -> None:
+    """A document inside a JSON dump (escaped quotes and newlines) or a config file's unquoted values:
+    the secret goes, the escapes around it stay as they were (the dump still reads as JSON)."""
+    import json
+
+    from edit_server.context.secrets import redact_any
+
+    doc = 'x = "caf\u00e9"\npassword = "hunter2-Hunter"\ntoken = "Zx81Qm2LpV7kq"\n[db]\napi_key = Q8x2Lm9Pz7Vt4Rk1\n'
+    for dumped in (json.dumps({"text": doc}), repr({"text": doc}), doc):
+        out = redact_any("Sending data: " + dumped)
+        assert not any(s in out for s in ("hunter2", "Zx81Qm2", "Q8x2Lm9")), out
+        assert out.count("[REDACTED]") == 3 and "x = " in out
+    out = redact_any(json.dumps({"text": doc}))
+    assert json.loads(out)["text"].splitlines()[1:3] == ['password = "[REDACTED]"', 'token = "[REDACTED]"']

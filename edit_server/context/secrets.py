@@ -15,13 +15,14 @@ after redaction (detection sees ``LINE_MARGIN`` more, so a secret across the cut
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 
-from edit_server.context.secret_scan import FileRules, merge, rules_for, scan
+from edit_server.context.secret_scan import FileRules, file_rules, merge, rules_for, scan
 
-__all__ = ["REDACTED", "FileRules", "cap", "find_spans", "is_secret_line", "pem_rows", "redact", "redact_line",
-           "redact_lines", "redact_window", "rules_for", "split_redacted", "whole_line"]
+__all__ = ["REDACTED", "FileRules", "cap", "find_spans", "is_secret_line", "pem_rows", "redact", "redact_any",
+           "redact_line", "redact_lines", "redact_window", "rules_for", "split_redacted", "whole_line"]
 
 REDACTED = "[REDACTED]"
 LINE_MARGIN = 8192  # chars past a line cut still scanned (a PEM block on one line is ~3.3K)
@@ -223,3 +224,36 @@ def is_secret_line(line: str, path: str | None = None) -> bool:
     alone are not secret)."""
     body = _split_nl(line)[0]
     return bool(find_spans(body, path) or _pem_inline(body))
+
+
+_ESCAPE = re.compile(r"\\[nrt\"'\\/]")  # a JSON / Python string escape
+_UNESCAPED = {"n": "\n", "r": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\", "/": "/"}
+ANY_TYPE = (".py", ".go", ".c", ".yaml")  # one file type per distinct rule set: code, Go, C, config
+
+
+def redact_any(text: str) -> str:
+    """``text`` of unknown type and shape (a log record) with every secret replaced: the rules of every
+    file type (a config file's unquoted values too), with string escapes read as what they stand for,
+    so a document quoted in a JSON message dump (``password = \\"…\\"\\napi_key: …``) hides nothing."""
+    if not text:
+        return text
+    parts, at, last = [], [], 0  # at: flat offsets of the unescaped characters (each one shorter)
+    for m in _ESCAPE.finditer(text):
+        parts += [text[last:m.start()], _UNESCAPED[m.group()[1]]]
+        at.append(m.start() - len(at))
+        last = m.end()
+    flat = ("".join(parts) + text[last:]).replace("\r", " ")
+    spans = [sp for ext in ANY_TYPE for sp in scan(flat, file_rules(ext))]
+    if "PRIVATE KEY" in flat or "PuTTY" in flat:
+        lines = flat.splitlines(keepends=True)
+        pem, pos = _pem_lines(lines), 0
+        for i, line in enumerate(lines):
+            body = _split_nl(line)[0]
+            spans += [(pos + a, pos + b) for a, b in _pem_inline(body)]
+            if i in pem and body.strip():
+                spans.append((pos + len(body) - len(body.lstrip()), pos + len(body)))
+            pos += len(line)
+    if not spans:
+        return text
+    back = [(a + bisect.bisect_left(at, a), b + bisect.bisect_left(at, b)) for a, b in merge(spans)]
+    return _apply(text, back)[0]

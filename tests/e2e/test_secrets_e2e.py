@@ -5,6 +5,7 @@ not even at DEBUG, where whole messages are logged — nor in the feedback store
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import sqlite3
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from edit_server.lsp.client import LspClient, server_command, utf16_position
 from tests.e2e.raw_client import ENV
-from tests.test_secrets_planted import formats, planted
+from tests.test_secrets_planted import EXTS, _leaks, formats, planted
 
 pytestmark = pytest.mark.e2e
 
@@ -74,13 +75,16 @@ def test_log_records_pass_the_redaction(tmp_path: Path, level: str) -> None:
     saved = root.handlers[:], root.level
     try:
         setup_logging(argparse.Namespace(log_file=str(log), log_level=level))
-        body = planted("py", fmts, "dump")
-        logging.getLogger("pygls.protocol.json_rpc").warning("Sending data: %s", {"text": body})
-        logging.getLogger("edit_server.x").warning("plain %s", body)
+        for ext in (*EXTS, "env"):  # a document of any type, quoted in a JSON dump (pygls's "Sending data"),
+            body = planted(ext, fmts, f"dump_{ext}")  # a dict's repr, or as it is
+            logging.getLogger("pygls.protocol.json_rpc").warning("Sending data: %s", json.dumps({"text": body}))
+            logging.getLogger("pygls.protocol.json_rpc").warning("Received %s", {"text": body})
+            logging.getLogger("edit_server.x").warning("plain %s", body)
         for h in root.handlers:
             h.flush()
     finally:
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
     text = log.read_text()
-    assert "helper_dump" in text and "[REDACTED]" in text
-    assert [part for _f, _n, _v, parts in fmts for part in parts if part in text] == []
+    assert all(f"dump_{ext}" in text for ext in (*EXTS, "env")) and "[REDACTED]" in text
+    assert [(f, part) for f, _n, _v, parts in fmts for part in parts if part in text] == []
+    assert _leaks([text], [p for *_, parts in fmts for p in parts]) == []  # not even a 10-character piece
