@@ -1,0 +1,114 @@
+"""The import rules of ARCHITECTURE.md, read from the source (``ast``): which packages may import which, and
+no import cycle between modules at import time."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGES = ("edit_server", "engine", "evals")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def _imports(path: Path, top_level_only: bool = False) -> frozenset[str]:
+    """Modules ``path`` imports (``from a import b`` gives ``a`` and ``a.b``). ``top_level_only``: those
+    run at import time (not inside a function or an ``if TYPE_CHECKING:`` block)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    pkg = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if top_level_only and (isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) or (
+                    isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))):
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - child.level + 1] if child.level else []
+                mod = ".".join([*base, *([child.module] if child.module else [])])
+                out.add(mod)
+                out.update(f"{mod}.{a.name}" for a in child.names)
+            visit(child)
+
+    visit(tree)
+    return frozenset(out)
+
+
+SOURCES = {_module(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+Rule = Callable[[str], bool]
+
+
+def _rel(mod: str) -> str:
+    return str(SOURCES[mod].relative_to(ROOT))
+
+
+def _under(*prefixes: str) -> Rule:
+    """A module (``a.b``) or file (``a/b.py``) name at or below one of ``prefixes``."""
+    return lambda name: any(name == p or name.startswith((p + ".", p + "/")) for p in prefixes)
+
+
+def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
+    """(imports of ``banned`` modules from files ``allowed`` accepts, … from the other files)."""
+    ok: list[str] = []
+    bad: list[str] = []
+    for m, path in SOURCES.items():
+        for t in sorted(_imports(path)):
+            if banned(t):
+                (ok if allowed(_rel(m)) else bad).append(f"{_rel(m)} imports {t}")
+    return ok, bad
+
+
+@pytest.mark.parametrize(("rule", "allowed", "banned"), [
+    ("only edit_server/lsp/ speaks LSP", _under("edit_server/lsp"), _under("pygls", "lsprotocol", "pytest_lsp")),
+    ("aiohttp: the HTTP app, the remote transport, the HTTP bench",
+     lambda f: f in ("edit_server/http/app.py", "engine/remote/transport.py", "edit_server/bench_http.py"),
+     _under("aiohttp")),
+    ("engine/ never imports edit_server/", lambda f: not f.startswith("engine/"), _under("edit_server")),
+    ("serving never imports engine/train/ (only the trainer and the offline `align` CLI do)",
+     lambda f: f.startswith(("engine/train/", "edit_server/selectivity/align")), _under("engine.train")),
+    ("the serving path never imports the offline align CLI",
+     lambda f: not f.startswith(("edit_server/core/", "edit_server/lsp/", "edit_server/http/", "edit_server/context/")),
+     lambda t: t.startswith("edit_server.selectivity.align")),
+])
+def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
+    ok, bad = _uses(allowed, banned)
+    assert bad == [], rule
+    assert ok, f"{rule}: no allowed import seen either (the rule matches nothing)"
+
+
+def test_no_import_cycle_at_import_time() -> None:
+    """Module-level imports form no cycle (an import inside a function, or only for type checking, is
+    not followed; a module importing its own package's ``__init__`` is not an edge)."""
+    graph = {m: {t for t in _imports(p, top_level_only=True)
+                 if t in SOURCES and t != m and not m.startswith(t + ".")} for m, p in SOURCES.items()}
+    assert "engine.api" in graph["edit_server.core.pipeline"]  # the parser sees the imports
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def walk(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycles.append(path[path.index(t):] + [t])
+            elif t not in state:
+                walk(t, [*path, t])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m, [m])
+    assert cycles == []
