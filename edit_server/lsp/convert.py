@@ -6,17 +6,11 @@ this module works on code-point offsets into the document text.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from lsprotocol import types as lsp
 
-_EOL = re.compile(r"\r\n|\r|\n")
-
-
-def line_starts(text: str) -> list[int]:
-    """Offsets where each line starts (LSP line breaks: \\n, \\r\\n, \\r)."""
-    return [0, *(m.end() for m in _EOL.finditer(text))]
+from edit_server.core.documents import line_starts
 
 
 def _line_end(text: str, starts: list[int], line: int) -> int:
@@ -30,7 +24,8 @@ def _line_end(text: str, starts: list[int], line: int) -> int:
 
 
 def utf16_len(s: str) -> int:
-    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+    """UTF-16 code units of ``s`` (a lone surrogate counts one), without a loop per character."""
+    return len(s) if s.isascii() else len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def position_to_offset(text: str, line: int, character: int, starts: list[int] | None = None) -> int:
@@ -73,8 +68,8 @@ def to_range(text: str, start: int, end: int) -> lsp.Range:
     return lsp.Range(start=to_position(text, start, starts), end=to_position(text, end, starts))
 
 
-def range_to_offsets(text: str, rng: lsp.Range) -> tuple[int, int]:
-    starts = line_starts(text)
+def range_to_offsets(text: str, rng: lsp.Range, starts: list[int] | None = None) -> tuple[int, int]:
+    starts = starts if starts is not None else line_starts(text)
     a = position_to_offset(text, rng.start.line, rng.start.character, starts)
     b = position_to_offset(text, rng.end.line, rng.end.character, starts)
     return (a, b) if a <= b else (b, a)

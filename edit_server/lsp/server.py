@@ -274,7 +274,7 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
             return
         for ch in params.content_changes:
             if isinstance(ch, lsp.TextDocumentContentChangePartial):
-                a, b = convert.range_to_offsets(doc.text, ch.range)
+                a, b = convert.range_to_offsets(doc.text, ch.range, doc.line_starts())  # no rescan per keystroke
                 p.change_document(uri, a, b, ch.text)
             else:
                 p.replace_document(uri, ch.text)

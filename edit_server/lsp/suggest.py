@@ -47,7 +47,7 @@ async def fim_answer(ls: EditServer, params: Any, invoked: bool) -> InlineAnswer
     doc = p.docs.get(params.text_document.uri) if p is not None else None
     if p is None or doc is None:
         return None
-    offset = convert.position_to_offset(doc.text, params.position.line, params.position.character)
+    offset = convert.position_to_offset(doc.text, params.position.line, params.position.character, doc.line_starts())
     try:
         return await p.inline_completion(doc.uri, offset, invoked)
     except Exception as e:
@@ -71,7 +71,7 @@ async def inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) ->
     doc = p.docs.get(uri) if p is not None else None
     if p is None or doc is None:
         return {"edits": []}
-    offset = convert.position_to_offset(doc.text, line, ch)
+    offset = convert.position_to_offset(doc.text, line, ch, doc.line_starts())
     try:
         ans = await p.next_edit(uri, offset)
     except Exception as e:
