@@ -5,13 +5,13 @@ sandboxed execution check, `evals.humaneval.score`) and edit cases (``--cases FI
 histories of a repository not trained on, the next-edit / no-edit fixture cases; judged as `eval cases`
 judges, `evals.cases.judge`; cases of a training group are skipped). The model before alignment
 (reference) and after (`AlignedEngine`) generate each output, engine-direct (FIM: the file around the
-cursor + history, the server's FIM filters; next edit: the server's default editable region); the
-server's extra context sections are not rebuilt. Each output gets both scores — the geometric-mean
-token confidence and the aligned model's length-normalised implicit reward — and each gate is compared
-at equal coverage (show the top c % of the set by its own score): coverage, precision of the shown
-suggestions, accepted-per-shown (mean accepted share of a shown suggestion: 1 when it is the truth,
-else the true change's correct prefix share; 0 in a no-edit case), no-edit correctness, plus AUROC and
-each gate's deployed rule. Optionally the data set's held-out self-play outputs (label = exact match).
+cursor + history, trimmed far from the cursor to ``--max-prompt`` tokens, the server's FIM filters;
+next edit: the server's default editable region); the server's extra context sections are not rebuilt.
+Each output gets both scores — the geometric-mean token confidence and the aligned model's
+length-normalised implicit reward — and each gate is compared at equal coverage (show the top c % of
+the set by its own score): coverage, precision of the shown suggestions, accepted-per-shown (mean
+accepted share of a shown suggestion: 1 when it is the truth, else the true change's correct prefix
+share; 0 in a no-edit case), no-edit correctness, plus AUROC and each gate's deployed rule. Optionally the data set's held-out self-play outputs (label = exact match).
 The reward's cost is measured against the generation it gates (same request, cached prompt).
 """
 
@@ -50,6 +50,8 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     m.add_argument("--cases-limit", type=int, default=0, help="first N cases of each file (0 = all)")
     m.add_argument("--seed", type=int, default=7)
     m.add_argument("--max-tokens", type=int, default=32)
+    m.add_argument("--max-prompt", type=int, default=512,
+                   help="cases: prompt tokens (the file is trimmed far from the cursor, as `align data` does)")
     m.add_argument("--coverage", type=float, nargs="+", default=[0.5, 0.25])
     m.add_argument("--selfplay-limit", type=int, default=200)
     m.add_argument("--out", type=Path, default=Path("runs/kto-measure"))
@@ -184,6 +186,7 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
     from edit_server.core.settings import Gate, Settings
     from edit_server.selectivity.align_data import _edit_prompt
     from engine import EditPrompt, FimPrompt
+    from engine.train.kto.records import fit_prompt
     from evals.cases import Edit, judge
 
     open_gate = Settings(gate=Gate(enabled=False))  # filters only: every gate decides afterwards
@@ -194,6 +197,7 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
         prompt: Any
         if c.kind == "fim":
             prompt = FimPrompt(text[:off], text[off:], path=c.path, history=tuple(c.history))
+            prompt = fit_prompt(eng.tokenizer, prompt, args.max_prompt) or prompt
             req = FimRequest("measure", c.path, text, 0, off)
             res = eng.infill(prompt, max_tokens=args.max_tokens, single_line=is_single_line(req), cache_key=key)
             sug = fim_result(req, res.text, res.confidences, open_gate)
@@ -202,6 +206,7 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
             d, start, _ = _edit_prompt(text, off, c.path, list(c.history))
             prompt = EditPrompt(d["before"], d["region"], d["after"], d["cursor"], path=c.path,
                                 history=tuple(c.history))
+            prompt = fit_prompt(eng.tokenizer, prompt, args.max_prompt) or prompt  # the region stays whole
             res = eng.rewrite(prompt, cache_key=key)
             new = gate.clean_edit(prompt.region, res.text)
             edits = [Edit(c.path, e.start, e.end, e.text) for e in diff_edits(prompt.region, new, start)]
