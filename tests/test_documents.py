@@ -70,3 +70,33 @@ def test_keystrokes_never_rescan_the_document(monkeypatch: pytest.MonkeyPatch) -
     assert calls == [len(text)]  # the index was built once, on first use
     assert doc.line_starts() == real(doc.text)
     assert doc.text.splitlines()[40_000] == "x = 1" + "y" * 200
+
+
+def test_the_server_keeps_one_copy_of_each_document() -> None:
+    """pygls's own workspace copy is not kept: it cost a whole-document pass per keystroke."""
+    import io
+    import json
+
+    from edit_server.lsp.server import build
+
+    def frame(obj: dict) -> bytes:
+        body = json.dumps(obj).encode()
+        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    uri = "file:///tmp/edit-server-docs/a.py"
+    state = {"command": "editServer.documentState", "arguments": [{"uri": uri}]}
+    msgs = [{"id": 1, "method": "initialize", "params": {"capabilities": {}, "initializationOptions": {
+                "feedbackDb": ":memory:", "model": "tiny-random", "device": "cpu"}}},
+            {"method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": "a = 1\r\nb = 2\n"}}},
+            {"method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
+                {"range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 5}}, "text": "3\r"}]}},
+            {"id": 2, "method": "workspace/executeCommand", "params": state},
+            {"id": 3, "method": "shutdown"}, {"method": "exit"}]
+    out = io.BytesIO()
+    ls = build()
+    assert ls.serve(io.BytesIO(b"".join(frame({"jsonrpc": "2.0", **m}) for m in msgs)), out) == 0
+    assert ls.protocol.workspace.text_documents == {}
+    replies = [json.loads(part.split(b"\r\n\r\n", 1)[1]) for part in out.getvalue().split(b"Content-Length")[1:]]
+    [doc] = [r["result"] for r in replies if r.get("id") == 2]
+    assert doc["version"] == 2 and doc["length"] == len("a = 1\r\nb = 3\r\n")
