@@ -269,3 +269,22 @@ def test_feedback_writes_never_wait_for_the_disk(tmp_path: Path) -> None:
 
     rows = sqlite3.connect(tmp_path / "fb.sqlite3").execute("SELECT event FROM events").fetchall()
     assert [r[0] for r in rows] == ["shown", "accepted"]  # committed, visible to another connection
+
+
+def test_a_full_feedback_queue_drops_events_without_waiting(tmp_path: Path, monkeypatch) -> None:
+    """With the disk stuck and the bounded queue full, an event is dropped at once (its future fails):
+    the loop never waits (it waited 5 s per event)."""
+    from edit_server.selectivity import dbwriter
+
+    monkeypatch.setattr(dbwriter, "QUEUE_LIMIT", 3)
+    fb = FeedbackStore(tmp_path / "fb.sqlite3", ttl_s=10)
+    stuck, held = threading.Event(), threading.Event()
+    fb._writer.call(lambda db: (held.set(), stuck.wait(30)))
+    assert held.wait(10)  # the writer holds the stuck call; fill the queue behind it
+    for _ in range(3):
+        fb._writer.call(lambda db: None)
+    t0 = time.perf_counter()
+    done = fb.accepted("a", "fim", "u", 0.9)
+    assert time.perf_counter() - t0 < 0.5 and isinstance(done.exception(0), RuntimeError)
+    stuck.set()
+    fb.close()

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 QUEUE_LIMIT = 10_000
-PUT_TIMEOUT_S = 5.0
 
 
 class DbWriter:
@@ -51,10 +50,10 @@ class DbWriter:
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> Future:
         """Run ``fn(connection)`` on the writer thread after everything queued before it."""
         fut: Future = Future()
-        try:
-            self._q.put((fn, fut), timeout=PUT_TIMEOUT_S)
+        try:  # never waits: the caller is the event loop (a full queue means the disk is stuck)
+            self._q.put_nowait((fn, fut))
         except queue.Full:
-            log.error("feedback store: queue full for %.0f s; event dropped", PUT_TIMEOUT_S)
+            log.error("feedback store: %d writes queued (the disk is stuck?); event dropped", QUEUE_LIMIT)
             fut.set_exception(RuntimeError("feedback store queue full"))
         return fut
 
