@@ -143,3 +143,22 @@ def test_nested_message_lookalikes_and_non_string_text() -> None:
         assert item["command"]["arguments"][0]["version"] == 1
     finally:
         s.proc.kill()
+
+
+def test_a_nul_workspace_folder_reports_degraded_and_keeps_serving_the_document() -> None:
+    """Fail closed: a workspace folder URI with %00 gives a degraded status (not ready) naming why; the
+    current document still gets suggestions (redacted: tests/test_server_pipeline.py)."""
+    s = RawServer()
+    try:
+        s.request("init", "initialize", {"capabilities": {}, "initializationOptions": {
+            "feedbackDb": ":memory:", "gate": {"enabled": False}},
+            "workspaceFolders": [{"uri": "file:///tmp/edit-server-hostile%00evil", "name": "w"}]})
+        s.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        st = s.wait_for(lambda m: m.get("method") == "$/editServer/status"
+                        and m["params"]["state"] in ("ready", "degraded", "error"))
+        assert st["params"]["state"] == "degraded", st
+        assert "control characters" in st["params"]["message"] and "current document" in st["params"]["message"]
+        _open(s, "KEY = 'AKIA" + "IOSFODNN7EXAMPLE'\n" + TEXT)
+        assert _inline(s, 1, line=2)["result"]["items"][0]["insertText"] == "a + b"
+    finally:
+        s.proc.kill()

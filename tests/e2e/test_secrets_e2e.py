@@ -88,3 +88,34 @@ def test_log_records_pass_the_redaction(tmp_path: Path, level: str) -> None:
     assert all(f"dump_{ext}" in text for ext in (*EXTS, "env")) and "[REDACTED]" in text
     assert [(f, part) for f, _n, _v, parts in fmts for part in parts if part in text] == []
     assert _leaks([text], [p for *_, parts in fmts for p in parts]) == []  # not even a 10-character piece
+
+
+def test_info_logs_carry_sizes_and_timings_not_text(tmp_path: Path) -> None:
+    """At INFO a session's log has one line per model call (sizes, timings) and no document or
+    suggestion text — not even from a rejected change or a message that does not parse."""
+    from tests.e2e.raw_client import RawServer
+
+    log = tmp_path / "info.log"
+    s = RawServer("--log-level", "INFO", "--log-file", str(log))
+    try:
+        s.initialize()
+        uri = (tmp_path / "m.py").as_uri()
+        text = "def zebra_marker_fn(a, b):\n    return \n"
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+        res = s.request(1, "textDocument/inlineCompletion", {"textDocument": {"uri": uri},
+                        "position": {"line": 1, "character": 11}, "context": {"triggerKind": 1}})
+        assert res["result"]["items"][0]["insertText"] == "a + b"
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {
+            "uri": uri, "version": 2}, "contentChanges": [{"text": ["zebra_marker_change"]}]}})
+        s.request(2, "textDocument/copilotInlineEdit", {"textDocument": {"uri": uri, "version": 1},
+                                                        "position": {"line": 1, "character": 11}})
+        s.request(3, "textDocument/inlineCompletion", {"textDocument": {"uri": uri, "zebra_marker_param": 1}})
+        assert s.request(4, "shutdown")["result"] is None
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        assert s.close() == 0
+    finally:
+        s.proc.kill()
+    logged = log.read_text()
+    assert "fim" in logged and "prompt tokens" in logged and "decode" in logged  # one line per model call
+    assert "zebra" not in logged and "a + b" not in logged, logged[-2000:]
