@@ -48,3 +48,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False,
                      help="long fuzzing runs (tests/fuzz: 10,000 sessions instead of the CI bound)")
+    parser.addoption("--fuzz-sessions", type=int, default=0,
+                     help="tests/fuzz: this many sessions (with --long: long sessions, unseeded)")
