@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import queue
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
@@ -42,6 +42,9 @@ OP = st.one_of(
     st.tuples(st.just("frame"), st.sampled_from(BAD)),
     st.tuples(st.just("check")),
 )
+
+
+TALLY: Counter[str] = Counter()  # what a run sent, by kind (printed at the end: run with -s to see it)
 
 
 class Session:
@@ -73,6 +76,7 @@ class Session:
 
     def op(self, op: tuple) -> None:
         kind = op[0]
+        TALLY[kind] += 1
         if kind == "edit":
             a, b = sorted((self._offset(op[1]), self._offset(op[2])))
             rng = {"start": self._pos(a), "end": self._pos(b)}
@@ -173,4 +177,8 @@ def test_random_sessions_keep_sync_and_answer_every_request_once(server: RawServ
 
     session()
     assert server.proc.poll() is None  # alive after every session
-    assert next(count) >= sessions
+    n = next(count)
+    assert n >= sessions
+    print(f"\nfuzz: {n} sessions; {TALLY['edit'] + TALLY['full']} changes ({TALLY['full']} full syncs), "
+          f"{TALLY['inline'] + TALLY['next_edit'] + TALLY['cancel']} suggestion requests ({TALLY['cancel']} cancelled), "
+          f"{TALLY['frame']} malformed frames, {TALLY['check'] + TALLY['edit'] + TALLY['full'] + n} sync checks")
