@@ -337,7 +337,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench import emit, machine
+    from engine.bench_common import emit, machine
 
     class _Dev:
         type = args.device

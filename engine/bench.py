@@ -15,32 +15,12 @@ unsure of everything, so threshold decoding unmasks ~1 token per step — the ta
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
+from engine.bench_common import emit, machine, progress, prompt_ids, sync
 from engine.types import SamplerConfig
-
-CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
-    """Merge two sorted lists into one sorted list."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        if a[i] <= b[j]:
-            out.append(a[i])
-            i += 1
-        else:
-            out.append(b[j])
-            j += 1
-    return out + a[i:] + b[j:]
-
-
-'''
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,40 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def machine(device: Any) -> dict[str, Any]:
-    import torch
-
-    info: dict[str, Any] = {"device": str(device), "torch": torch.__version__,
-                            "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                            "torch_threads": torch.get_num_threads()}
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        info["cpu"] = platform.processor()
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
-def prompt_ids(eng: Any, n: int, salt: int = 0) -> list[int]:
-    """``n`` tokens of real-looking code (repeated), for any tokenizer."""
-    ids: list[int] = []
-    unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)
-    while len(ids) < n:
-        ids.extend(unit)
-    return ids[:n]
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
     """Greedy left-to-right decoding, one token per forward over a KV cache (the AR baseline)."""
     import torch
@@ -121,7 +67,7 @@ def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
         logits = m(torch.tensor([prompt], device=dev), cache=kv, is_causal=True,
                    logits_slice=slice(-1, None))
         kv.length = len(prompt)
-        _sync(dev)
+        sync(dev)
         t1 = time.perf_counter()
         out = []
         for _ in range(n):
@@ -129,14 +75,9 @@ def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
             out.append(tok)
             logits = m(torch.tensor([[tok]], device=dev), cache=kv, offset=kv.length)
             kv.length += 1
-        _sync(dev)
+        sync(dev)
         t2 = time.perf_counter()
     return {"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3, "tokens": n, "forwards": n}
-
-
-def _progress(msg: str) -> None:
-    sys.stderr.write(f"[bench engine] {msg}\n")
-    sys.stderr.flush()
 
 
 def _median(xs: list[float]) -> float:
@@ -149,7 +90,7 @@ def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[floa
 
     prompt = prompt_ids(eng, n_prompt)
     spec = CanvasSpec(n_tokens, stop_at_end=False)  # fixed length: same work as AR
-    _progress(f"AR decoding: {n_tokens} tokens after {n_prompt}")
+    progress(f"AR decoding: {n_tokens} tokens after {n_prompt}")
     ar_decode(eng, prompt, 4)  # warm-up
     ar = [ar_decode(eng, prompt, n_tokens) for _ in range(repeats)]
     ar_ms = _median([a["decode_ms"] for a in ar])
@@ -157,7 +98,7 @@ def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[floa
     eng.generate(prompt, CanvasSpec(eng.block_size), SamplerConfig(threshold=0.0))  # warm-up
     for tau, mode in [(t, m) for t in thresholds for m in modes]:
       cfg = SamplerConfig(threshold=tau, window=mode)  # type: ignore[arg-type]
-      _progress(f"diffusion decoding, threshold {tau}, {mode}")
+      progress(f"diffusion decoding, threshold {tau}, {mode}")
       runs = [eng.generate(prompt, spec, cfg) for _ in range(repeats)]
       r = runs[0]
       dec_ms = _median([x.timings["decode_ms"] for x in runs])
@@ -183,7 +124,7 @@ def bench_prefill(eng: Any, contexts: list[int], repeats: int) -> list[dict[str,
     eng.generate(prompt_ids(eng, 64), spec)  # warm-up
     for n in contexts:
         colds, warms, recomputed = [], [], 0
-        _progress(f"prefill {n} tokens: cold, then warm after a 1-token edit")
+        progress(f"prefill {n} tokens: cold, then warm after a 1-token edit")
         for rep in range(repeats):
             key = f"bench:{n}:{rep}"
             eng.cache.clear()
@@ -250,16 +191,6 @@ def run(args: argparse.Namespace) -> int:
         report["cuda_graphs"] = eng.graphs.info()
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     return emit(report, args.json, format_report)
-
-
-def emit(report: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any]], str]) -> int:
-    """Print a benchmark's report to stdout: JSON, or the human-readable ``table(report)``. Exit code 0."""
-    if as_json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(table(report))
-    return 0
 
 
 def format_report(r: dict[str, Any]) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.bench_common import progress, prompt_ids, sync
+
 
 def _requests(eng: Any, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
-    from engine.bench import prompt_ids
     from engine.calls import FormatRequest
     from engine.types import CanvasSpec, SamplerConfig
 
@@ -29,23 +30,21 @@ def _requests(eng: Any, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
 
 
 def bench_batch(eng: Any, sizes: list[int], n_prompt: int, n_tokens: int) -> list[dict[str, Any]]:
-    from engine.bench import _progress, _sync
-
     rows = []
     approx0 = eng.approx_cache
     for approx in ((True, False) if eng.args.attention == "bidirectional" else (approx0,)):
         eng.approx_cache = approx
         eng.generate_batch(_requests(eng, 1, n_prompt, 4))  # warm-up
         for k in sizes:
-            _progress(f"batch {k}, dual cache {'on' if approx else 'off'}")
+            progress(f"batch {k}, dual cache {'on' if approx else 'off'}")
             reqs = _requests(eng, k, n_prompt, n_tokens)
-            _sync(eng.device)
+            sync(eng.device)
             t0 = time.perf_counter()
             seq = [eng.generate_batch([r])[0] for r in reqs]
-            _sync(eng.device)
+            sync(eng.device)
             t1 = time.perf_counter()
             bat = eng.generate_batch(reqs)
-            _sync(eng.device)
+            sync(eng.device)
             t2 = time.perf_counter()
             toks = sum(len(r.tokens) for r in bat)
             rows.append({"batch": k, "approx_cache": approx, "tokens": toks,
