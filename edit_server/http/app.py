@@ -1,6 +1,7 @@
 """`edit-server http`: the HTTP front end (aiohttp) — Zed, Mercury Edit clients, a team server.
 
-Routes (handlers in handlers.py / handlers_mercury.py, free of aiohttp; formats in zed.py / mercury.py):
+Routes (handlers in handlers.py / handlers_mercury.py, their shared pieces in common.py, free of aiohttp;
+formats in zed.py / mercury.py):
 
 ``POST /v1/completions``        Zed's ``open_ai_compatible_api`` (prompt formats in zed.py); with a
                                 ``suffix`` field: OpenAI-style FIM
@@ -40,9 +41,9 @@ from aiohttp import web
 from edit_server import __version__
 from edit_server.core.pipeline import Pipeline
 from edit_server.core.settings import Settings
-from edit_server.http import handlers, handlers_engine, handlers_mercury
+from edit_server.http import common, handlers, handlers_engine, handlers_mercury
 from edit_server.http.auth import KeyRing, RateLimiter, retry_after
-from edit_server.http.handlers import Ctx, Reply, Stream
+from edit_server.http.common import Ctx, Reply, Stream
 from edit_server.http.metrics import MeteredEngine, Registry
 from engine.api import EngineAPI
 
@@ -73,7 +74,7 @@ def _json(reply: Reply) -> web.Response:
 
 
 def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
-    return _json(handlers.error(status, message, kind, headers))
+    return _json(common.error(status, message, kind, headers))
 
 
 def _hostname(value: str) -> str:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from edit_server.http.handlers import Ctx, Reply, error, max_tokens, not_ready, too_long
+from edit_server.http.common import Ctx, Reply, error, max_tokens, not_ready, too_long
 from engine.templates import EditPrompt, FimPrompt
 
 log = logging.getLogger(__name__)

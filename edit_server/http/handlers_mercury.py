@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edit_server.http import mercury as m
-from edit_server.http.handlers import (
+from edit_server.http.common import (
     Ctx,
     Reply,
     Stream,
