@@ -10,35 +10,35 @@ import pytest
 
 from edit_server.cli import main
 from edit_server.core.settings import Settings
-from edit_server.selectivity import align, thresholds
+from edit_server.selectivity import align, align_common, thresholds
 from edit_server.selectivity.feedback import FeedbackStore
 
 
 def test_isotonic_is_monotone_and_pools_violators() -> None:
-    pts = align.isotonic([0.1, 0.2, 0.3, 0.4, 0.5], [0, 1, 0, 1, 1])
+    pts = align_common.isotonic([0.1, 0.2, 0.3, 0.4, 0.5], [0, 1, 0, 1, 1])
     assert [p for _, p in pts] == sorted(p for _, p in pts)
     assert pts == [(0.1, 0.0), (0.2, 0.5), (0.4, 1.0)]  # (0.2, 0.3) pooled; x = lowest score of a step
 
 
-def synthetic(n: int, kind: str = "fim", seed: int = 0) -> list[align.Outcome]:
+def synthetic(n: int, kind: str = "fim", seed: int = 0) -> list[align_common.Outcome]:
     """P(accepted) = score: a perfectly calibrated score."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         s = rng.random()
-        out.append(align.Outcome(f"{kind}{i}", kind, s, rng.random() < s))
+        out.append(align_common.Outcome(f"{kind}{i}", kind, s, rng.random() < s))
     return out
 
 
 def test_threshold_reaches_the_target_precision_on_held_out_data() -> None:
     data = synthetic(4000)
-    cal = align.fit(data, target_precision=0.8)["fim"]
+    cal = align_common.fit(data, target_precision=0.8)["fim"]
     assert cal.precision >= 0.8 and 0.45 < cal.threshold < 0.75  # P=s: mean over [t,1] ≥ .8 ⇒ t ≈ .6
-    looser = align.fit(data, target_precision=0.6)["fim"]
+    looser = align_common.fit(data, target_precision=0.6)["fim"]
     assert looser.threshold < cal.threshold and looser.coverage > cal.coverage
     # unreachable target: show nothing
-    assert align.fit(data, target_precision=1.01)["fim"].coverage == 0.0
-    assert align.fit(synthetic(5), 0.8) == {}  # too few outcomes to fit
+    assert align_common.fit(data, target_precision=1.01)["fim"].coverage == 0.0
+    assert align_common.fit(synthetic(5), 0.8) == {}  # too few outcomes to fit
 
 
 def test_outcomes_from_the_feedback_store_and_eval_reports(tmp_path: Path) -> None:

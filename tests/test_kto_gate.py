@@ -12,7 +12,7 @@ import pytest
 
 from edit_server.cli import main
 from edit_server.selectivity import align_data, gate, kto_gate
-from edit_server.selectivity.align import Outcome, fit, save
+from edit_server.selectivity.align_common import Outcome, fit, save
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
 from engine.engine import Engine
 from engine.reward import Reward
@@ -240,7 +240,8 @@ def test_align_data_cli_reports_counts(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
-    from edit_server.selectivity.align_measure import at_coverage, auroc, gate_rows, problem_of
+    from edit_server.selectivity.align_common import problem_of
+    from edit_server.selectivity.align_measure import at_coverage, auroc, gate_rows
 
     scores, labels = [0.9, 0.8, 0.3, 0.2], [True, False, True, False]
     assert at_coverage(scores, labels, 0.5) == 0.5 and at_coverage(scores, labels, 0.25) == 1.0

@@ -9,43 +9,21 @@ precision reaches the target. The result is a small JSON file that the server re
 
 KTO alignment of the model itself (Ethayarajh et al. 2024, arXiv 2402.01306) and the gate on its
 implicit reward: ``align data`` (`align_data`), ``align kto`` / ``align rollback`` (`align_kto`),
-``align measure`` (`align_measure`), serving side `kto_gate`; they reuse `isotonic` / `fit` from here.
+``align measure`` (`align_measure`), serving side `kto_gate`. The fitting (`isotonic` / `fit`) and what the
+align commands share are in `align_common` (which imports none of them: no import cycle).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sqlite3
 import sys
-import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from edit_server.selectivity.align_common import NEGATIVE, POSITIVE, Outcome, fit, save
 from edit_server.selectivity.thresholds import default_calibration_path
-
-POSITIVE = {"accepted", "partial"}
-NEGATIVE = {"rejected", "expired"}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    id: str
-    kind: str  # "fim" | "edit"
-    score: float
-    accepted: bool
-
-
-@dataclass
-class KindCalibration:
-    threshold: float  # raw gate score at or above which a suggestion is shown
-    n: int
-    accept_rate: float
-    precision: float  # on the held-out part, at ``threshold``
-    coverage: float  # share of held-out suggestions shown at ``threshold``
-    points: list[tuple[float, float]]  # isotonic map: (raw score, P(accepted)), increasing
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -75,65 +53,6 @@ def from_eval(report_dir: str | Path) -> list[Outcome]:
         accepted = bool(r.get("accepted")) and not r.get("quiet_case")
         out.append(Outcome(str(r["id"]), str(r.get("kind", "fim")), float(r["score"]), accepted))
     return out
-
-
-# ---- fitting ------------------------------------------------------------------------------------
-def isotonic(xs: Sequence[float], ys: Sequence[float]) -> list[tuple[float, float]]:
-    """Pool-adjacent-violators: the non-decreasing step fit of ys on xs, as (x, y) points where each x
-    is the lowest score of its step (so ``score >= x`` selects the step and everything above it)."""
-    pts = sorted(zip(xs, ys, strict=True))
-    blocks: list[list[float]] = []  # [sum_y, count, first_x]
-    for x, y in pts:
-        blocks.append([y, 1.0, x])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
-            s, c, _ = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += c
-    return [(b[2], b[0] / b[1]) for b in blocks]
-
-
-def _held_out(o: Outcome) -> bool:
-    return zlib.crc32(o.id.encode()) % 4 == 0  # a stable 25 % split
-
-
-def _precision_coverage(data: Sequence[Outcome], threshold: float) -> tuple[float, float]:
-    shown = [o for o in data if o.score >= threshold]
-    if not shown:
-        return 1.0, 0.0
-    return sum(o.accepted for o in shown) / len(shown), len(shown) / len(data)
-
-
-def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibration:
-    """Lowest threshold (most coverage) at which the precision of the shown suggestions reaches the
-    target on both the fitting part and the held-out part; ``points`` is the calibrated map."""
-    train = [o for o in data if not _held_out(o)] or list(data)
-    test = [o for o in data if _held_out(o)] or list(data)
-    points = isotonic([o.score for o in train], [float(o.accepted) for o in train])
-    threshold = math.inf  # show nothing unless some threshold reaches the target (any score scale)
-    for x, _ in points:  # increasing x: the first that reaches the target keeps the most coverage
-        if (_precision_coverage(train, x)[0] >= target_precision
-                and _precision_coverage(test, x)[0] >= target_precision):
-            threshold = x
-            break
-    precision, coverage = _precision_coverage(test, threshold)
-    return KindCalibration(threshold, len(data), sum(o.accepted for o in data) / len(data),
-                           precision, coverage, points)
-
-
-def fit(outcomes: Iterable[Outcome], target_precision: float, min_count: int = 20
-        ) -> dict[str, KindCalibration]:
-    by_kind: dict[str, list[Outcome]] = {}
-    for o in outcomes:
-        by_kind.setdefault(o.kind, []).append(o)
-    return {k: fit_kind(v, target_precision) for k, v in sorted(by_kind.items()) if len(v) >= min_count}
-
-
-def save(cal: dict[str, KindCalibration], path: Path, target_precision: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"target_precision": target_precision, "kinds": {k: asdict(v) for k, v in cal.items()}}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=1))
-    tmp.replace(path)
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

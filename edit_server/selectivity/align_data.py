@@ -25,11 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edit_server.selectivity.align import NEGATIVE, POSITIVE
+from edit_server.selectivity.align_common import NEGATIVE, POSITIVE, edit_prompt, problem_of
 
 log = logging.getLogger(__name__)
-
-EDIT_BEFORE, EDIT_AFTER = 3, 6  # editable region of a reconstructed next-edit prompt (server defaults)
 
 
 def _record(**kw: Any) -> Any:
@@ -88,7 +86,6 @@ def _config(run: Path) -> dict[str, Any]:
 
 
 def from_humaneval(run: Path, config: dict[str, Any], truth: bool = True) -> list[Any]:
-    from edit_server.selectivity.align_measure import problem_of
     from evals.datasets import load_humaneval
 
     split = config.get("split", "single-line")
@@ -111,17 +108,6 @@ def from_humaneval(run: Path, config: dict[str, Any], truth: bool = True) -> lis
             out.append(_record(id=f"humaneval-truth:{r['id']}", source="humaneval-truth", label=True,
                                completion=t.canonical_solution.rstrip("\n"), **base))
     return out
-
-
-def _edit_prompt(text: str, offset: int, path: str, history: list[str]) -> tuple[dict[str, Any], int, int]:
-    lines = text.split("\n")
-    line = text.count("\n", 0, offset)
-    lo, hi = max(0, line - EDIT_BEFORE), min(len(lines), line + EDIT_AFTER + 1)
-    start = sum(len(ln) + 1 for ln in lines[:lo])
-    end = min(len(text), sum(len(ln) + 1 for ln in lines[:hi]))
-    p = {"type": "edit", "before": text[:start], "region": text[start:end], "after": text[end:],
-         "cursor": offset - start, "path": path, "history": list(history), "sections": []}
-    return p, start, end
 
 
 def from_cases(run: Path, config: dict[str, Any], truth: bool = True) -> list[Any]:
@@ -154,7 +140,7 @@ def from_cases(run: Path, config: dict[str, Any], truth: bool = True) -> list[An
             truth_text = good.text if good is not None and good.start == good.end == off else None
             kind = "fim"
         else:
-            prompt, s, e = _edit_prompt(text, off, c.path, list(c.history))
+            prompt, s, e = edit_prompt(text, off, c.path, list(c.history))
             inside = [x for x in sugg if x.path == c.path and s <= x.start <= x.end <= e]
             if len(inside) != len(sugg):
                 continue

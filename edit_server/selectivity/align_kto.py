@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edit_server.selectivity import kto_gate
-from edit_server.selectivity.align import Outcome, fit, save
+from edit_server.selectivity.align_common import Outcome, fit, save
 
 
 def register_cli(a: argparse._SubParsersAction) -> None:

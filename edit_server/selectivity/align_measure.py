@@ -26,12 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edit_server.selectivity import gate
-
-
-def problem_of(task_id: str) -> str:
-    """``SingleLineInfilling/HumanEval/12/L3`` → ``HumanEval/12`` (all splits share the problems)."""
-    parts = task_id.split("/")
-    return "/".join(parts[1:3]) if len(parts) >= 3 else task_id
+from edit_server.selectivity.align_common import edit_prompt, problem_of
 
 
 def register_cli(a: argparse._SubParsersAction) -> None:
@@ -184,7 +179,6 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
     from edit_server.core.requests import FimRequest
     from edit_server.core.results import diff_edits, fim_result, is_single_line
     from edit_server.core.settings import Gate, Settings
-    from edit_server.selectivity.align_data import _edit_prompt
     from engine import EditPrompt, FimPrompt
     from engine.train.kto.records import fit_prompt
     from evals.cases import Edit, judge
@@ -203,7 +197,7 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
             sug = fim_result(req, res.text, res.confidences, open_gate)
             edits = [Edit(c.path, off, off, sug.text)] if sug is not None else []
         else:
-            d, start, _ = _edit_prompt(text, off, c.path, list(c.history))
+            d, start, _ = edit_prompt(text, off, c.path, list(c.history))
             prompt = EditPrompt(d["before"], d["region"], d["after"], d["cursor"], path=c.path,
                                 history=tuple(c.history))
             prompt = fit_prompt(eng.tokenizer, prompt, args.max_prompt) or prompt  # the region stays whole
