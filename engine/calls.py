@@ -16,7 +16,6 @@ from typing import Any
 from engine.api import Call, InfillCall
 from engine.decode import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
-from engine.formats.native import NativeFormat
 from engine.types import CanvasSpec, GenerateRequest, GenerateResult
 
 
@@ -31,10 +30,7 @@ class FormatRequest(GenerateRequest):
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
     """The loaded model's format; native (our layout) without a registry entry."""
-    fmt = for_model(tok, meta)
-    if isinstance(fmt, NativeFormat):
-        return NativeFormat(tok, block_size=args.block_size)
-    return fmt
+    return for_model(tok, meta, block_size=args.block_size)
 
 
 def _round(n: int, b: int) -> int:

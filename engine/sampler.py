@@ -88,7 +88,7 @@ class Denoiser:
     """One canvas being denoised block by block."""
 
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
-                 newline_ids: Iterable[int] = (), block_size: int = 32,
+                 newline_ids: Iterable[int] = (), block_size: int,
                  suppress_ids: Iterable[int] = (),
                  stop_rule: Callable[[list[int]], int | None] | None = None) -> None:
         if spec.length <= 0:

@@ -116,9 +116,9 @@ def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:
     return out
 
 
-def edit_canvas_length(region_tokens: int, *, slack: float = 0.25, minimum: int = 16,
-                       block_size: int = 32) -> int:
-    """Canvas length for rewriting a region of ``region_tokens`` tokens, rounded up to blocks."""
+def edit_canvas_length(region_tokens: int, *, slack: float = 0.25, minimum: int = 16, block_size: int) -> int:
+    """Canvas length for rewriting a region of ``region_tokens`` tokens, rounded up to whole blocks of
+    ``block_size`` (the model's or the sampler's: the caller's)."""
     n = region_tokens + max(minimum, int(region_tokens * slack)) + 1  # + eom
     return -(-n // block_size) * block_size
 

@@ -8,9 +8,11 @@ import pytest
 from engine import EditPrompt, Engine, FimPrompt
 from engine.api import InfillCall, RewriteCall
 from engine.calls import call_request
-from engine.formats import FormatNotSupported
+from engine.formats import FormatNotSupported, for_model
+from engine.formats.native import NativeFormat
+from engine.sampler import Denoiser
 from engine.templates import edit_canvas_length, render_edit, render_fim
-from engine.types import SamplerConfig
+from engine.types import CanvasSpec, SamplerConfig
 from tests.dllm_util import DREAM, DREAM_INSTRUCT, ForwardCounter, scripted_engine, tid, tiny_engine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -40,6 +42,24 @@ def test_native_prompts_are_byte_identical() -> None:
     req = call_request(bi, RewriteCall(EDIT, sampler=SamplerConfig(block_size=16)))
     assert req.prompt_tokens == render_edit(bi.tokenizer, EDIT).ids
     assert req.canvas.length == edit_canvas_length(len(bi.tokenizer.encode(EDIT.region)), block_size=16)
+
+
+def test_block_size_comes_from_the_model_or_the_call() -> None:
+    """No literal block size in the engine: the native edit canvas is rounded to the model's blocks (or
+    the call's), and the denoiser and the canvas rule take it from their caller."""
+    eng = Engine.load("tiny-random", device="cpu")
+    n = len(eng.tokenizer.encode(EDIT.region))
+    for b in (8, 16, 48):
+        canvas = for_model(eng.tokenizer, {}, block_size=b).edit(EDIT).canvas
+        assert canvas == edit_canvas_length(n, block_size=b) and canvas % b == 0
+    assert for_model(eng.tokenizer, {}, block_size=8).edit(EDIT, 48).canvas == edit_canvas_length(n, block_size=48)
+    assert eng.format.edit(EDIT).canvas == edit_canvas_length(n, block_size=eng.args.block_size)
+    with pytest.raises(ValueError, match="block size"):
+        NativeFormat(eng.tokenizer).edit(EDIT)
+    with pytest.raises(TypeError):
+        edit_canvas_length(n)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Denoiser(CanvasSpec(8), SamplerConfig(), mask_id=0, end_ids=())  # type: ignore[call-arg]
 
 
 def test_bidirectional_model_infills_in_place() -> None:

@@ -7,7 +7,7 @@ suffix follows the masked span, as in the models' published infilling code), and
 that end the output (``<|im_end|>`` of chat models). Token ids come from the loaded tokenizer by
 token text; nothing here holds a literal id.
 
-    fmt = for_model(engine.tokenizer, engine.meta)   # once, after loading
+    fmt = for_model(engine.tokenizer, engine.meta, block_size=engine.args.block_size)   # once, after loading
     lay = fmt.fim(prompt, max_tokens)                # Layout
     lay = fmt.edit(prompt, block_size)               # Layout (canvas in whole blocks), or FormatNotSupported
 
@@ -68,10 +68,12 @@ def stop_ids(tok: Any, texts: tuple[str, ...] | list[str]) -> frozenset[int]:
     return frozenset(i for i in (token_id(tok, t) for t in texts) if i is not None)
 
 
-def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = None) -> PromptFormat:
+def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = None,
+              block_size: int | None = None) -> PromptFormat:
     """The format of a loaded model: its registry entry's (``meta["registry"]``, set by the HF
     loader for known models), else our native layout. ``name`` forces one (``native``, ``infill``,
-    ``dreamon``, ``chat``)."""
+    ``dreamon``, ``chat``). ``block_size``: the model's (``ModelArgs.block_size``), which the native
+    layout's edit canvas is rounded to when the call names none."""
     from engine.registry import lookup
 
     meta = dict(meta or {})
@@ -80,7 +82,7 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
     if kind == "native":
         from engine.formats.native import NativeFormat
 
-        return NativeFormat(tok)
+        return NativeFormat(tok, block_size)
     if entry is None:
         raise FormatNotSupported(f"format {kind!r} needs a registry model (engine.registry); got {meta!r}")
     if kind in ("infill", "dreamon"):

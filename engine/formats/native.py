@@ -11,7 +11,8 @@ from engine.templates import EditPrompt, FimPrompt, edit_canvas_length, render_e
 class NativeFormat:
     name = "native"
 
-    def __init__(self, tok: Any, block_size: int = 32) -> None:
+    def __init__(self, tok: Any, block_size: int | None = None) -> None:
+        """``block_size``: the model's (``ModelArgs.block_size``); an ``edit`` call may name its own."""
         self.tok, self.block = tok, block_size
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
@@ -19,6 +20,9 @@ class NativeFormat:
         return Layout(r.ids, max_tokens, parts=r.parts)
 
     def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
+        b = block_size or self.block
+        if not b:
+            raise ValueError("native edit layout: no block size (give the model's ModelArgs.block_size)")
         r = render_edit(self.tok, p)
-        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=block_size or self.block)
+        n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=b)
         return Layout(r.ids, n, parts=r.parts)
