@@ -5,12 +5,18 @@ shape (``EngineAPI`` is a ``typing.Protocol``). A call is a typed value — ``In
 of a FIM prompt) or ``RewriteCall`` (rewrite the editable region of an edit prompt) — and
 ``complete(calls)`` runs several as one batch with exactly the per-call semantics of ``infill`` /
 ``rewrite``: the block rule, the output cut and the cursor-token removal live in the engine only.
+
+Besides the calls, an engine has ``meta`` (what its loader knows: a hub model's pinned ``revision``, …),
+``degraded`` (a backend's current failure, shown as the server's status: the remote backend's) and
+``close()`` (release connections and threads). Engines built on :class:`ByComplete` / :class:`OneByOne`
+get the in-process defaults from :class:`EngineBase` (no metadata, never degraded, nothing to close).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from engine.templates import EditPrompt, FimPrompt
@@ -54,6 +60,16 @@ class EngineAPI(Protocol):
     info: dict[str, Any]
     tokenizer: Any
     args: Any
+    meta: Mapping[str, Any]  # the loader's metadata ("revision": a hub model's pinned commit, …)
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the engine serves in a degraded way right now (the remote backend's last failure), or None."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and threads (the remote backend's); the engine is not used afterwards."""
+        ...
 
     def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
         """Run ``calls`` together (one batched forward per step where the model allows it)."""
@@ -70,7 +86,20 @@ class EngineAPI(Protocol):
         ...
 
 
-class ByComplete:
+class EngineBase:
+    """The defaults of :class:`EngineAPI`'s members besides the calls, for an in-process engine."""
+
+    meta: Mapping[str, Any] = MappingProxyType({})
+
+    @property
+    def degraded(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class ByComplete(EngineBase):
     """Mixin for engines whose ``complete`` is the primitive: ``infill`` / ``rewrite`` are one-call
     batches (the in-process ``Engine``, the remote backend)."""
 
@@ -86,7 +115,7 @@ class ByComplete:
         return self.complete([RewriteCall(prompt, sampler, cache_key, abort, on_step)])[0]  # type: ignore[attr-defined]
 
 
-class OneByOne:
+class OneByOne(EngineBase):
     """Mixin for engines without batching (test fakes): ``complete`` runs each call
     through the object's own ``infill`` / ``rewrite``."""
 

@@ -18,6 +18,8 @@ from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import Configure, EngineWorker, Job
 from edit_server.selectivity.feedback import FeedbackStore
+from engine.api import EngineAPI, OneByOne
+from engine.types import GenerateResult
 
 
 def apply(text: str, edits: list[TextEdit]) -> str:
@@ -170,7 +172,7 @@ def test_worker_supersede_and_batching(worker: Any) -> None:
     assert r_new.batch == r_other.batch == 2  # queued together -> one batched engine call
 
 
-class Broken:
+class Broken(OneByOne):
     tokenizer = None
     info: dict = {}
 
@@ -194,6 +196,55 @@ def test_engine_failure_and_bad_model_are_reported_not_fatal(worker: Any) -> Non
     finally:
         w.stop()
         w.join(5)
+
+
+class Lifecycle(OneByOne):
+    """An engine using the typed contract's members besides the calls: meta, degraded, close."""
+
+    tokenizer, args = None, None
+
+    def __init__(self) -> None:
+        self.info = {"model": "lifecycle", "device": "cpu"}
+        self.meta = {"revision": "0123abc"}
+        self.failure: str | None = None
+        self.closed = 0
+
+    @property
+    def degraded(self) -> str | None:
+        return self.failure
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def infill(self, prompt: Any, **kw: Any) -> GenerateResult:
+        return GenerateResult("x", [1], [0.9], 1, 1, 1, 0, "eom")
+
+    def rewrite(self, prompt: Any, **kw: Any) -> GenerateResult:
+        return GenerateResult(prompt.region, [1], [0.9], 1, 1, 1, 0, "eom")
+
+
+def test_worker_uses_the_engines_meta_degraded_and_close() -> None:
+    """The worker reads the revision from ``meta``, shows ``degraded`` as its status and closes an engine
+    it replaces or stops with (EngineAPI members, defaults in EngineBase: in-process engines do nothing)."""
+    assert isinstance(Lifecycle(), EngineAPI)
+    assert (Broken().meta, Broken().degraded, Broken().close()) == ({}, None, None)
+    rec = Recorder()
+    w = EngineWorker(rec)
+    first, second = Lifecycle(), Lifecycle()
+    try:
+        w.load("x", "cpu", Settings(), first)
+        assert w.ready.wait(30) and first.info["revision"] == "0123abc"
+        first.failure = "remote timed out"
+        assert w.submit(_fim("a")).result(30) is not None
+        assert rec.states[-1] == ("degraded", "remote timed out")
+        first.failure = None
+        assert w.submit(_fim("a")).result(30) is not None and rec.states[-1] == ("ready", "idle")
+        w.load("x", "cpu", Settings(), second)
+        assert w.ready.wait(30) and (first.closed, second.closed) == (1, 0)
+    finally:
+        w.stop()
+        w.join(5)
+    assert second.closed == 1
 
 
 def test_auto_budget_follows_model_and_device() -> None:

@@ -191,7 +191,7 @@ class EngineWorker:
             item = self._q.get()
             if isinstance(item, Stop):
                 self._fail_pending()
-                self._close_remote(self.engine)
+                self._close(self.engine)
                 return
             if not isinstance(item, Job):
                 self._command(item)
@@ -224,7 +224,7 @@ class EngineWorker:
         t0 = time.perf_counter()
         try:
             old, self.engine = self.engine, None
-            self._close_remote(old)
+            self._close(old)
             if item.settings.threads:  # fewer threads than cores avoids spin-wait collapse on busy machines
                 import torch
 
@@ -242,8 +242,8 @@ class EngineWorker:
             self.degraded = self._ctx.degraded
             self.ready.set()
 
-            info = getattr(eng, "info", None) or {}
-            rev = (getattr(eng, "meta", None) or {}).get("revision")
+            info = eng.info
+            rev = eng.meta.get("revision")
             if rev and "revision" not in info:  # a hub model: the pinned commit
                 info["revision"] = rev
             msg = (f"{info.get('model', item.spec)} ({info.get('label', '')}) on "
@@ -260,13 +260,13 @@ class EngineWorker:
             self.on_status("error", self.error)
 
     @staticmethod
-    def _close_remote(engine: EngineAPI | None) -> None:
-        """A remote backend's connections and thread go with it."""
-        if engine is not None and (getattr(engine, "info", None) or {}).get("remote"):
+    def _close(engine: EngineAPI | None) -> None:
+        """An engine's connections and threads go with it (a remote backend's; in-process: nothing)."""
+        if engine is not None:
             try:
-                engine.close()  # type: ignore[attr-defined]
+                engine.close()
             except Exception:
-                log.warning("closing the remote backend failed", exc_info=True)
+                log.warning("closing the engine failed", exc_info=True)
 
     def _remote(self, item: Load) -> EngineAPI:
         from edit_server.core.remote import remote_engine
@@ -279,8 +279,7 @@ class EngineWorker:
 
     def _degraded_now(self) -> str | None:
         """The context builder's degradation or the remote backend's last failure (shown as status)."""
-        remote = getattr(self.engine, "degraded", None)
-        parts = [p for p in (self.degraded, remote if isinstance(remote, str) else None) if p]
+        parts = [p for p in (self.degraded, self.engine.degraded if self.engine is not None else None) if p]
         return "; ".join(parts) or None
 
     def _fail_pending(self) -> None:
