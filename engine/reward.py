@@ -6,8 +6,9 @@ cancels. The policy is the reference plus a stacked LoRA active from the prompt'
 (`engine.loading.stacked`), so the prompt rows are shared: after a generation the scorer reuses the
 engine's cached prompt KV and runs the coupled pair over ``[last prompt token, clean canvas blocks,
 noisy canvas]`` as one two-row forward (reference row: LoRA × 0, policy row: LoRA on) — no second
-prefill, the weights are read once, the engine's cache is only read. The gate's score is ``(r − z0) / n``
-with z0 the KL reference point the trainer estimated and n the completion tokens + eom.
+prefill, the weights are read once, the engine's cache is only read; with a LoRA on the top layers only
+(``--top-layers``) the layers below it run once for both rows (`forked_forward`). The gate's score is
+``(r − z0) / n`` with z0 the KL reference point the trainer estimated and n the completion tokens + eom.
 
 `draw_noise` is the one noise definition: the KTO trainer (`engine.train.kto.elbo`) imports it, so
 training's r and the gate's r are the same estimator (tests check they agree).
@@ -108,6 +109,9 @@ class RewardScorer:
         self.pad_to_block = bool(elbo.get("pad_to_block", True))  # adapters before the flag padded
         self.seed = seed
         self._buf: KVCache | None = None  # the two-row KV of the pair, reused across calls
+        # decoder layers below the LoRA's lowest one compute the same thing for both rows: run them once
+        layers = (meta.get("lora") or {}).get("layers")
+        self.fork = min(layers) if layers else 0
 
     # ---- convenience -------------------------------------------------------------------------
     def score_fim(self, prompt: FimPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
@@ -175,7 +179,10 @@ class RewardScorer:
         pair = self._pair_cache(kv, n - 1, n - 1 + T)
         rows = torch.tensor([0.0, 1.0], device=dev).view(2, 1, 1)
         with eng.lora.use(True, rows):
-            h = eng.model(ids, positions=pos, mask=mask, cache=pair, offset=n - 1, logits_slice=slice(0, 0))
+            if self.fork:
+                h = forked_forward(eng.model, ids[:1], pos[:1], mask, pair, n - 1, self.fork)
+            else:
+                h = eng.model(ids, positions=pos, mask=mask, cache=pair, offset=n - 1, logits_slice=slice(0, 0))
         lp = masked_logp(eng.model, h, index[None].expand(2, -1).to(dev), tgt[None].expand(2, -1).to(dev),
                          weight[None].expand(2, -1).to(dev))
         return float(lp[0]), float(lp[1])
@@ -186,7 +193,24 @@ class RewardScorer:
         if buf is None or buf.capacity < need or buf.k[0].dtype != kv.k[0].dtype:
             buf = self._buf = KVCache.for_model(self.eng.args, 2, need, kv.k[0].dtype, kv.k[0].device)
         for dst, src in ((buf.k, kv.k), (buf.v, kv.v)):
-            for d, t in zip(dst, src, strict=True):
-                d[:, :, :n] = t[:1, :, :n]
+            for i, (d, t) in enumerate(zip(dst, src, strict=True)):
+                d[: 1 if i < self.fork else 2, :, :n] = t[:1, :, :n]  # forked layers: row 0 only
         buf.length = n
         return buf
+
+
+def forked_forward(model: Any, ids: Tensor, positions: Tensor, mask: Tensor, cache: KVCache, offset: int,
+                   fork: int) -> Tensor:
+    """`Transformer.forward` (hidden states) of one row (ids, positions (1, T)) through the layers below
+    ``fork`` — with row 0 of the two-row ``cache`` — then of two copies of it through the rest: the
+    reference and the policy row differ only from the stacked LoRA's lowest layer on. Returns (2, T, dim)."""
+    cos, sin = model._rope(positions)
+    dt = model.model.embed_tokens.weight.dtype
+    cos, sin = cos[:, None].to(dt), sin[:, None].to(dt)  # (1, 1, T, hs)
+    x = model.model.embed_tokens(ids)  # (1, T, dim)
+    one = cache.row(0)
+    for i, layer in enumerate(model.model.layers):
+        if i == fork:
+            x = x.expand(2, -1, -1).contiguous()  # (2, T, dim)
+        x = layer(x, cos, sin, mask, False, one if i < fork else cache, i, offset)
+    return x

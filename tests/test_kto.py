@@ -174,14 +174,14 @@ def test_self_play_labels_by_exact_match_adds_truths_and_keeps_files_apart() -> 
 
 
 # ---- run time: AlignedEngine + RewardScorer -----------------------------------------------------
-def write_stacked(tmp: Path, seed: int = 1, std: float = 0.3, z0: float = 0.05) -> Path:
+def write_stacked(tmp: Path, seed: int = 1, std: float = 0.3, z0: float = 0.05,
+                  layers: list[int] | None = None) -> Path:
     model, tok = tiny_model()
-    attach(model, 4, 8.0, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    attach(model, 4, 8.0, tuple(targets), layers=layers)
     randomize(model, seed, std)
     path = tmp / "kto-test"
-    save_stacked(path, model, {"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "k_proj", "v_proj",
-                                                                                "o_proj", "gate_proj", "up_proj",
-                                                                                "down_proj"]},
+    save_stacked(path, model, {"lora": {"rank": 4, "alpha": 8.0, "targets": targets, "layers": layers},
                                 "special_tokens": tok.special.as_dict(), "z0": z0,
                                 "elbo": {"t_min": 0.1, "pad_to_block": False}})
     return path
@@ -218,6 +218,28 @@ def test_reward_scorer_is_the_trainers_estimator(tmp_path: Path) -> None:
     assert a.cached and a.r == pytest.approx(b.r, abs=1e-4)
     again = eng.infill(prompt, max_tokens=16, cache_key="doc")
     assert again.tokens == res.tokens and again.cached_tokens == len(ids)
+
+
+def test_top_layer_adapter_runs_the_layers_below_once_with_the_same_reward(tmp_path: Path) -> None:
+    eng = AlignedEngine.from_engine(Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu"),
+                                    write_stacked(tmp_path, layers=[1]))  # LoRA on the top layer only
+    scorer = RewardScorer(eng)
+    assert scorer.fork == 1
+    prompt = FimPrompt("def f(x):\n    return ", "\n", path="a.py")
+    ids = render_fim(eng.tokenizer, prompt).ids
+    res = eng.infill(prompt, max_tokens=16, cache_key="doc")
+    forked = scorer.score_fim(prompt, res, cache_key="doc")  # the engine's cached prompt
+    cold = scorer.score_ids(ids, res.tokens)  # its own reference prefill
+    scorer.fork = 0  # both rows through every layer
+    full = scorer.score_ids(ids, res.tokens)
+    kto = Kto(eng.model, eng.tokenizer, KtoConfig(samples=1, t_min=0.1), eng.lora)
+    sp = eng.tokenizer.special
+    r = kto.rewards([(ids, canvas_for(res.tokens, sp.eom, sp.pad, 8))], torch.Generator().manual_seed(0),
+                    grad=False)
+    assert forked.cached and abs(full.r) > 1e-3
+    for got in (forked, cold):
+        assert got.r == pytest.approx(full.r, abs=1e-5) and got.logp_ref == pytest.approx(full.logp_ref, abs=1e-4)
+    assert full.r == pytest.approx(float(r[0]), abs=1e-4)
 
 
 def test_aligned_engine_prefix_cache_is_exact(tmp_path: Path) -> None:
