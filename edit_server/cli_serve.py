@@ -7,17 +7,32 @@ import logging
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edit_server.core.settings import Settings
 
 
-def _common(p: argparse.ArgumentParser, model_default: str | None = None) -> None:
-    p.add_argument("--model", default=model_default,
-                   help='"default" (embedded), "tiny-random", an HF directory or a .gguf file')
-    p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--log-file", default=None, help="log to this file (default: stderr)")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+def settings_flags(p: argparse.ArgumentParser, model_default: str | None = None, config: bool = False,
+                   model: bool = True) -> None:
+    """The settings flags of every command that builds a ``Settings`` (``settings_from_args``): ``--model``
+    and ``--device`` (unless ``model`` is False), ``--set``, and ``--config`` when ``config``."""
+    if model:
+        p.add_argument("--model", default=model_default,
+                       help='"default" (embedded), "tiny-random", an HF directory or a .gguf file')
+        p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any setting (README 'Settings'), camelCase, dotted for nested keys, JSON values: "
                         "--set gate.threshold=0.7 --set contextBudget=4096; wins over the client's options")
+    if config:
+        p.add_argument("--config", default=None, metavar="FILE.json",
+                       help="settings as JSON (the LSP initializationOptions keys); command-line flags win")
+
+
+def _common(p: argparse.ArgumentParser, model_default: str | None = None, config: bool = False) -> None:
+    settings_flags(p, model_default, config)
+    p.add_argument("--log-file", default=None, help="log to this file (default: stderr)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
 def cli_settings(args: argparse.Namespace) -> dict:
@@ -26,11 +41,35 @@ def cli_settings(args: argparse.Namespace) -> dict:
     from edit_server.core.settings import parse_set
 
     out = parse_set(getattr(args, "set", None))
-    if args.model:
+    if getattr(args, "model", None):
         out["model"] = args.model
-    if args.device:
+    if getattr(args, "device", None):
         out["device"] = args.device
     return out
+
+
+def config_options(args: argparse.Namespace) -> dict | None:
+    """The ``--config FILE.json`` options (client options, below the command line), or None."""
+    import json
+
+    path = getattr(args, "config", None)
+    return json.loads(open(path, encoding="utf-8").read()) if path else None
+
+
+def settings_from_args(args: argparse.Namespace, cli: dict | None = None) -> Settings:
+    """The settings of a command: ``--config`` ← ``--model`` / ``--device`` / ``--set`` (and ``cli``: the
+    command's own flags as camelCase options), through ``build_settings`` as the servers make them.
+    Raises ValueError naming every bad key (or an unreadable ``--config``)."""
+    from edit_server.core.settings import build_settings
+
+    try:
+        client = config_options(args)
+    except OSError as e:
+        raise ValueError(f"--config: {e}") from e
+    settings, bad = build_settings(client, {**cli_settings(args), **(cli or {})})
+    if bad:
+        raise ValueError("; ".join(bad))
+    return settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,11 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_demo)
 
     h = sub.add_parser("http", help="Zed open_ai_compatible_api front end (HTTP)")
-    _common(h, "default")
+    _common(h, "default", config=True)
     h.add_argument("--host", default="127.0.0.1")
     h.add_argument("--port", type=int, default=8377)
-    h.add_argument("--config", default=None, metavar="FILE.json",
-                   help="settings as JSON (the LSP initializationOptions keys); command-line flags win")
     h.set_defaults(func=run_http)
 
 
@@ -135,19 +172,12 @@ def run(args: argparse.Namespace) -> int:
 
 def run_http(args: argparse.Namespace) -> int:
     setup_logging(args)
-    import json
-
-    from edit_server.core.settings import build_settings
     from edit_server.http import app
 
     try:
-        client = json.loads(open(args.config, encoding="utf-8").read()) if args.config else None
-        settings, bad = build_settings(client, cli_settings(args))
+        settings = settings_from_args(args)
     except (OSError, ValueError) as e:
         print(f"edit-server http: {e}", file=sys.stderr)
-        return 2
-    if bad:
-        print("edit-server http: " + "; ".join(bad), file=sys.stderr)
         return 2
     return app.serve(args.host, args.port, settings)
 

@@ -3,13 +3,21 @@ and a small two-module workspace (``lib/util.py`` + ``main.py``) with a builder 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.core.settings import MAX_CONTEXT_BUDGET, Settings
 from engine.tokenizer import Tokenizer
 
 TOK = Tokenizer.byte_level()
+
+
+def options(**kw: Any) -> ContextOptions:
+    """The builder's options for the default settings and a 32,768-token budget, ``kw`` replaced."""
+    return dataclasses.replace(ContextOptions.from_settings(Settings(), MAX_CONTEXT_BUDGET), **kw)
 
 
 @dataclass
@@ -27,4 +35,4 @@ def two_module_workspace(root: Path, util: str, main_text: str) -> tuple[Context
     (root / "lib" / "util.py").write_text(util)
     main = root / "main.py"
     main.write_text(main_text)
-    return ContextBuilder([root], TOK, ContextOptions(git=False)), main
+    return ContextBuilder([root], TOK, options(git=False)), main

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import ContextBuilder
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
-from tests.context_util import TOK, Hunk, two_module_workspace
+from tests.context_util import TOK, Hunk, options, two_module_workspace
 
 UTIL = '''"""Utilities."""
 
@@ -138,7 +138,7 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
     cost = 1 + len(TOK.encode(mine))
     budget = 3000
     share = (cost + 2) / budget  # room for exactly this file's newest hunk
-    opts = ContextOptions(git=False, index_workspace=False,
+    opts = options(git=False, index_workspace=False,
                           shares=Shares(window=0.05, history=share * budget / (budget - 60)))
     small = ContextBuilder([tmp_path], TOK, opts)
     r = small.build_edit(str(main), text, 5, hist, budget=budget)
@@ -177,7 +177,7 @@ def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int,
     main = tmp_path / "main.py"
     text = _main_text(60)
     main.write_text(text)
-    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], tok, options(git=False, index_workspace=False))
     assert not b.counter.exact
     offset = text.index("def f30") + 5
     hist = [Hunk(str(main), "--- a/main.py\n+++ b/main.py\n@@ -1 +1 @@\n-    old\n+    new\n", 1.0)]
@@ -193,7 +193,7 @@ def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int,
 def test_no_tokenizer_estimates(tmp_path: Path) -> None:
     main = tmp_path / "main.py"
     text = _main_text(60)
-    b = ContextBuilder([tmp_path], None, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], None, options(git=False, index_workspace=False))
     r = b.build_fim(str(main), text, 100, [], budget=500)
     assert not r.report.exact and r.report.total <= 500
     assert r.prompt.prefix == text[:100][-len(r.prompt.prefix):]
@@ -202,11 +202,12 @@ def test_no_tokenizer_estimates(tmp_path: Path) -> None:
 
 def test_default_budget_and_too_small(tmp_path: Path) -> None:
     main = str(tmp_path / "m.py")
-    for ctx, want in ((2048, 2048), (None, 32768), (100_000, 32768)):
-        b = ContextBuilder([tmp_path], TOK, ContextOptions(model_context=ctx, git=False, index_workspace=False))
-        assert b.build_fim(main, "x = 1\n", 3, []).report.budget == want
+    for budget in (2048, 32768):  # a build that names no budget gets the options' (the server's auto budget)
+        b = ContextBuilder([tmp_path], TOK, options(budget=budget, git=False, index_workspace=False))
+        assert b.build_fim(main, "x = 1\n", 3, []).report.budget == budget
+        assert b.build_fim(main, "x = 1\n", 3, [], budget=1000).report.budget == 1000
         b.close()
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], TOK, options(git=False, index_workspace=False))
     with pytest.raises(ValueError, match="budget"):
         b.build_fim(main, "x = 1\n", 3, [], budget=5)
     b.close()
@@ -236,7 +237,7 @@ def test_block_counting_is_exact_for_gpt2_style_bpe(tmp_path: Path) -> None:
     main = tmp_path / "main.py"
     text = _main_text(80) + "\n\n\nclass Tail:\n\n    def m(self):\n        return 1\n"
     main.write_text(text)
-    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], tok, options(git=False, index_workspace=False))
     assert not b.counter.exact and b.counter.exact_text
     for budget in (100, 333, 1000, 2500):
         for frac in (0.0, 0.13, 0.5, 0.77, 1.0):
@@ -256,7 +257,7 @@ def test_exact_after_keystrokes(tmp_path: Path, tokenizer: str) -> None:
     tok = TOK if tokenizer == "byte" else _gpt2_style_tokenizer()
     main = str(tmp_path / "main.py")
     text = _main_text(40)
-    b = ContextBuilder([tmp_path], tok, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], tok, options(git=False, index_workspace=False))
     b.update_document(main, text, 1)
     rng = random.Random(7)
     for version in range(2, 30):

@@ -7,10 +7,11 @@ from pathlib import Path
 import git
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import ContextBuilder
 from edit_server.context.gitctx import GitContext
 from engine.templates import render_fim
 from engine.tokenizer import Tokenizer
+from tests.context_util import options
 
 TOK = Tokenizer.byte_level()
 
@@ -64,7 +65,7 @@ def test_git_sections_in_prompt(repo) -> None:
     r, root = repo
     text = "def a():\n    return 11  # UNCOMMITTED\n"
     (root / "a.py").write_text(text)
-    b = ContextBuilder([root], TOK, ContextOptions(index_workspace=False))
+    b = ContextBuilder([root], TOK, options(index_workspace=False))
     path = str(root / "a.py")
     b.update_document(path, text, 1)  # schedules the git refresh in the background
     assert b.wait_idle(30)
@@ -88,7 +89,7 @@ def test_git_sections_in_prompt(repo) -> None:
 
 def test_no_repository_and_no_commits(tmp_path: Path) -> None:
     (tmp_path / "x.py").write_text("x = 1\n")
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(index_workspace=False))
+    b = ContextBuilder([tmp_path], TOK, options(index_workspace=False))
     assert b.git_for(tmp_path / "x.py") is None
     assert b.build_fim(str(tmp_path / "x.py"), "x = 1\n", 2, []).prompt.prefix == "x ="[:2]
     b.close()

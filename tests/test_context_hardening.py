@@ -10,10 +10,11 @@ from pathlib import Path
 import git
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions, open_builder
+from edit_server.context import ContextBuilder, open_builder
 from edit_server.context.safegit import SafeGit
 from edit_server.context.syntax import Document
 from engine.tokenizer import Tokenizer
+from tests.context_util import options
 
 TOK = Tokenizer.byte_level()
 
@@ -58,7 +59,7 @@ def hostile(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_git_never_runs_repository_configured_programs(hostile) -> None:
     root, marker = hostile
-    b = ContextBuilder([root], TOK, ContextOptions())
+    b = ContextBuilder([root], TOK, options())
     path = str(root / "a.py")
     text = (root / "a.py").read_text()
     b.update_document(path, text, 1)
@@ -92,7 +93,7 @@ def test_garbage_workspace_root_keeps_exclusions_and_reports_degraded(tmp_path: 
     (tmp_path / "secret.py").write_text('API_TOKEN = "tok_live_Zx81Qm2LpV7"\n')
     (tmp_path / ".env").write_text("DB_PASSWORD=hunter2hunter2\n")
     roots = [Path(str(tmp_path) + "\x00evil"), Path("relative/dir")]
-    b = open_builder(roots, TOK, ContextOptions(git=False))
+    b = open_builder(roots, TOK, options(git=False))
     assert b.degraded and "control characters" in b.degraded and "current document" in b.degraded
     assert b.current_only and b.roots == []
     main = str(tmp_path / "main.py")
@@ -106,7 +107,7 @@ def test_garbage_workspace_root_keeps_exclusions_and_reports_degraded(tmp_path: 
     assert "x = secret.API_TOKEN" in seen  # the current document still gives context
     assert b.build_fim(str(tmp_path / ".env"), "DB_PASSWORD=hunter2hunter2\n", 3, []).report.blocked
     # one good root among bad ones: that root, degraded, full context
-    b2 = ContextBuilder([tmp_path, Path("\x00")], TOK, ContextOptions(git=False, index_workspace=False))
+    b2 = ContextBuilder([tmp_path, Path("\x00")], TOK, options(git=False, index_workspace=False))
     assert b2.roots == [tmp_path.resolve()] and b2.degraded and not b2.current_only
     assert b2.exclusions.reason(tmp_path / ".env")
     b.close()
@@ -114,10 +115,10 @@ def test_garbage_workspace_root_keeps_exclusions_and_reports_degraded(tmp_path: 
 
 
 def test_paths_with_nul_are_excluded_not_crashing(tmp_path: Path) -> None:
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], TOK, options(git=False, index_workspace=False))
     bad = str(tmp_path / "x\x00.py")
     assert b.exclusions.reason(bad, text="a = 1\n")  # excluded (outside the roots: it cannot resolve)
-    assert ContextBuilder([], TOK, ContextOptions(git=False)).exclusions.reason(bad).startswith("unusable path")
+    assert ContextBuilder([], TOK, options(git=False)).exclusions.reason(bad).startswith("unusable path")
     b.update_document(bad, "SECRET_MARK = 1\n", 1)  # an open document with a broken URI
     main = str(tmp_path / "m.py")
     r = b.build_fim(main, "y = 2\n", 5, [])
@@ -126,7 +127,7 @@ def test_paths_with_nul_are_excluded_not_crashing(tmp_path: Path) -> None:
 
 
 def test_fallback_builder_sends_only_the_current_document_redacted(tmp_path: Path) -> None:
-    b = ContextBuilder.fallback(TOK, ContextOptions(), "context builder failed (ValueError)")
+    b = ContextBuilder.fallback(TOK, options(), "context builder failed (ValueError)")
     assert b.degraded.startswith("context builder failed") and b.current_only
     text = 'KEY = "AKIAABCDEFGHIJKLMNOP"\nx = 1\n'
     r = b.build_fim(str(tmp_path / "a.py"), text, len(text), [])
@@ -139,7 +140,7 @@ def test_update_options_changes_exclusions_at_run_time(tmp_path: Path) -> None:
     (tmp_path / "vendor").mkdir()
     (tmp_path / "vendor" / "lib.py").write_text("def vendored_helper(x):\n    return 'VENDOR_MARK'\n")
     text = "from vendor.lib import vendored_helper\n\nvendored_helper(1)\n"
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False))
+    b = ContextBuilder([tmp_path], TOK, options(git=False))
     assert b.wait_idle(30)
     main = str(tmp_path / "main.py")
 
@@ -152,7 +153,7 @@ def test_update_options_changes_exclusions_at_run_time(tmp_path: Path) -> None:
     assert "VENDOR_MARK" not in seen() and b.options.exclude == ("vendor/*",)
     b.update_options(exclude=())
     assert b.wait_idle(30) and "VENDOR_MARK" in seen()
-    b.update_options(ContextOptions(git=False, max_definitions=0, max_line_chars=50))
+    b.update_options(options(git=False, max_definitions=0, max_line_chars=50))
     assert b.options.max_line_chars == 50
     b.close()
 
@@ -163,7 +164,7 @@ LONG = "x = '" + "ab" * 450_000 + "'\n"  # a 900K-character line
 
 
 def test_a_900k_character_line_is_cut_cleanly(tmp_path: Path) -> None:
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False, max_line_chars=1000))
+    b = ContextBuilder([tmp_path], TOK, options(git=False, index_workspace=False, max_line_chars=1000))
     head = "def f():\n    return 1\n"
     text = head + LONG + "def g():\n    return 2\n"
     p = str(tmp_path / "m.py")
@@ -191,7 +192,7 @@ def test_oversized_documents_are_never_parsed(tmp_path: Path, monkeypatch) -> No
         return real(self)
 
     monkeypatch.setattr(Document, "tree", property(spy))
-    b = ContextBuilder([tmp_path], TOK, ContextOptions(git=False, index_workspace=False, max_doc_chars=10_000))
+    b = ContextBuilder([tmp_path], TOK, options(git=False, index_workspace=False, max_doc_chars=10_000))
     big = "x = 1\n" * 5_000
     p = str(tmp_path / "big.py")
     b.update_document(p, big, 1)

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edit_server.context import ContextBuilder, ContextOptions, is_secret_line, redact
+from edit_server.context import ContextBuilder, is_secret_line, redact
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
+from tests.context_util import options
 from tests.test_context_budget import Hunk
 
 TOK = Tokenizer.byte_level()
@@ -74,7 +75,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory):
         repo.git.add("-f", "main.py", "server.pem", ".env", "credentials-prod.json", "ok.py", ".gitignore")
         repo.index.commit(f"c{i}")
     (root / "main.py").write_text(MAIN)
-    b = ContextBuilder([root], TOK, ContextOptions(exclude=("vendor/*",)))
+    b = ContextBuilder([root], TOK, options(exclude=("vendor/*",)))
     main = str(root / "main.py")
     b.update_document(main, MAIN, 1)
     b.build_fim(main, MAIN, 10, [])

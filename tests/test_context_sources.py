@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import ContextBuilder
 from edit_server.context.symbols import SymbolIndex, extract, identifiers_near
 from edit_server.context.syntax import Document
 from engine.tokenizer import Tokenizer
+from tests.context_util import options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "context"
 
@@ -42,7 +43,7 @@ def test_definition_and_import_per_language(tmp_path: Path, lang: str) -> None:
     for name, text in ((main, src), (lib, lib_src)):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    b = ContextBuilder([tmp_path], Tokenizer.byte_level(), ContextOptions(git=False))
+    b = ContextBuilder([tmp_path], Tokenizer.byte_level(), options(git=False))
     assert b.wait_idle(30)
     r = b.build_fim(str(tmp_path / main), src, src.index("helper(1)") + 2, [])
     b.close()
@@ -80,7 +81,7 @@ def test_definitions_only_from_the_same_language_family(tmp_path: Path) -> None:
     (tmp_path / "util.py").write_text("def helper(x):\n    return x\n")
     (tmp_path / "web.ts").write_text("export function helper(x: number): number {\n  return x;\n}\n")
     (tmp_path / "app.js").write_text("function other() {}\n")
-    b = ContextBuilder([tmp_path], Tokenizer.byte_level(), ContextOptions(git=False))
+    b = ContextBuilder([tmp_path], Tokenizer.byte_level(), options(git=False))
     assert b.wait_idle(30)
     r = b.build_fim(str(tmp_path / "main.py"), src, src.index("helper(1)") + 2, [])
     b.close()

@@ -153,10 +153,11 @@ def test_unknown_language_is_line_based() -> None:
 
 
 def test_builder_infers_edits_when_none_are_given(tmp_path) -> None:
-    from edit_server.context import ContextBuilder, ContextOptions
+    from edit_server.context import ContextBuilder
+    from tests.context_util import options
 
     text, _, _, _ = parse_markers((FIXTURES / "region.py").read_text())
-    b = ContextBuilder([tmp_path], None, ContextOptions(git=False, index_workspace=False))
+    b = ContextBuilder([tmp_path], None, options(git=False, index_workspace=False))
     path = str(tmp_path / "a.py")
     b.update_document(path, text, 1)
     new = text.replace("y = x * 2", "y = x * 3 + 1")

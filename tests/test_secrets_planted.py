@@ -17,10 +17,11 @@ from pathlib import Path
 import git
 import pytest
 
-from edit_server.context import ContextBuilder, ContextOptions
+from edit_server.context import ContextBuilder
 from edit_server.context import secrets as secrets_mod
 from engine.templates import render_edit, render_fim
 from engine.tokenizer import Tokenizer
+from tests.context_util import options
 from tests.test_context_budget import Hunk
 
 TOK = Tokenizer.byte_level()
@@ -158,7 +159,7 @@ def _text(prompt) -> str:
 
 
 def _prompts(root: Path, files: dict[str, str], main: str, hist) -> tuple[list[str], set[str]]:
-    b = ContextBuilder([root], TOK, ContextOptions(budget=32_768))
+    b = ContextBuilder([root], TOK, options(budget=32_768))
     for name, text in files.items():
         if name != "main.py":
             b.update_document(str(root / name), text, 1)  # open files

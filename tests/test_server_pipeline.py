@@ -71,7 +71,7 @@ def test_exclude_change_reaches_the_builder(tmp_path: Path) -> None:
     assert ctx.degraded is None
     req = FimRequest("u", str(tmp_path / "q.sql"), "select 1;\n", 1, 7)
     assert ctx.fim(req) is not None
-    ctx.configure(Settings(exclude=["**/*.sql"]), ctx.budget)
+    ctx.configure(Settings(exclude=["**/*.sql"]), None)
     assert ctx.fim(req) is None
 
 

@@ -2,7 +2,7 @@
 
 Use::
 
-    b = open_builder(roots, tokenizer, ContextOptions(model_context=args.max_seq_len))  # never raises
+    b = open_builder(roots, tokenizer, ContextOptions.from_settings(settings, budget))  # never raises
     b.degraded                                      # None, or why the context is limited (report it)
     b.update_options(exclude=("**/*.sql",))         # workspace/didChangeConfiguration
     b.update_document(path, text, version, edits)   # didOpen / didChange (cheap: records tree edits)
@@ -17,8 +17,9 @@ Use::
 * Threads: ``update_document`` is safe on the event loop; ``build_*`` take a few ms (more right after
   an edit: the reparse) — call them from the worker thread. Indexing and git run in the builder's own
   background thread (``wait_idle`` for tests / CLI).
-* Budget: tokens of ``render_fim``/``render_edit`` ids, default the model context capped at 32,768;
-  ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
+* Options: ``ContextOptions.from_settings`` (the one settings struct, core/settings.py; no other defaults).
+* Budget: tokens of ``render_fim``/``render_edit`` ids, a build's ``budget`` or ``options.budget`` (the
+  server's: core/contexts.auto_budget); ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
 * ``report.blocked`` set: the current file is excluded or too large, or the editable region holds a
   secret — the prompt is empty and no suggestion should be made.
 * Secrets never reach a prompt: every section is redacted (``secrets.py``, detect-secrets + supplements),

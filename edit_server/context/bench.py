@@ -4,6 +4,8 @@ The repository: ``--files`` Python modules that import each other plus one ``--l
 committed in several commits with git (for co-change). Reports warm build times (median / p95 / max)
 for FIM and edit at a ``--budget`` token budget, and per keystroke: didChange (``update_document``),
 the incremental reparse, the build after it, and the secret redaction of the edited line (uncached).
+The builder's options are the server's for the settings (``build_settings``: ``--budget`` is
+``contextBudget``, ``--set`` any other key; ``core/contexts.context_options``).
 """
 
 from __future__ import annotations
@@ -12,16 +14,22 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from edit_server.cli_serve import settings_flags
+    from edit_server.core.settings import MAX_CONTEXT_BUDGET
+
     p = sub.add_parser("context", help="context builder latency on a synthetic repo")
     p.add_argument("--files", type=int, default=2000)
     p.add_argument("--lines", type=int, default=10_000)
-    p.add_argument("--budget", type=int, default=32_768)
+    p.add_argument("--budget", type=int, default=MAX_CONTEXT_BUDGET,
+                   help="prompt tokens: the contextBudget setting (default: %(default)s)")
+    settings_flags(p, model=False)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--tokenizer", choices=["byte", "none"], default="byte",
                    help="byte: the byte-level tokenizer (exact counts); none: estimates")
@@ -78,9 +86,17 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edit_server.context.builder import ContextBuilder, ContextOptions
+    from edit_server.cli_serve import settings_from_args
+    from edit_server.context.builder import ContextBuilder
     from edit_server.context.secrets import redact_line
+    from edit_server.core.contexts import context_options
     from engine.tokenizer import Tokenizer
+
+    try:
+        settings = settings_from_args(args, {"contextBudget": args.budget})
+    except ValueError as e:
+        print(f"edit-server bench context: {e}", file=sys.stderr)
+        return 2
 
     tok = Tokenizer.byte_level() if args.tokenizer == "byte" else None
     if args.gguf is not None:
@@ -100,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         results["repo_setup_s"] = time.perf_counter() - t0
         text = big.read_text()
         t0 = time.perf_counter()
-        b = ContextBuilder([root], tok, ContextOptions(budget=args.budget))
+        b = ContextBuilder([root], tok, context_options(settings, None))  # the server's, for these settings
         b.update_document(str(big), text, 1)
         b.wait_idle(600)
         results["index_s"] = time.perf_counter() - t0

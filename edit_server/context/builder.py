@@ -4,12 +4,12 @@ Threading: ``update_document``/``close_document`` are cheap (incremental reparse
 event loop; ``build_fim``/``build_edit`` are meant to be called from a worker thread (they take a few
 ms). Workspace indexing and git run in this builder's own background thread; builds read snapshots.
 
-Budget (tokens of the rendered prompt, ``render_fim``/``render_edit`` ids): default the model's
-context capped at 32,768 (callers pass ``budget`` = context - canvas). Fixed parts first (header,
-special tokens, the editable region), then the cursor window gets at least ``shares.window`` of the
-rest; history, definitions, imports, git, open files get their share plus what earlier sources left;
-what is still left extends the window. Counts are exact for newline-additive tokenizers; otherwise
-the prompt is rendered once and trimmed until it fits.
+Budget (tokens of the rendered prompt, ``render_fim``/``render_edit`` ids): a build's ``budget``, else
+``options.budget`` (the server's: ``contextBudget`` or its auto value, core/contexts.auto_budget). Fixed
+parts first (header, special tokens, the editable region), then the cursor window gets at least
+``shares.window`` of the rest; history, definitions, imports, git, open files get their share plus what
+earlier sources left; what is still left extends the window. Counts are exact for newline-additive
+tokenizers; otherwise the prompt is rendered once and trimmed until it fits.
 
 Fail closed: unusable workspace roots are dropped and reported in ``degraded``; with none left (of
 some given), or with ``ContextOptions.current_only``, only the current document (redacted) and its
@@ -48,12 +48,10 @@ from engine.templates import EditPrompt, FimPrompt, Section, render_edit, render
 from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
-MAX_BUDGET = 32_768
 
 
 class ContextBuilder(Workspace):
-    def __init__(self, roots: Sequence[Path], tokenizer: TokenizerLike | None,
-                 options: ContextOptions | None = None) -> None:
+    def __init__(self, roots: Sequence[Path], tokenizer: TokenizerLike | None, options: ContextOptions) -> None:
         self.tokenizer = tokenizer
         self.counter = TokenCounter(tokenizer)
         self._sticky: dict[str, StickyFim] = {}  # path -> its last full FIM build (context.sticky)
@@ -70,10 +68,10 @@ class ContextBuilder(Workspace):
         super().close_document(path)
 
     @classmethod
-    def fallback(cls, tokenizer: TokenizerLike | None, options: ContextOptions | None = None,
+    def fallback(cls, tokenizer: TokenizerLike | None, options: ContextOptions,
                  reason: str = "context builder unavailable") -> ContextBuilder:
         """A builder that sends only the current document, redacted (for when the full one fails)."""
-        opts = dataclasses.replace(options or ContextOptions(), current_only=True, index_workspace=False, git=False)
+        opts = dataclasses.replace(options, current_only=True, index_workspace=False, git=False)
         b = cls([], tokenizer, opts)
         b.degraded = f"{reason}: context limited to the current document"
         return b
@@ -89,11 +87,7 @@ class ContextBuilder(Workspace):
         return c
 
     def _budget(self, budget: int | None) -> int:
-        if budget is not None:
-            return budget
-        if self.options.budget is not None:
-            return self.options.budget
-        return min(self.options.model_context or MAX_BUDGET, MAX_BUDGET)
+        return budget if budget is not None else self.options.budget
 
     @property
     def _counting(self) -> str:
@@ -344,8 +338,7 @@ def _guarded(name: str, gen: Callable[[], Iterator[Section]], rep: BuildReport) 
         log.warning("context source %s failed: %s", name, type(e).__name__)
 
 
-def open_builder(roots: Sequence[Path], tokenizer: TokenizerLike | None,
-                 options: ContextOptions | None = None) -> ContextBuilder:
+def open_builder(roots: Sequence[Path], tokenizer: TokenizerLike | None, options: ContextOptions) -> ContextBuilder:
     """A context builder that never raises: the full one, else ``ContextBuilder.fallback`` (current
     document only, redacted) with ``degraded`` saying why — never a context without exclusions."""
     try:

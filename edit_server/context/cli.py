@@ -1,6 +1,11 @@
 """`edit-server context FILE:LINE:COL`: show what would be sent for that cursor, and what was excluded.
 
-Uses the byte-level test tokenizer unless ``--model`` is given (only then is torch imported).
+The server's prompt for the same settings: the settings come through ``build_settings`` (``--config``,
+``--set``, ``--model``, ``--device``, ``--budget`` = ``contextBudget``), the builder's options and budget
+through ``core/contexts.make_context``, as the server's worker makes them. Counts use the model's
+tokenizer when a model is named (``--model``, or ``model`` in ``--set`` / ``--config``: only then is torch
+imported and the model loaded on the settings' device); otherwise the byte-level test tokenizer, and an
+auto budget as for an unknown model on a CPU.
 """
 
 from __future__ import annotations
@@ -10,17 +15,25 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edit_server.core.contexts import BuilderContext
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from edit_server.cli_serve import settings_flags
+
     p = sub.add_parser("context", help="show the prompt sections for a cursor (transparency)")
     p.add_argument("location", help="FILE:LINE:COL (1-based)")
     p.add_argument("--kind", choices=["fim", "edit"], default="fim")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--budget", type=int, default=None, help="total prompt tokens (default 32768 / model)")
-    p.add_argument("--model", default=None, help="count with this model's tokenizer (loads the engine)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="total prompt tokens: the contextBudget setting (default: the server's auto budget)")
+    settings_flags(p, config=True)
     p.add_argument("--root", action="append", type=Path, help="workspace root (default: git top / dir)")
-    p.add_argument("--exclude", action="append", default=[], help="extra exclude glob")
+    p.add_argument("--exclude", action="append", default=[],
+                   help="exclude glob, besides the exclude setting's")
     p.add_argument("--show-text", action="store_true", help="print each section's text too")
     p.set_defaults(func=run)
 
@@ -39,9 +52,29 @@ def _default_root(path: Path) -> Path:
     return repo.top if repo is not None else path.parent
 
 
-def run(args: argparse.Namespace) -> int:
-    from edit_server.context.builder import ContextBuilder, ContextOptions
+def server_context(args: argparse.Namespace, roots: list[Path]) -> BuilderContext:
+    """The server's context builder for these flags over ``roots``: settings by ``build_settings``, options
+    and budget by ``make_context`` (the worker's). Raises ValueError for bad settings."""
+    import msgspec
 
+    from edit_server.cli_serve import config_options, settings_from_args
+    from edit_server.core.contexts import make_context
+    from edit_server.core.settings import parse_set
+
+    settings = settings_from_args(args, {"contextBudget": args.budget} if args.budget is not None else None)
+    if args.exclude:
+        settings = msgspec.structs.replace(settings, exclude=[*settings.exclude, *args.exclude])
+    named = args.model or "model" in parse_set(args.set) or "model" in (config_options(args) or {})
+    if named:
+        from engine import Engine
+
+        return make_context(settings, roots, Engine.load(settings.model, device=settings.device))
+    from engine.tokenizer import Tokenizer
+
+    return make_context(settings, roots, None, Tokenizer.byte_level())
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         path, line, col = parse_location(args.location)
         text = path.read_text(encoding="utf-8")
@@ -52,24 +85,18 @@ def run(args: argparse.Namespace) -> int:
     line = min(max(line, 1), len(lines) + 1)
     offset = sum(len(x) for x in lines[: line - 1]) + min(col - 1, len(lines[line - 1].rstrip("\n"))
                                                         if line - 1 < len(lines) else 0)
-    model_context = None
-    if args.model:
-        from engine import Engine
-
-        eng = Engine.load(args.model, device="cpu")
-        tok, model_context = eng.tokenizer, eng.args.max_seq_len
-    else:
-        from engine.tokenizer import Tokenizer
-
-        tok = Tokenizer.byte_level()
-    roots = args.root or [_default_root(path.resolve())]
-    b = ContextBuilder(roots, tok, ContextOptions(model_context=model_context, exclude=tuple(args.exclude)))
+    try:
+        ctx = server_context(args, args.root or [_default_root(path.resolve())])
+    except ValueError as e:
+        print(f"edit-server context: {e}", file=sys.stderr)
+        return 2
+    b = ctx.builder
     if b.degraded:
         print(f"edit-server context: degraded: {b.degraded}", file=sys.stderr)
     b.refresh_git(str(path.resolve()))
     b.wait_idle(60)
     fn = b.build_fim if args.kind == "fim" else b.build_edit
-    build = fn(str(path.resolve()), text, offset, [], budget=args.budget)
+    build = fn(str(path.resolve()), text, offset, [], budget=ctx.budget)
     b.close()
     prompt, rep = build.prompt, build.report
     if args.json:

@@ -6,21 +6,33 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edit_server.context import sources as src
 from edit_server.context.budget import Shares
-from edit_server.context.syntax import MAX_PARSE_CHARS
 from engine.templates import EditPrompt, FimPrompt
 
+if TYPE_CHECKING:
+    from edit_server.core.settings import Settings
 
-@dataclass(frozen=True)
+
+# the options that come from the settings struct (core/settings.py ``Settings``) and nowhere else
+SETTINGS_FIELDS = ("budget", "exclude", "max_line_chars", "max_doc_chars", "max_history")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContextOptions:
-    budget: int | None = None  # total prompt tokens (None: min(model_context, 32768))
-    model_context: int | None = None
+    """The builder's options. Those the user sets (``SETTINGS_FIELDS``) have no default here: build the
+    options with :meth:`from_settings`, as the server, ``edit-server context`` and ``bench context`` do;
+    the rest are the builder's own tuning."""
+
+    budget: int  # total prompt tokens when a build names none (the server's: core/contexts.auto_budget)
+    exclude: tuple[str, ...]  # exclude globs besides .gitignore and the built-in ones (settings ``exclude``)
+    max_line_chars: int | None  # longer lines are cut in every prompt section ("…") (``limits.maxLineChars``)
+    max_doc_chars: int  # larger documents: no parse, no context (``limits.maxDocumentChars``)
+    max_history: int  # edit-history hunks in a prompt (``historySize``)
     shares: Shares = field(default_factory=Shares)
     prefix_ratio: float = 0.75  # of the window, before the cursor
-    exclude: tuple[str, ...] = ()  # extra exclude globs
-    max_history: int = 8
     max_diff_chars: int = 6000
     max_definitions: int = 12
     region_min_lines: int = 4
@@ -28,10 +40,15 @@ class ContextOptions:
     index_workspace: bool = True
     git: bool = True
     layout: str = "spm"
-    max_line_chars: int | None = 1000  # longer lines are cut in every prompt section ("…")
-    max_doc_chars: int = MAX_PARSE_CHARS  # larger documents: no parse, no context
     current_only: bool = False  # only the current document (and its own history): no other file is read
     sticky_ttl_s: float = 60.0  # reuse a document's last FIM build while typing inside its window (0 = off)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, budget: int, **tuning: Any) -> ContextOptions:
+        """The options for ``settings`` (the one settings struct) and a prompt ``budget`` in tokens (the
+        resolved one: ``contextBudget``, or its auto value for the engine); ``tuning``: the other fields."""
+        return cls(budget=budget, exclude=tuple(settings.exclude), max_line_chars=settings.limits.max_line_chars,
+                   max_doc_chars=settings.limits.max_document_chars, max_history=settings.history_size, **tuning)
 
 
 @dataclass

@@ -11,6 +11,8 @@ next access to ``Document.tree`` (from the build's worker thread), so tree-sitte
 changed ranges and a burst of keystrokes costs one reparse. If the 3-tuple edits do not reproduce the
 final text, the tree is reparsed from scratch (never a wrong tree). A text longer than ``max_parse``
 characters is never parsed (no tree: line-based logic); it is parsed from scratch once it fits again.
+The builder sets ``max_parse`` from ``ContextOptions.max_doc_chars`` (setting ``limits.maxDocumentChars``);
+a document opened without one has no cap.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from tree_sitter import Node, Parser, Tree
 from edit_server.context import languages
 
 Edit = tuple  # (start, old_text, new_text) or tree-sitter's 6-tuple
-MAX_PARSE_CHARS = 1_000_000  # larger documents get no syntax tree (and no context: exclusions.py)
 
 
 def _common(a: str, b: str, suffix: bool = False) -> int:
@@ -80,19 +81,22 @@ class Document:
     _lines: list[str] | None = field(default=None, repr=False)
     _starts: list[int] | None = field(default=None, repr=False)
     _root_rows: tuple[int, set[int], set[int]] | None = field(default=None, repr=False)
-    max_parse: int = MAX_PARSE_CHARS
+    max_parse: int | None = None  # longer texts get no syntax tree (None: no cap)
 
     @classmethod
-    def open(cls, path: str, text: str, version: int = 0, max_parse: int = MAX_PARSE_CHARS) -> Document:
+    def open(cls, path: str, text: str, version: int = 0, max_parse: int | None = None) -> Document:
         spec = languages.spec_for(path)
         doc = cls(path, text, version, spec.name if spec else None, max_parse=max_parse)
         if doc.lang:
             doc._parser = languages.parser(doc.lang)
-            if len(text) <= max_parse:  # the size is checked before any parse
+            if not doc._too_large(text):  # the size is checked before any parse
                 doc._tree = doc._parser.parse(text.encode("utf-8"))
             else:
                 doc._dirty = doc._full = True
         return doc
+
+    def _too_large(self, text: str) -> bool:
+        return self.max_parse is not None and len(text) > self.max_parse
 
     # ---- updates ---------------------------------------------------------------------------
     def apply(self, text: str, version: int, edits: Sequence[Edit] | None = None) -> None:
@@ -109,7 +113,7 @@ class Document:
             self.last_edit = edits[-1][0] if len(edits[-1]) == 3 else None
         if self._parser is None:
             return
-        if self._tree is None or len(text) > self.max_parse:  # too large: a full parse once it fits
+        if self._tree is None or self._too_large(text):  # too large: a full parse once it fits
             self._tree, self._dirty, self._full = None, True, True
             return
         self._dirty = True
@@ -138,7 +142,7 @@ class Document:
         """The syntax tree of the current text; pending edits are reparsed here, lazily (so
         didChange bursts cost one incremental parse, done by whoever builds next)."""
         if self._dirty and self._parser is not None:
-            if len(self.text) > self.max_parse:  # never parse an oversized text
+            if self._too_large(self.text):  # never parse an oversized text
                 self._tree, self._full = None, True
                 return None
             data = self.text.encode("utf-8")

@@ -27,8 +27,8 @@ CACHE_ITEMS = 2048  # cleaned section texts kept
 
 
 class Workspace:
-    def __init__(self, roots: Sequence[Path], options: ContextOptions | None = None) -> None:
-        self.options = options or ContextOptions()
+    def __init__(self, roots: Sequence[Path], options: ContextOptions) -> None:
+        self.options = options
         self.roots, problems = check_roots(roots)
         self.degraded: str | None = "; ".join(problems) or None
         self.current_only = self.options.current_only or bool(problems and not self.roots)

@@ -11,10 +11,12 @@ import logging
 from pathlib import Path
 
 from edit_server.context import ContextBuilder, ContextOptions, open_builder
+from edit_server.context.options import SETTINGS_FIELDS
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Settings
 from engine.api import EngineAPI
 from engine.templates import FimPrompt
+from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,10 @@ def max_lines(settings: Settings, engine: EngineAPI | None) -> int | None:
     return CPU_AUTO_MAX_LINES if on_cpu(engine) else None
 
 
-def context_options(settings: Settings, budget: int) -> ContextOptions:
-    """The builder's options from the one settings struct."""
-    return ContextOptions(exclude=tuple(settings.exclude), model_context=budget,
-                          max_line_chars=settings.limits.max_line_chars,
-                          max_doc_chars=settings.limits.max_document_chars)
+def context_options(settings: Settings, engine: EngineAPI | None) -> ContextOptions:
+    """The builder's options from the one settings struct, with the budget resolved for ``engine``:
+    what the server, ``edit-server context`` and ``edit-server bench context`` use."""
+    return ContextOptions.from_settings(settings, auto_budget(settings, engine))
 
 
 class BuilderContext:
@@ -68,15 +69,14 @@ class BuilderContext:
     def degraded(self) -> str | None:
         return self.builder.degraded
 
-    def configure(self, settings: Settings, budget: int) -> None:
-        """didChangeConfiguration: exclusions, line / document caps and budget apply at once."""
-        new = context_options(settings, budget)
-        old = self.builder.options
-        if (new.exclude, new.max_line_chars, new.max_doc_chars, new.model_context) != (
-                old.exclude, old.max_line_chars, old.max_doc_chars, old.model_context):
-            self.builder.update_options(exclude=new.exclude, max_line_chars=new.max_line_chars,
-                                        max_doc_chars=new.max_doc_chars, model_context=new.model_context)
-        self.settings, self.budget = settings, budget
+    def configure(self, settings: Settings, engine: EngineAPI | None) -> None:
+        """didChangeConfiguration: exclusions, line / document caps, history and budget apply at once (the
+        builder's own tuning, e.g. a fallback builder's current-document-only mode, stays)."""
+        new, old = context_options(settings, engine), self.builder.options
+        changes = {f: getattr(new, f) for f in SETTINGS_FIELDS if getattr(new, f) != getattr(old, f)}
+        if changes:
+            self.builder.update_options(**changes)
+        self.settings, self.budget = settings, new.budget
 
     def update_document(self, path: str, text: str, version: int) -> None:
         self.builder.update_document(path, text, version)
@@ -100,8 +100,10 @@ class BuilderContext:
 Context = BuilderContext
 
 
-def make_context(settings: Settings, roots: list[Path], engine: EngineAPI | None) -> Context:
-    """The context builder over ``roots`` (never raises: it degrades to the current document)."""
-    budget = auto_budget(settings, engine)
-    return BuilderContext(open_builder(roots, getattr(engine, "tokenizer", None), context_options(settings, budget)),
-                          settings, budget)
+def make_context(settings: Settings, roots: list[Path], engine: EngineAPI | None,
+                 tokenizer: TokenizerLike | None = None) -> Context:
+    """The context builder over ``roots`` (never raises: it degrades to the current document), counting
+    with the engine's tokenizer (``tokenizer``: another, for ``edit-server context`` without a model)."""
+    opts = context_options(settings, engine)
+    tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)  # none: estimated counts
+    return BuilderContext(open_builder(roots, tok, opts), settings, opts.budget)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edit_server.core.contexts import Context, auto_budget, make_context, max_lines
+from edit_server.core.contexts import Context, make_context, max_lines
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
@@ -215,7 +215,7 @@ class EngineWorker:
                 self._ctx.close_document(item.path)
         elif isinstance(item, Configure):
             if self._ctx is not None:
-                self._ctx.configure(item.settings, auto_budget(item.settings, self.engine))
+                self._ctx.configure(item.settings, self.engine)
         else:
             self._load(item)
 
