@@ -7,8 +7,8 @@ Use::
     b.update_options(exclude=("**/*.sql",))         # workspace/didChangeConfiguration
     b.update_document(path, text, version, edits)   # didOpen / didChange (cheap: records tree edits)
     b.close_document(path)                          # didClose
-    fim = b.build_fim(path, text, offset, history.recent(8), budget=ctx - canvas)   # worker thread
-    edit = b.build_edit(path, text, offset, history.recent(8), budget=...)          # worker thread
+    fim = b.build_fim(path, text, offset, history.recent(n), budget=ctx - canvas)   # worker thread
+    edit = b.build_edit(path, text, offset, history.recent(n), budget=...)          # worker thread
 
 * ``edits``: LSP-style, applied in order — ``(start_offset, old_text, new_text)`` in characters of the
   text before that edit, or tree-sitter's ``(start_byte, old_end_byte, new_end_byte, start_point,
