@@ -21,6 +21,8 @@ from typing import Any
 from edit_server.selectivity import kto_gate
 from edit_server.selectivity.align_common import Outcome, fit, save
 
+TOP_LAYERS = 8  # = engine.train.kto.trainer.KtoConfig.top_layers (not imported here: no torch at start-up)
+
 
 def register_cli(a: argparse._SubParsersAction) -> None:
     k = a.add_parser("kto", help="align the model with KTO on desirable/undesirable records")
@@ -40,9 +42,12 @@ def register_cli(a: argparse._SubParsersAction) -> None:
                                ("beta", float, 0.1), ("ratio", float, 1.0), ("rank", int, 8),
                                ("alpha", float, 16.0), ("samples", int, 1), ("max-prompt", int, 256),
                                ("max-canvas", int, 64), ("seed", int, 0), ("eval-every", int, 20),
-                               ("save-every", int, 20), ("top-layers", int, 0), ("z0-pairs", int, 0),
+                               ("save-every", int, 20), ("z0-pairs", int, 0),
                                ("eval-examples", int, 32), ("max-minutes", float, 0.0)):
         k.add_argument(f"--{name}", type=typ, default=default)
+    k.add_argument("--top-layers", type=int, default=TOP_LAYERS,
+                   help="LoRA on the last N decoder layers only (default %(default)s: the reward's pair then runs "
+                        "the layers below once; 0 = every layer)")
     k.add_argument("--resume", action="store_true", help="continue from ADAPTER.ckpt/")
     k.add_argument("--calibrate-only", action="store_true",
                    help="no training: (re)fit ADAPTER.gate.json of an existing adapter on --data's held-out set")
