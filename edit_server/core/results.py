@@ -8,7 +8,7 @@ from typing import Any
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import gate, kto_gate
+from edit_server.selectivity import gate, kto_gate, syntax_check
 from edit_server.selectivity.thresholds import gate_threshold
 from engine.decode import lines_cut
 
@@ -58,8 +58,11 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
     cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
     if not cleaned:
         return None
+    rule = syntax_check.introduced(req.path, req.text, [(req.offset, req.offset, cleaned)], fim=True) \
+        if settings.gate.enabled else None
     d = kto_gate.decide("fim", cleaned, confidences, reward, enabled=settings.gate.enabled,
-                        threshold=gate_threshold(settings, "fim"))
+                        threshold=gate_threshold(settings, "fim"),
+                        target_precision=settings.gate.kto_target_precision, rule=rule)
     return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
 
 
@@ -96,8 +99,11 @@ def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences
     edits = diff_edits(old_region, new_region, built.region_start)
     if not edits:
         return None, []
+    rule = syntax_check.introduced(req.path, req.text, [(e.start, e.end, e.text) for e in edits], fim=False) \
+        if settings.gate.enabled else None
     d = kto_gate.decide("edit", new_region, confidences, reward, enabled=settings.gate.enabled,
-                        threshold=gate_threshold(settings, "edit"))
+                        threshold=gate_threshold(settings, "edit"),
+                        target_precision=settings.gate.kto_target_precision, rule=rule)
     sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
                      d.reason)
     return sug, edits

@@ -26,6 +26,10 @@ class Gate(msgspec.Struct, rename="camel", kw_only=True):
     # the KTO-aligned adapter whose implicit reward decides (`edit-server align kto`): "" = the current
     # local version when there is one, "off" = the confidence gate only, else a path (without suffix)
     kto: str = ""
+    # precision of shown suggestions the KTO gate aims for: its per-kind reward threshold is the lowest one
+    # whose held-out precision reaches this (the adapter's ``.gate.json`` curve); 0 = the target the
+    # adapter was calibrated for (``align kto --target-precision``)
+    kto_target_precision: Unit = 0.0
 
 
 class Feature(msgspec.Struct, rename="camel", kw_only=True):

@@ -7,12 +7,13 @@ the isotonic fit of a score to P(accepted) and the threshold it picks (`fit`, us
 from __future__ import annotations
 
 import json
-import math
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edit_server.selectivity.thresholds import threshold_for
 
 EDIT_BEFORE, EDIT_AFTER = 3, 6  # editable region of a reconstructed next-edit prompt (server defaults)
 
@@ -36,6 +37,10 @@ class KindCalibration:
     precision: float  # on the held-out part, at ``threshold``
     coverage: float  # share of held-out suggestions shown at ``threshold``
     points: list[tuple[float, float]]  # isotonic map: (raw score, P(accepted)), increasing
+    # per candidate threshold (each isotonic step's lowest score, increasing): (threshold, the lower of the
+    # fitting and held-out precision there, held-out coverage) — `threshold_for` re-picks the threshold for
+    # another target precision at serving time (setting ``gate.ktoTargetPrecision``)
+    curve: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 # ---- fitting ------------------------------------------------------------------------------------
@@ -70,15 +75,14 @@ def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibratio
     train = [o for o in data if not _held_out(o)] or list(data)
     test = [o for o in data if _held_out(o)] or list(data)
     points = isotonic([o.score for o in train], [float(o.accepted) for o in train])
-    threshold = math.inf  # show nothing unless some threshold reaches the target (any score scale)
-    for x, _ in points:  # increasing x: the first that reaches the target keeps the most coverage
-        if (_precision_coverage(train, x)[0] >= target_precision
-                and _precision_coverage(test, x)[0] >= target_precision):
-            threshold = x
-            break
+    curve = []
+    for x, _ in points:
+        p_test, cov = _precision_coverage(test, x)
+        curve.append((x, min(_precision_coverage(train, x)[0], p_test), cov))
+    threshold = threshold_for(curve, target_precision)
     precision, coverage = _precision_coverage(test, threshold)
     return KindCalibration(threshold, len(data), sum(o.accepted for o in data) / len(data),
-                           precision, coverage, points)
+                           precision, coverage, points, curve)
 
 
 def fit(outcomes: Iterable[Outcome], target_precision: float, min_count: int = 20

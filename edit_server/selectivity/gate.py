@@ -154,12 +154,17 @@ def score(confidences: list[float]) -> float:
     return float(math.exp(sum(logs) / len(logs)))
 
 
-def decide(text: str, confidences: list[float], enabled: bool, threshold: float) -> Decision:
+def decide(text: str, confidences: list[float], enabled: bool, threshold: float,
+           rule: str | None = None) -> Decision:
+    """Show iff the score reaches ``threshold``; ``rule``: why a rule check hides the suggestion whatever
+    its score (`syntax_check.introduced`), reported as the reason."""
     s = score(confidences)
     if not text.strip():
         return Decision(False, s, "empty")
     if not enabled:
         return Decision(True, s, "ok")
+    if rule:
+        return Decision(False, s, rule)
     return Decision(s >= threshold, s, "ok" if s >= threshold else "low score")
 
 

@@ -18,11 +18,12 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edit_server.selectivity import gate
+from edit_server.selectivity.thresholds import threshold_for
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,20 @@ def calibration_path(adapter: Path | str) -> Path:
 # ---- calibration -----------------------------------------------------------------------------
 @dataclass
 class RewardCalibration:
-    thresholds: dict[str, float]  # kind -> lowest reward score shown
+    thresholds: dict[str, float]  # kind -> lowest reward score shown (at the calibration's target)
     points: dict[str, list[tuple[float, float]]]  # kind -> isotonic (score, P(accepted)), increasing
+    # kind -> (threshold, precision, held-out coverage) per candidate threshold (files before the
+    # ``gate.ktoTargetPrecision`` setting have none: their threshold is fixed)
+    curves: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> RewardCalibration:
         try:
             kinds = json.loads(path.read_text())["kinds"]
             return cls({k: float(v["threshold"]) for k, v in kinds.items()},
-                       {k: [(float(x), float(y)) for x, y in v["points"]] for k, v in kinds.items()})
+                       {k: [(float(x), float(y)) for x, y in v["points"]] for k, v in kinds.items()},
+                       {k: [(float(x), float(p), float(c)) for x, p, c in v.get("curve") or []]
+                        for k, v in kinds.items()})
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}: not a reward calibration file ({e})") from e
 
@@ -87,6 +93,14 @@ class RewardCalibration:
         pts = self.points.get(kind) or []
         i = bisect.bisect_right([x for x, _ in pts], score) - 1
         return pts[max(0, i)][1] if pts else 0.0
+
+    def threshold(self, kind: str, target_precision: float = 0.0) -> float:
+        """The reward threshold of ``kind`` for a target precision of shown suggestions (0 = the one
+        fitted at calibration time; a file without a curve keeps that one)."""
+        curve = self.curves.get(kind)
+        if target_precision <= 0 or not curve:
+            return self.thresholds[kind]
+        return threshold_for(curve, target_precision)
 
 
 _CAL: dict[tuple[str, float], RewardCalibration | None] = {}
@@ -140,16 +154,20 @@ def load_engine(spec: str, device: str, adapter: str | Path | None = "") -> tupl
 
 
 def decide(kind: str, text: str, confidences: list[float], reward: Any, *, enabled: bool,
-           threshold: float) -> gate.Decision:
+           threshold: float, target_precision: float = 0.0, rule: str | None = None) -> gate.Decision:
     """The show/hide decision: on the reward (``engine.reward.Reward``) when an aligned adapter with a
-    calibration for ``kind`` produced it, else the confidence gate with ``threshold``."""
+    calibration for ``kind`` produced it — threshold for ``target_precision`` (setting
+    ``gate.ktoTargetPrecision``; 0 = as calibrated) —, else the confidence gate with ``threshold``.
+    ``rule``: a rule check's reason to hide (syntax errors introduced), whichever gate decides."""
     cal = calibration_for(reward.adapter) if reward is not None and reward.adapter else None
     if cal is None or kind not in cal.thresholds:
-        return gate.decide(text, confidences, enabled, threshold)
+        return gate.decide(text, confidences, enabled, threshold, rule)
     p = cal.probability(kind, reward.score)
     if not text.strip():
         return gate.Decision(False, p, "empty")
     if not enabled:
         return gate.Decision(True, p, "ok")
-    show = reward.score >= cal.thresholds[kind]
+    if rule:
+        return gate.Decision(False, p, rule)
+    show = reward.score >= cal.threshold(kind, target_precision)
     return gate.Decision(show, p, "ok" if show else "low reward")

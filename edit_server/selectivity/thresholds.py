@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edit_server.core.settings import Settings
+if TYPE_CHECKING:  # msgspec is not needed to fit or read thresholds (`align` runs on the GPU image without it)
+    from edit_server.core.settings import Settings
 
 log = logging.getLogger(__name__)
 _CACHE: dict[tuple[str, float], dict[str, float]] = {}
@@ -49,3 +53,13 @@ def gate_threshold(settings: Settings, kind: str) -> float:
             log.warning("ignoring gate calibration", exc_info=True)
             _CACHE[key] = {}
     return _CACHE[key].get(kind, settings.gate.threshold)
+
+
+def threshold_for(curve: Sequence[Sequence[float]], target_precision: float) -> float:
+    """The lowest threshold (most coverage) of a calibration ``curve`` — (threshold, precision, coverage),
+    thresholds increasing, precision the lower of the fitting and the held-out part's — whose precision
+    reaches the target; +inf (show nothing) when none does, on any score scale."""
+    for x, precision, *_ in curve:  # increasing x: the first that reaches the target keeps the most coverage
+        if precision >= target_precision:
+            return float(x)
+    return math.inf

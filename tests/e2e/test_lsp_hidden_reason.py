@@ -45,6 +45,12 @@ def test_status_says_why_a_suggestion_is_hidden() -> None:
         assert _hidden(s, mark) == ""  # shown again: the reason is cleared (once; not repeated while unchanged)
         hidden_updates = [m for m in s.seen if m.get("method") == "$/editServer/status" and "hidden" in m["params"]]
         assert len(hidden_updates) == 2
+        # the same confident "a + b" after "x = [1]" would be a syntax error: the rule hides it, and says so
+        s.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": "def f(a, b):\n    x = [1]\n"}]}})
+        mark = len(s.seen)
+        assert _inline(s, 4)["result"] is None
+        assert _hidden(s, mark) == "fim hidden: syntax error introduced: line 2: unexpected 'a'"
     finally:
         assert "error" not in s.request("bye", "shutdown")
         s.send({"jsonrpc": "2.0", "method": "exit"})
