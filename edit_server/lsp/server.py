@@ -114,7 +114,7 @@ class EditProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=JsonRpcInvalidRequest(
                 f"{method}: the server is shutting down").to_response_error())
             return
-        if is_request and method not in (lsp.INITIALIZE, lsp.SHUTDOWN) and not self._server.initialized:
+        if is_request and method != lsp.INITIALIZE and not self._server.initialized:  # shutdown too (LSP)
             self._send_response(message.id, error=JsonRpcServerNotInitialized(
                 f"{method}: initialize first").to_response_error())
             return

@@ -86,6 +86,7 @@ def test_message_order_rules_and_exit_status() -> None:
         early = s.request(1, "textDocument/inlineCompletion", {
             "textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}, "context": {"triggerKind": 1}})
         assert early["error"]["code"] == -32002  # before initialize
+        assert s.request(9, "shutdown")["error"]["code"] == -32002  # shutdown too (LSP)
         s.initialize()
         again = s.request(2, "initialize", {"capabilities": {}})
         assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
