@@ -42,14 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# subcommand modules that could not register for lack of an optional dependency: module -> why. The
+# others still work (``align`` / ``train`` / ``eval`` on a GPU image without msgspec or pygls: the recipe's
+# alignment stage runs ``python -m edit_server align ...`` there); asking for a missing one says why.
+UNAVAILABLE: dict[str, str] = {}
+
+
 def _register(module: str, sub: argparse._SubParsersAction) -> None:
     try:
         mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:  # a subcommand whose module is not there yet
-        if e.name and module.startswith(e.name):
-            return
-        raise
-    mod.register(sub)
+        mod.register(sub)
+    except ImportError as e:
+        if isinstance(e, ModuleNotFoundError) and e.name and module.startswith(e.name):
+            return  # a subcommand whose module is not there yet
+        UNAVAILABLE[module] = f"{type(e).__name__}: {e}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     # no subcommand (only global serve flags) → serve on stdio
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["serve", *argv]
+    if UNAVAILABLE and argv[0] not in ("-h", "--help", "--version") and not any(
+            isinstance(a, argparse._SubParsersAction) and argv[0] in a.choices for a in parser._actions):
+        for module, why in UNAVAILABLE.items():
+            print(f"edit-server: {module} is unavailable here ({why})", file=sys.stderr)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -11,6 +11,17 @@
     resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start
     export    (here)  a checkpoint's adapter → engine/weights/default.{safetensors,json}
 
+The alignment stage (`recipe.align`; KTO after training, or on the shipped adapter):
+
+    align-start    (GPU)   detached: self-play on the corpus + packed feedback/evals → align data → align kto
+    align-status           one JSON line: phase, KTO step, loss, reward margin, ETA, data counts, calibration
+    align-poll     (GPU)   keep the machine busy --wait seconds, collecting each new KTO checkpoint
+    align-stop     (GPU)   checkpoint after the current step; align kto then saves and calibrates
+    align-collect  (GPU)   plan + reference + data + KTO checkpoint (+ the aligned adapter and its calibration
+                           once done) in ≤ 15 MiB parts + sha256 manifest
+    align-resume   (GPU)   verify + unpack a collected folder into a fresh work dir, then align-start
+    align-export   (here)  the aligned adapter + reward calibration of a finished collect → PATH.*
+
 Every stage prints one JSON line.
 """
 
@@ -54,7 +65,8 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
     opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
     plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
                 eval_splits=a.eval_split, eval_limit=a.eval_limit, data=humaneval_dir(),
-                upload_limit=a.upload_limit, tree=a.tree_bytes)
+                upload_limit=a.upload_limit, tree=a.tree_bytes, align_feedback=a.align_feedback,
+                align_eval=a.align_eval)
     plan["checkpoint_bytes"] = checkpoint_bytes(config)
     return plan
 
@@ -79,6 +91,78 @@ def run_poll(a: argparse.Namespace) -> dict[str, Any]:
     return collect(a.work, a.to) if a.to else status(a.work)
 
 
+def align_plan(a: argparse.Namespace) -> dict[str, Any]:
+    """``--config`` (default configs/gpu_kto.json) with ``--set key=value`` (``kto.FLAG=value`` for an
+    `align kto` flag, e.g. ``kto.steps=400``)."""
+    plan = json.loads(a.config.read_text())
+    for k, v in _sets(a.set).items():
+        if k.startswith("kto."):
+            plan.setdefault("kto", {})[k[4:]] = v
+        else:
+            plan[k] = v
+    return plan
+
+
+def run_align_poll(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe import align
+
+    t0, last, collected = time.time(), 0.0, None
+    while True:
+        st = align.status(a.work)
+        if a.to and (st["ckpt_step"], st["phase"]) != collected:
+            align.collect(a.work, a.to)
+            collected = (st["ckpt_step"], st["phase"])
+        if time.time() - last >= a.every:
+            print(json.dumps(st), flush=True)
+            last = time.time()
+        if not st["running"] or time.time() - t0 >= a.wait:
+            break
+        time.sleep(min(2.0, max(0.1, a.wait - (time.time() - t0))))
+    return align.collect(a.work, a.to) if a.to else align.status(a.work)
+
+
+def align_parsers(sub: argparse._SubParsersAction, work: Any) -> None:
+    from engine.train.recipe.align import CONFIG as ALIGN_CONFIG
+
+    s = work(sub.add_parser("align-start", help="launch the detached alignment job (GPU)"))
+    s.add_argument("--config", type=Path, default=ALIGN_CONFIG)
+    s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    s.add_argument("--adapter", default="", help='"run", "shipped" or a path (default: the run\'s, else shipped)')
+    work(sub.add_parser("align-status", help="one JSON line"))
+    work(sub.add_parser("align-stop", help="checkpoint now; align kto then saves and calibrates"))
+    q = work(sub.add_parser("align-poll", help="stay busy --wait s, collecting to --to"))
+    q.add_argument("--wait", type=float, default=240.0)
+    q.add_argument("--every", type=float, default=30.0)
+    q.add_argument("--to", type=Path)
+    c = work(sub.add_parser("align-collect", help="alignment state in parts + status into --to"))
+    c.add_argument("--to", type=Path, required=True)
+    c.add_argument("--part-mib", type=float, default=COLLECT_PART / MiB)
+    u = work(sub.add_parser("align-resume", help="unpack a collected alignment into the work dir, then start"))
+    u.add_argument("--from", dest="src", type=Path, required=True)
+    x = sub.add_parser("align-export", help="the aligned adapter + calibration of a finished collect (here)")
+    x.add_argument("src", type=Path)
+    x.add_argument("--to", type=Path, required=True, help="adapter path without suffix")
+    work(sub.add_parser("align-job", help=argparse.SUPPRESS))
+
+
+def run_align(a: argparse.Namespace) -> Any:
+    from engine.train.recipe import align
+
+    if a.stage == "align-start":
+        return align.start(a.work, align_plan(a), adapter=a.adapter)
+    if a.stage == "align-status":
+        return align.status(a.work)
+    if a.stage == "align-stop":
+        return align.stop(a.work)
+    if a.stage == "align-poll":
+        return run_align_poll(a)
+    if a.stage == "align-collect":
+        return align.collect(a.work, a.to, part_bytes=int(a.part_mib * MiB))
+    if a.stage == "align-resume":
+        return align.resume(a.src, a.work)
+    return align.export(a.src, a.to)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.train.gpu_recipe", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -101,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--eval-limit", type=int, default=100)
     k.add_argument("--upload-limit", type=int, default=UPLOAD_LIMIT)
     k.add_argument("--tree-bytes", type=int, help="working-tree bytes (default: measured with git)")
+    k.add_argument("--align-feedback", type=Path, action="append", default=[], metavar="DB",
+                   help="a feedback store for the alignment stage's KTO data (its prompts leave this machine)")
+    k.add_argument("--align-eval", type=Path, action="append", default=[], metavar="DIR",
+                   help="an eval report directory for the alignment stage's KTO data")
     r = work(sub.add_parser("receive", help="take upload folders' parts (GPU)"))
     r.add_argument("dirs", nargs="*", type=Path)
     s = work(sub.add_parser("start", help="launch the detached job (GPU)"))
@@ -127,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     x.add_argument("--to", type=Path, default=ROOT / "engine" / "weights" / "default")
     j = sub.add_parser("job", help=argparse.SUPPRESS)
     j.add_argument("--work", type=Path, required=True)
+    align_parsers(sub, work)
     a = p.parse_args(argv)
 
     from engine.train.recipe import collect as col
@@ -134,9 +223,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.stage == "job":
         return job.run_job(a.work)
+    if a.stage == "align-job":
+        from engine.train.recipe.align import run_job
+
+        return run_job(a.work)
     try:
         out: Any
-        if a.stage == "pack":
+        if a.stage.startswith("align-"):
+            out = run_align(a)
+        elif a.stage == "pack":
             out = run_pack(a)
         elif a.stage == "receive":
             out = job.receive(a.work, a.dirs)

@@ -212,6 +212,8 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     bar = tqdm(total=cfg.steps, initial=start, file=sys.stderr, disable=not progress, desc="kto", unit="step")
     t0 = time.perf_counter()
     B, N = cfg.batch_size, len(pairs)
+    live = _Live(out, cfg.steps, start, start if start else None)
+    stop_file = out.with_name(out.name + ".STOP")  # `gpu_recipe align-stop`: checkpoint and end after this step
     for step in range(start, cfg.steps):
         for g in opt.param_groups:
             g["lr"] = cfg.lr * _lr(step, cfg)
@@ -233,8 +235,12 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
             vals.append({"step": step + 1, **kto.monitor(*mon, lam)})
             bar.write(f"step {step + 1} monitor {json.dumps(vals[-1])}", file=sys.stderr)
         stop = cfg.stop_at == step + 1 or (cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or stop:
+        stop = stop or stop_file.is_file()
+        saved = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or stop
+        if saved:
             _save_ckpt(ckpt, model, opt, step + 1, z0_ema, history)
+            live.ckpt_step = step + 1
+        live.update(history, vals, time.perf_counter() - t0, force=saved)
         if stop:
             log.warning("KTO stopped at step %d of %d (resume with --resume)", step + 1, cfg.steps)
             break
@@ -256,16 +262,77 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     return summary
 
 
+class _Live:
+    """``OUT.progress.json``: step, loss, z0, last monitor, ETA, newest checkpoint (at most 1/s) — what the
+    GPU recipe's ``align-status`` reads while `align kto` runs detached."""
+
+    def __init__(self, out: Path, steps: int, start: int, ckpt_step: int | None) -> None:
+        self.path, self.steps, self.start, self.ckpt_step = out.with_name(out.name + ".progress.json"), steps, start, \
+            ckpt_step
+        self._last = 0.0
+
+    def update(self, history: list[dict[str, Any]], vals: list[dict[str, Any]], elapsed: float,
+               force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._last < 1.0:
+            return
+        self._last = now
+        step = history[-1]["step"] if history else self.start
+        tail = history[-10:]
+        rate = (step - self.start) / elapsed if elapsed > 0 else 0.0
+        body = {"step": step, "steps": self.steps, "loss": tail[-1]["loss"] if tail else None,
+                "loss_avg10": sum(h["loss"] for h in tail) / len(tail) if tail else None,
+                "z0": tail[-1]["z0"] if tail else None, "monitor": vals[-1] if vals else None,
+                "steps_per_s": round(rate, 4), "eta_s": round((self.steps - step) / rate) if rate > 0 else None,
+                "ckpt_step": self.ckpt_step, "time": now}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(body))
+        tmp.replace(self.path)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, z0: float | None,
                history: list[dict[str, Any]]) -> None:
+    """``d/lora-NNNNNN.safetensors``, ``d/optim-NNNNNN.safetensors``, then ``d/state.json`` (renamed into place
+    last) naming them with their sha256; the previous step's files go only after that. A kill at any moment
+    leaves the previous checkpoint whole, and a reader (the recipe's ``align-collect``) that finds the files the
+    state names, with those hashes, has one consistent checkpoint."""
     d.mkdir(parents=True, exist_ok=True)
-    save_file(stacked_tensors(model), str(d / "lora.safetensors"))
     sd = opt.state_dict()
     flat = {f"{i}.{k}": v.detach().cpu().contiguous() for i, st in sd["state"].items()
             for k, v in st.items() if torch.is_tensor(v)}
-    save_file(flat, str(d / "optim.safetensors"))
-    (d / "state.json").write_text(json.dumps({"step": step, "z0_ema": z0, "history": history,
-                                              "param_groups": sd["param_groups"]}))
+    files = {}
+    for part, tensors in (("lora", stacked_tensors(model)), ("optim", flat)):
+        name = f"{part}-{step:06d}.safetensors"
+        tmp = d / f"{name}.tmp"
+        save_file(tensors, str(tmp))
+        files[part] = {"name": name, "sha256": _sha256(tmp)}
+        tmp.replace(d / name)
+    tmp = d / "state.json.tmp"
+    tmp.write_text(json.dumps({"step": step, "z0_ema": z0, "history": history, "param_groups": sd["param_groups"],
+                               "files": files}))
+    tmp.replace(d / "state.json")
+    keep = {f["name"] for f in files.values()}
+    for old in d.glob("*.safetensors"):
+        if old.name not in keep:
+            old.unlink(missing_ok=True)
+
+
+def ckpt_files(d: Path) -> dict[str, Path]:
+    """The tensor files of the checkpoint in ``d`` (``lora``, ``optim``), as its state.json names them."""
+    state = json.loads((d / "state.json").read_text())
+    named = state.get("files") or {p: {"name": f"{p}.safetensors"} for p in ("lora", "optim")}  # before sha256
+    return {p: d / f["name"] for p, f in named.items()}
 
 
 def _resume(d: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int, float | None, list]:
@@ -274,11 +341,12 @@ def _resume(d: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[int,
         return 0, None, []
     state = json.loads((d / "state.json").read_text())
     params = dict(model.named_parameters())
+    files = ckpt_files(d)
     with torch.no_grad():
-        for key, t in load_file(str(d / "lora.safetensors")).items():
+        for key, t in load_file(str(files["lora"])).items():
             params[key.replace(".weight.lora_", ".lora_")].copy_(t)
     st: dict[int, dict[str, Any]] = {}
-    for key, v in load_file(str(d / "optim.safetensors")).items():
+    for key, v in load_file(str(files["optim"])).items():
         i, k = key.split(".", 1)
         st.setdefault(int(i), {})[k] = v
     opt.load_state_dict({"state": st, "param_groups": state["param_groups"]})

@@ -1,10 +1,12 @@
 """`pack` (here, with network and the repo): everything a bare GPU machine needs, cut into upload folders.
 
-``OUT/boot.tar.xz`` (small, first): ``code/`` (engine + evals as in this working tree), ``vendor/``
+``OUT/boot.tar.xz`` (small, first): ``code/`` (engine + evals + edit_server as in this working tree), ``vendor/``
 (pure-Python packages the GPU image lacks: gguf), ``wheels/`` (tree-sitter + grammars for the GPU's
 CPython, for syntax-span FIM), ``data/`` (HumanEval-infilling), ``tokenizer.json`` (the base tokenizer, so
-the corpus can be built while the base is still uploading) and ``recipe.json`` (training config, corpus
-recipe, eval plan, code version). ``base.gguf.xz``: the base GGUF, xz-compressed (−8 %). Both are cut
+the corpus can be built while the base is still uploading), ``recipe.json`` (training config, corpus
+recipe, eval plan, code version) and, when asked for, ``align/`` — feedback stores (``--align-feedback``:
+the users' prompts and suggestions leave this machine, so only on request) and eval report directories
+(``--align-eval``) for the alignment stage's KTO data. ``base.gguf.xz``: the base GGUF, xz-compressed (−8 %). Both are cut
 into ``OUT/upN/`` folders, each ≤ the upload limit minus the working tree (which travels with every
 command); every folder carries the full ``manifest.json``.
 """
@@ -27,7 +29,7 @@ from engine.train.recipe.parts import sha256_file, write_part
 
 FORMAT = "edit-server-gpu-recipe/1"
 MANIFEST_FORMAT = "edit-server-gpu-pack/1"
-CODE_PATHS = ("engine", "evals", "pyproject.toml")
+CODE_PATHS = ("engine", "evals", "edit_server", "pyproject.toml")  # edit_server: the `align` commands
 VENDOR_PKGS = ("gguf",)  # pure Python, not on the GPU image
 # the GPU image's CPython (3.12) — tree-sitter has per-version wheels, the grammars are abi3
 GPU_PYTHON = "3.12"
@@ -112,10 +114,31 @@ def make_recipe(config: dict[str, Any], *, sources: list[str], corpus_options: d
             "code": code_version(), "packed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def stage_align_inputs(stage: Path, feedback: list[Path], evals: list[Path]) -> None:
+    """``align/feedback/NN-NAME.sqlite3`` (a consistent copy: sqlite's backup, the server may be writing) and
+    ``align/eval/NN-NAME/`` (eval report directories)."""
+    import sqlite3
+
+    for i, db in enumerate(feedback):
+        dest = stage / "align" / "feedback" / f"{i:02d}-{Path(db).stem}.sqlite3"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        out = sqlite3.connect(dest)
+        try:
+            src.backup(out)
+        finally:
+            src.close()
+            out.close()
+    for i, run in enumerate(evals):
+        shutil.copytree(run, stage / "align" / "eval" / f"{i:02d}-{Path(run).name}")
+
+
 def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None, wheels: list[Path],
-              data: Path | None) -> Path:
+              data: Path | None, align_feedback: list[Path] | None = None,
+              align_eval: list[Path] | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="boot-") as tmp:
         stage = Path(tmp)
+        stage_align_inputs(stage, list(align_feedback or []), list(align_eval or []))
         for n in code_files():
             (stage / "code" / n).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / n, stage / "code" / n)
@@ -165,7 +188,8 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
          sources: list[str] | None = None, corpus_options: dict[str, Any] | None = None,
          eval_splits: list[str] | None = None, eval_limit: int = 100, data: Path | None = None,
          upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
-         part_max: int = PART_MAX) -> dict[str, Any]:
+         part_max: int = PART_MAX, align_feedback: list[Path] | None = None,
+         align_eval: list[Path] | None = None) -> dict[str, Any]:
     """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("up*"):
@@ -185,7 +209,8 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
                          tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
                          eval_limit=eval_limit)
     files.append(("boot.tar.xz", make_boot(out / "boot.tar.xz", recipe, tokenizer_json=tok_json,
-                                           wheels=wheels, data=data)))
+                                           wheels=wheels, data=data, align_feedback=align_feedback,
+                                           align_eval=align_eval)))
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
         files.append(("base.gguf.xz", xz))
