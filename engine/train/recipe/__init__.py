@@ -15,6 +15,8 @@ including the working tree, ≤ 8 files of ≤ 16 MiB back, nothing kept afterwa
   safetensors file) in ≤ 15 MiB parts + sha256 manifest, status.json and the log tail, into ``$OUT``.
 - `keep` (here): verify collected parts and store them under ``engine/weights/gpu-ckpt`` (committable).
 - `resume` (GPU, any later window): verify + join kept parts into a fresh work dir, then `start`.
+- `align-*` (`align`): the KTO alignment stage — the same start / status / poll / collect / resume discipline for a
+  detached job that runs `python -m edit_server align data|kto` (engine never imports edit_server).
 """
 
 from __future__ import annotations
