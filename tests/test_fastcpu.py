@@ -63,3 +63,30 @@ def test_engine_with_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Engine(tiny(), tok).info["fast_cpu"] == fastcpu.FORMAT
     monkeypatch.setenv("EDIT_SERVER_FASTCPU", "0")
     assert Engine(tiny(), tok, meta={"fast_cpu": True}).info["fast_cpu"] is None
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bias", [False, True])
+def test_int8_gemm_is_per_token(monkeypatch: pytest.MonkeyPatch, bias: bool) -> None:
+    """Prefill-sized batches (> SMALL rows) through the quantised engine's int8 GEMM: each row scaled to max 1 first, so a row of small values next to a row 1000× larger
+    keeps its precision (a per-tensor activation scale would round it to zero); the bias is added
+    once, after the row scale."""
+    if not fastcpu._int8_gemm():
+        pytest.skip("this PyTorch build has no x86 / fbgemm quantised engine")
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 48, generator=g)
+    lin = fastcpu.Int8Linear.from_weight(w, torch.randn(64, generator=g) if bias else None)
+    x = torch.randn(40, 48, generator=g)
+    x[0] *= 1000.0  # an outlier token
+    x[1] *= 1e-3  # a quiet one
+    want = torch.nn.functional.linear(x, lin.dequantized(), lin.bias)
+    monkeypatch.setattr(fastcpu, "INT8_GEMM", False)
+    assert (lin(x) - want).norm() / want.norm() < 0.01  # the weight-only kernels
+    monkeypatch.setattr(fastcpu, "INT8_GEMM", True)
+    got = lin(x)
+    rel = (got - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() < 0.02, rel
+    assert lin._packed is not None
+    lin._packed = None  # decode-sized batches keep the weight-only kernel: nothing is packed
+    lin(x[:fastcpu.SMALL])
+    assert lin._packed is None
