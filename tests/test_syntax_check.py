@@ -1,11 +1,12 @@
 """The gate's "syntax errors introduced" rule (`edit_server.selectivity.syntax_check`) and its place in both
 gates (confidence and KTO reward) and in the hidden-reason path.
 
-Cost, measured with `test_two_thousand_line_file_stays_bounded` (a 2,000-line Python file, argparse.py's first
-2,000 lines, 73 KB; cursor at lines 200 / 1,000 / 1,800; 200 calls each) on this project's 2-core x86_64 VM, no
-GPU, shared (load ≈ 2): 1.9–2.4 ms per suggestion without an error, 3.3–7.4 ms when the insertion has one (the
-"unfinished?" completions re-parse the window); a whole-file parse of the same file takes 22 ms. The window
-(40 lines each side, widened to column-0 lines) keeps the cost independent of the file's length.
+Cost, measured with `test_two_thousand_line_file_stays_bounded` (a generated 2,000-line Python module, 41 KB;
+cursor at line ~1,000; 50 calls per case, 3 runs) on this project's 2-core x86_64 VM, no GPU, shared (load
+0.8–3): 0.4–0.5 ms per suggestion without an error, 2.5–3.8 ms when the insertion has one (the "unfinished?"
+completions re-parse the window incrementally); a whole-file parse of the same file takes ≈ 12 ms. The window
+(40 lines each side, widened to column-0 lines) keeps the cost independent of the file's length. On 1,558 calls
+over 120 stdlib files (the module docstring's benchmark, half of them with an error) it averaged < 4.5 ms.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def edit(path: str, doc: str, old: str, new: str) -> str | None:
     ("a.js", JS, "if (x) {"), ("a.js", JS, "for (let i = 0; i < n; i++) {"), ("a.js", JS, "let q = bar("),
     ("a.py", "x = foo(|b)\n", "a, "),  # an unclosed bracket the suffix closes
     ("a.py", "x = 1\n|", "y = foo("),  # at the end of the file
+    ("a.py", PY, "raise EOFError fr"), ("a.py", "d|\n", "ef"),  # a keyword the user is still typing
+    ("a.py", "x = {'a': 1,\n     'b': |\n     'c': 3}\n", "2"),  # a dict entry whose comma comes next
+    ("a.py", "x = foo(a,\n        b|\ny = 2\n", ", c"),  # a bracket opened on an earlier line
+    ("a.py", "x = {'a': 1,\n     |\n     'c': 3}\n", "'di"),  # an entry's string, then its comma, come next
+    ("a.py", "def f():\n    return 1\n)\n\n\ndef g(a):\n    y = |\n    return y\n", "foo("),  # a stray closer
+    # above (not the suggestion's) does not spoil the opener
+    ("a.py", 's = """\n' + "text line\n" * 200 + '|more\n"""\n', "x = = ) 1"),  # prose in a long string
     ("a.txt", "x |\n", "= = ="),  # no grammar: the rule is skipped
 ])
 def test_unfinished_openers_and_valid_insertions_pass(path: str, doc: str, ins: str) -> None:
@@ -50,7 +58,11 @@ def test_unfinished_openers_and_valid_insertions_pass(path: str, doc: str, ins: 
 @pytest.mark.parametrize(("path", "doc", "ins", "what"), [
     ("a.py", PY, "x = = 3", "unexpected '='"), ("a.py", PY, "def f(a b):", "unexpected 'b'"),
     ("a.py", PY, "foo(a, b))", "unexpected 'foo(a, b))'"), ("a.py", PY, "else:", "unexpected 'else:'"),
-    ("a.py", PY, "z = a b", "unexpected 'a'"), ("a.py", PY, "x = )", "unexpected ')'"),
+    ("a.py", PY, "z = a b c", "unexpected 'a b'"), ("a.py", PY, "x = )", "unexpected ')'"),
+    ("a.py", PY, "z = a bc", "unexpected 'a'"),  # a last word that starts no keyword is not "still typed"
+    ("a.py", 's = "abc |"\n', 'd"e', "unexpected 's = \"abc d\"e\"'"),  # a quote inside a string
+    ("a.py", "def g():\n    return |\n", ")", "unexpected 'return )'"),  # the error starts before, on its line
+    ("a.py", "print(a|, b)\n", "))", "unexpected 'print(a)), b)'"), ("a.py", "y = a|\n", ")", "unexpected 'y = a)'"),
     ("a.js", JS, "const z = ;", "unexpected '='"), ("a.js", JS, "foo(a, b));", "unexpected ')'"),
     ("a.py", "x = foo(|b)\n", "a))) + (", "unexpected '))'"),  # mid-line: the rest of the line is there
     ("a.py", "x = 1\n|", "foo(a, b))", "unexpected 'foo(a, b))'"),  # a closer without opener, even at the end
@@ -86,6 +98,40 @@ def test_edits_deletions_and_pre_existing_errors() -> None:
     assert edit("a.py", broken, "    y = = a\n    z = 1\n", "    y = = a + 1\n    z = 1\n") is None
     assert edit("a.py", broken, "    y = = a\n    z = 1\n", "    z = 1\n    y = = a\n") is None  # moved
     assert edit("a.py", broken, "    y = = a\n", "    y = a\n") is None  # fixed
+    assert edit("a.py", broken, "    y = = a\n", "    z = = b\n") is None  # rewritten around its error
+
+
+def test_partial_lines_of_this_projects_code_are_never_flagged() -> None:
+    """Legit unfinished completions: a line of real code cut at a random column, a random part of its rest
+    inserted at the end of the line (the user types the remainder next) — none may be flagged; the same
+    insertions with a stray closer or ``= = 1`` appended are broken, and a good share of them must be caught
+    (on 779 stdlib cases: 0 flagged, 42 % caught)."""
+    import random
+
+    from tests.conftest import ROOT
+
+    rng = random.Random(7)
+    files = sorted((ROOT / "edit_server").rglob("*.py"))
+    flagged, caught, n = [], 0, 0
+    for f in rng.sample(files, 30):
+        lines = f.read_text(encoding="utf-8").split("\n")
+        for _ in range(6):
+            k_line = rng.randrange(len(lines))
+            line = lines[k_line]
+            if len(line.strip()) < 4:
+                continue
+            indent = len(line) - len(line.lstrip())
+            k = rng.randint(indent, len(line) - 1)
+            m = rng.randint(1, len(line) - k)
+            doc = "\n".join(lines[:k_line] + [line[:k]] + lines[k_line + 1:])
+            off = sum(len(x) + 1 for x in lines[:k_line]) + k
+            n += 1
+            if syntax_check.introduced("a.py", doc, [(off, off, line[k:k + m])], fim=True):
+                flagged.append((f.name, line[:k], line[k:k + m]))
+            bad = line[k:k + m] + rng.choice([")", "]", " = = 1", " )", "}", ") :"])
+            caught += syntax_check.introduced("a.py", doc, [(off, off, bad)], fim=True) is not None
+    assert n > 100 and flagged == [], flagged
+    assert caught >= 0.25 * n, (caught, n)
 
 
 def two_thousand_lines() -> str:
