@@ -99,6 +99,16 @@ def test_edits_deletions_and_pre_existing_errors() -> None:
     assert edit("a.py", broken, "    y = = a\n    z = 1\n", "    z = 1\n    y = = a\n") is None  # moved
     assert edit("a.py", broken, "    y = = a\n", "    y = a\n") is None  # fixed
     assert edit("a.py", broken, "    y = = a\n", "    z = = b\n") is None  # rewritten around its error
+    # the user is half-way through a line; a next edit renames on the line below: tree-sitter regroups the
+    # half-typed line's error around the change, which is not the edit's error (the count near it stays)
+    typing = ("def main():\n    for b in names:\n        if which(b):\n            register(b, None)\n\n"
+              "    if shutil.wh\n        register(\"skipstone\", None, Browser(\"skipstone\"))\n\n    return 0\n")
+    line = '        register("skipstone", None, Browser("skipstone"))\n'
+    assert edit("a.py", typing, line, line.replace("register", "register_2")) is None
+    above = "            register(b, None)\n"
+    assert edit("a.py", typing, above, above.replace("b", "bb")) is None
+    assert edit("a.py", typing, above, above.replace("None)", "None))")) == \
+        "syntax error introduced: line 4: unexpected 'register(b, None))'"  # one error more near it: the edit's
 
 
 def test_partial_lines_of_this_projects_code_are_never_flagged() -> None:
