@@ -162,3 +162,42 @@ def test_align_stage_start_kill_collect_resume_export(tmp_path: Path) -> None:
     assert summary["steps"] == STEPS and [h["step"] for h in summary["history"]] == list(range(1, STEPS + 1))
     print(f"align rehearsal: start -> kto phase {t_data:.1f} s (corpus + self-play {PLAN['selfplay']}), "
           f"resume -> done {t_resume:.1f} s")
+
+
+
+def _boot(w: Path) -> Path:
+    (w / "boot" / "code").mkdir(parents=True)
+    (w / "boot" / "recipe.json").write_text("{}")
+    return w
+
+
+def test_align_start_picks_the_reference_and_refuses_a_mismatched_plan(tmp_path: Path) -> None:
+    """``default`` aligns against the training run's adapter when there is one, else the shipped one (copied
+    into the work dir, so a later resume depends on neither); a checkpoint of another plan is refused."""
+    w = _boot(tmp_path / "gpu")
+    plan = {**PLAN, "model": "default"}
+
+    def start(work: Path, plan: dict[str, Any] | None, adapter: str = "") -> dict[str, Any]:
+        got = align.start(work, plan, adapter=adapter, python="/bin/true")  # no job: what start prepares
+        _wait(work, lambda s: not s["running"], 10)
+        return got
+
+    assert start(w, plan)["plan"]["reference"] == str(align.SHIPPED)
+    ref = w / "align" / "reference.safetensors"
+    assert ref.read_bytes() == align.SHIPPED.with_suffix(".safetensors").read_bytes()
+    shutil.rmtree(w / "align")
+    (w / "run").mkdir()
+    (w / "run" / "adapter.safetensors").write_bytes(b"run weights")
+    (w / "run" / "adapter.json").write_text("{}")
+    assert start(w, plan)["plan"]["reference"] == str(w / "run" / "adapter")
+    assert ref.read_bytes() == b"run weights"
+    # the copied reference stays what the run aligns against, whatever a later start names
+    assert start(w, plan, "shipped")["plan"]["reference"] == str(w / "run" / "adapter")
+    (w / "align" / "kto.ckpt").mkdir()
+    with pytest.raises(RecipeError, match="another plan"):
+        start(w, {**plan, "selfplay": 1})
+    assert start(w, plan)["plan"]["selfplay"] == PLAN["selfplay"]  # the same plan goes on
+    with pytest.raises(RecipeError, match="no adapter"):
+        start(_boot(tmp_path / "other"), plan, str(tmp_path / "missing"))
+    with pytest.raises(RecipeError, match="no plan"):
+        start(_boot(tmp_path / "empty"), None)

@@ -80,6 +80,8 @@ def start(work: Path, plan: dict[str, Any] | None = None, *, adapter: str = "", 
         if {k: v for k, v in have.items() if k != "reference"} != plan:
             raise RecipeError(f"{a.ckpt} holds a run with another plan: start it without options or remove {a.dir}")
         plan = have
+    if have is not None and "reference" in have and a.ref.with_suffix(".safetensors").is_file():
+        plan = {**plan, "reference": have["reference"]}  # the copied reference stays the one aligned against
     a.dir.mkdir(parents=True, exist_ok=True)
     if plan.get("model") == "default" and not a.ref.with_suffix(".safetensors").is_file():
         src = _reference(a.w, adapter)
