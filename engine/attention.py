@@ -52,7 +52,12 @@ def _log_once(path: str) -> None:
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-    """q: (B, nh, T, hs); k, v: (B, nkv, S, hs) with nh % nkv == 0 (GQA). Returns (B, nh, T, hs)."""
+    """q: (B, nh, T, hs); k, v: (B, nkv, S, hs) with nh % nkv == 0 (GQA). Returns (B, nh, T, hs).
+
+    ``is_causal`` with S > T (a cached prefix before the queries' own keys): query i sees keys
+    ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means)."""
+    if is_causal and mask is None and k.shape[2] > q.shape[2]:
+        return _causal_after_prefix(q, k, v)
     fa = _flash_fn() if q.is_cuda and mask is None and q.dtype in (torch.float16, torch.bfloat16) else None
     if fa is not None and (not is_causal or q.shape[2] == k.shape[2]):
         _log_once("flash-attn")
@@ -61,6 +66,29 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
     _log_once(f"torch-sdpa ({q.device.type})")
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                           enable_gqa=k.shape[1] != q.shape[1])
+
+
+_cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _causal_after_prefix(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention of T new queries over S = P + T keys (P cached). On a CPU as two flash calls
+    merged by their log-sum-exps — the cached keys without a mask, the new ones causal (the kernel
+    skips the masked half) — instead of one call with an explicit (T, S) mask, which computes every
+    query-key pair: 1.3x at T = 1,000, P = 600 (docs/PERFORMANCE.md). Elsewhere: SDPA with the mask."""
+    T, S = q.shape[2], k.shape[2]
+    P = S - T
+    if q.device.type != "cpu" or _cpu_flash is None or q.dtype not in (torch.float32, torch.bfloat16):
+        mask = causal_mask(T, P, q.device)[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+    _log_once("torch-sdpa (cpu, causal over a cached prefix: two flash calls)")
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    o1, l1 = _cpu_flash(q, k[:, :, :P], v[:, :, :P], 0.0, False)
+    o2, l2 = _cpu_flash(q, k[:, :, P:], v[:, :, P:], 0.0, True)
+    lse = torch.logaddexp(l1, l2)
+    return o1 * torch.exp(l1 - lse).unsqueeze(-1).to(o1.dtype) + o2 * torch.exp(l2 - lse).unsqueeze(-1).to(o2.dtype)
 
 
 # ---- masks ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.attention import absolute_block_mask, causal_mask
+from engine.attention import absolute_block_mask
 from engine.cache import KVCache, Slot, common_prefix
 from engine.sampler import Denoiser
 
@@ -73,7 +73,7 @@ def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
             if absolute:
                 mask, causal = absolute_block_mask(e - s, B, s, eng.device), False
             else:
-                mask, causal = (None if s == 0 or e - s == 1 else causal_mask(e - s, s, eng.device)), s == 0
+                mask, causal = None, e - s > 1  # causal over the cached prefix (engine.attention.attend)
             h = eng.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=causal, logits_slice=slice(0, 0))
             j.forwards += 1
         last = h[0, -1]

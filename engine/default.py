@@ -86,7 +86,7 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     args.special_tokens = ids
     label = meta.get("label", "adapter")
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
-            "validation": meta.get("validation", {}).get("last"),
+            "validation": meta.get("validation", {}).get("last"), "fim_layout": meta.get("fim_layout"),
             "fast_cpu": True}  # pass@1 measured with engine.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engine.attention import bd3lm_layout, bd3lm_logit_index, causal_mask
+from engine.attention import bd3lm_layout, bd3lm_logit_index
 from engine.cache import KVCache
 from engine.loading.stacked import AlignedEngine
 from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim
@@ -155,8 +155,7 @@ class RewardScorer:
             for s in range(0, n - 1, 512):
                 e = min(n - 1, s + 512)
                 kv.length = s
-                mask = None if s == 0 or e - s == 1 else causal_mask(e - s, s, eng.device)
-                eng.model(ids[:, s:e], offset=s, cache=kv, mask=mask, is_causal=s == 0,
+                eng.model(ids[:, s:e], offset=s, cache=kv, is_causal=e - s > 1,
                           logits_slice=slice(0, 0))
         kv.length = n
         return kv

@@ -9,7 +9,9 @@ Layouts (``S`` = special token, pieces in ``{}``)::
     sections   S(file_sep){path}\n{text}                ... one per context section
     history    S(edit_history){diff}\n{diff}\n ...         unified diffs, oldest first (optional)
     header     S(file_sep){path}\n
-    FIM  spm   S(fim_suffix){suffix}S(fim_prefix){prefix}S(fim_middle)   <- runtime default
+    FIM  spml  S(fim_suffix){suffix from the line end}S(fim_prefix){prefix}[S(cursor){rest}]S(fim_middle)
+                                                                       <- default (serving and training)
+    FIM  spm   S(fim_suffix){suffix}S(fim_prefix){prefix}S(fim_middle)
     FIM  psm   S(fim_prefix){prefix}S(fim_suffix){suffix}S(fim_middle)
     edit       S(fim_suffix){after}S(fim_prefix){before}S(region_start){region[:c]}S(cursor)
                {region[c:]}S(region_end)S(fim_middle)
@@ -17,7 +19,11 @@ Layouts (``S`` = special token, pieces in ``{}``)::
 The canvas (masked span) follows the prompt. Its target is the middle / new region, then one
 ``eom`` token, then ``pad`` up to the canvas length. Suffix-first layouts put the text that changes
 while typing (the end of the prefix) at the end of the prompt, so consecutive keystrokes reuse
-almost the whole KV cache.
+almost the whole KV cache. ``spml`` also moves the rest of the cursor's line (the suffix up to its first
+line end, when the cursor is past the line's first column) behind the prefix, marked by ``cursor`` and
+left out when empty: moving the cursor along its line, pressing Enter at its end or typing an
+auto-closed bracket then re-prefills that line only, not the whole suffix and prefix. A request at a
+line end or a line start renders exactly as ``spm`` (whole-line holes, empty lines, ends of lines).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Literal
 
 from engine.tokens import TokenizerLike
 
-FimLayout = Literal["spm", "psm"]
+FimLayout = Literal["spml", "spm", "psm"]
+DEFAULT_FIM_LAYOUT: FimLayout = "spml"
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class FimPrompt:
     path: str = ""
     history: tuple[str, ...] = ()  # unified diffs, oldest first
     sections: tuple[Section, ...] = ()
-    layout: FimLayout = "spm"
+    layout: FimLayout = DEFAULT_FIM_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -91,13 +98,19 @@ def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
     out = Rendered()
     _common(tok, out, p.path, p.history, p.sections)
     prefix = [sp.fim_prefix, *tok.encode(p.prefix)]
-    suffix = [sp.fim_suffix, *tok.encode(p.suffix)]
-    if p.layout == "spm":
-        out.add("suffix", suffix)
+    if p.layout == "spml":
+        i = p.suffix.find("\n") if p.prefix and not p.prefix.endswith("\n") else 0  # at a line start: no rest
+        rest, following = (p.suffix, "") if i < 0 else (p.suffix[:i], p.suffix[i:])
+        out.add("suffix", [sp.fim_suffix, *tok.encode(following)])
+        out.add("prefix", prefix)
+        if rest:
+            out.add("rest", [sp.cursor, *tok.encode(rest)])
+    elif p.layout == "spm":
+        out.add("suffix", [sp.fim_suffix, *tok.encode(p.suffix)])
         out.add("prefix", prefix)
     else:
         out.add("prefix", prefix)
-        out.add("suffix", suffix)
+        out.add("suffix", [sp.fim_suffix, *tok.encode(p.suffix)])
     out.add("middle", [sp.fim_middle])
     return out
 

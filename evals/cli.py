@@ -108,6 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--remask-per-step", type=int, default=2)
     he.add_argument("--remask-budget", type=int, default=8, help="remasks per canvas")
     he.add_argument("--max-tokens", type=int, default=None, help="canvas length (default per split)")
+    he.add_argument("--fim-layout", choices=["spml", "spm", "psm"], default=None,
+                    help="prompt order of the native format (default: engine.templates' DEFAULT_FIM_LAYOUT)")
     he.add_argument("--workers", type=int, default=2, help="parallel sandboxed checks")
     he.add_argument("--check-timeout", type=float, default=10.0, help="seconds per functional check")
     he.set_defaults(func=_clean_errors(run_humaneval))
@@ -174,7 +176,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
     config = {"kind": "humaneval-infill", "split": args.split, "runner": runner,
               "model": None if args.oracle else args.model, "device": args.device,
               "steps_mode": args.steps_mode, "threshold": args.threshold, "max_tokens": max_tokens,
-              "seed": args.seed, "check_timeout": args.check_timeout}
+              "seed": args.seed, "check_timeout": args.check_timeout, "fim_layout": args.fim_layout}
     extra = sampler_options(args.window, args.remask, args.remask_threshold, args.remask_per_step,
                             args.remask_budget)
     if extra:
@@ -191,7 +193,8 @@ def run_humaneval(args: argparse.Namespace) -> int:
         elif runner == "engine":
             generate_engine(todo, scorer, model=args.model, device=args.device, split=args.split,
                             max_tokens=max_tokens, steps_mode=args.steps_mode,
-                            threshold=args.threshold, seed=args.seed, sampler_extra=extra, progress=prog)
+                            threshold=args.threshold, seed=args.seed, sampler_extra=extra, progress=prog,
+                            layout=args.fim_layout)
         elif todo:
             with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
                 generate_lsp(todo, scorer, model=args.model, device=args.device, split=args.split,

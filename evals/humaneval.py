@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ class Scorer:
 def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str,
                     max_tokens: int, steps_mode: str, threshold: float, seed: int,
                     sampler_extra: dict[str, Any] | None = None,
-                    progress: Callable[[Iterable], Iterable] = iter) -> None:
+                    progress: Callable[[Iterable], Iterable] = iter, layout: str | None = None) -> None:
     """Generate each middle through ``Engine.infill`` and hand it to the scorer (with remasking on,
     each record also counts the positions put back to mask, from the per-step events)."""
     from engine import Engine, FimPrompt
@@ -101,7 +102,8 @@ def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, devi
         t0 = time.perf_counter()
         remasked.clear()
         try:
-            res = eng.infill(FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py"),
+            prompt = FimPrompt(task.prompt, task.suffix, path=f"{task.entry_point}.py")
+            res = eng.infill(replace(prompt, layout=layout) if layout else prompt,
                              max_tokens=max_tokens, single_line=split == "single-line",
                              sampler=sampler, cache_key=f"humaneval:{task.task_id}", on_step=hook)
         except Exception as e:  # noqa: BLE001 - an engine failure is a recorded miss, not a crash

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from engine.attention import bd3lm_layout, bd3lm_logit_index, block_causal_mask, causal_mask
+from engine.attention import attend, bd3lm_layout, bd3lm_logit_index, block_causal_mask, causal_mask
 from engine.cache import KVCache
 from engine.config import ModelArgs, preset
 from engine.model import Transformer
@@ -105,11 +106,28 @@ def test_kv_cache_incremental_matches_transformers(kind: str) -> None:
     kv.length = 9
     parts.append(ours(ids[:, 9:16], cache=kv, offset=9, mask=causal_mask(7, 9)))
     kv.length = 16
+    # is_causal over a cached prefix = causal aligned at the bottom right (the CPU's two-call path)
+    again = ours(ids[:, 9:16], cache=kv, offset=9, is_causal=True)
+    assert (again - parts[-1]).abs().max().item() <= 1e-5
     for t in range(16, T):  # one token at a time (AR decoding)
         parts.append(ours(ids[:, t: t + 1], cache=kv, offset=t))
         kv.length = t + 1
     got = torch.cat(parts, dim=1)
     assert (got - ref).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("t,s,dtype,tol", [(1, 9, torch.float32, 1e-5), (7, 16, torch.float32, 1e-5),
+                                           (300, 700, torch.float32, 1e-5), (40, 100, torch.bfloat16, 2e-2)])
+def test_causal_over_a_cached_prefix_equals_the_explicit_mask(t: int, s: int, dtype: torch.dtype,
+                                                              tol: float) -> None:
+    gen = torch.Generator().manual_seed(t)
+    q = torch.randn(2, 6, t, 16, generator=gen).to(dtype)
+    k, v = (torch.randn(2, 2, s, 16, generator=gen).to(dtype) for _ in range(2))
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=causal_mask(t, s - t)[None, None],
+                                         enable_gqa=True)
+    got = attend(q, k, v, is_causal=True)
+    assert got.shape == ref.shape and got.dtype == dtype
+    assert (got.float() - ref).abs().max().item() <= tol
 
 
 @torch.no_grad()

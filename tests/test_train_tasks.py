@@ -54,7 +54,7 @@ def _canvas_text(ex) -> str:
 
 
 @pytest.mark.parametrize("how", ["chars", "line", "lines", "syntax"])
-@pytest.mark.parametrize("layout", ["spm", "psm"])
+@pytest.mark.parametrize("layout", ["spml", "spm", "psm"])
 def test_fim_span_and_template_round_trip(how: str, layout: str) -> None:
     rng = random.Random(3)
     made = 0

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from edit_server.context import sources as src
 from edit_server.context.budget import Shares
-from engine.templates import EditPrompt, FimPrompt
+from engine.templates import DEFAULT_FIM_LAYOUT, EditPrompt, FimPrompt
 
 if TYPE_CHECKING:
     from edit_server.core.settings import Settings
@@ -39,7 +39,7 @@ class ContextOptions:
     region_max_lines: int = 20
     index_workspace: bool = True
     git: bool = True
-    layout: str = "spm"
+    layout: str = DEFAULT_FIM_LAYOUT  # the prompt order the model is trained on (engine.templates)
     current_only: bool = False  # only the current document (and its own history): no other file is read
     sticky_ttl_s: float = 60.0  # reuse a document's last FIM build while typing inside its window (0 = off)
 

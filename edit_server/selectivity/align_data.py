@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edit_server.selectivity.align_common import NEGATIVE, POSITIVE, edit_prompt, problem_of
+from engine.templates import DEFAULT_FIM_LAYOUT
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def from_humaneval(run: Path, config: dict[str, Any], truth: bool = True) -> lis
         if split in ("single-line", "multi-line") and middle.endswith("\n"):
             middle = middle[:-1]  # the harness adds the line end a single-line decode stops before
         prompt = {"type": "fim", "prefix": t.prompt, "suffix": t.suffix, "path": f"{t.entry_point}.py",
-                  "history": [], "sections": [], "layout": "spm"}
+                  "history": [], "sections": [], "layout": DEFAULT_FIM_LAYOUT}
         ok = bool(r.get("passed") or r.get("exact"))
         base = dict(kind="fim", group=f"humaneval:{problem_of(t.task_id)}", prompt=prompt)
         out.append(_record(id=f"humaneval:{r['id']}", source="humaneval", label=ok, completion=middle,
@@ -134,7 +135,7 @@ def from_cases(run: Path, config: dict[str, Any], truth: bool = True) -> list[An
             if len(sugg) != 1 or sugg[0].path != c.path or sugg[0].start != off:
                 continue
             prompt = {"type": "fim", "prefix": text[:off], "suffix": text[off:], "path": c.path,
-                      "history": list(c.history), "sections": [], "layout": "spm"}
+                      "history": list(c.history), "sections": [], "layout": DEFAULT_FIM_LAYOUT}
             comp = sugg[0].text
             good = (c.expected or [None])[0]
             truth_text = good.text if good is not None and good.start == good.end == off else None

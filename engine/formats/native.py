@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from engine.formats import Layout
-from engine.templates import EditPrompt, FimPrompt, edit_canvas_length, render_edit, render_fim
+from engine.templates import (
+    DEFAULT_FIM_LAYOUT,
+    EditPrompt,
+    FimPrompt,
+    edit_canvas_length,
+    render_edit,
+    render_fim,
+)
 
 
 class NativeFormat:
     name = "native"
 
-    def __init__(self, tok: Any, block_size: int | None = None) -> None:
-        """``block_size``: the model's (``ModelArgs.block_size``); an ``edit`` call may name its own."""
-        self.tok, self.block = tok, block_size
+    def __init__(self, tok: Any, block_size: int | None = None, fim_layout: str | None = None) -> None:
+        """``block_size``: the model's (``ModelArgs.block_size``); an ``edit`` call may name its own.
+        ``fim_layout``: the FIM prompt order the adapter was trained on (its metadata's ``fim_layout``;
+        None = ``DEFAULT_FIM_LAYOUT``). It replaces the default order of a prompt; a prompt that names
+        another order explicitly keeps it."""
+        self.tok, self.block, self.fim_layout = tok, block_size, fim_layout
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
+        if self.fim_layout and p.layout == DEFAULT_FIM_LAYOUT and self.fim_layout != p.layout:
+            p = replace(p, layout=self.fim_layout)  # type: ignore[arg-type]
         r = render_fim(self.tok, p)
         return Layout(r.ids, max_tokens, parts=r.parts)
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from engine.config import preset
 from engine.model import Transformer
+from engine.templates import DEFAULT_FIM_LAYOUT
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
@@ -76,6 +77,7 @@ class TrainConfig:
                                                            "continue": 0.1, "git": 0.05})
     git_repos: list[str] = field(default_factory=list)
     label: str = ""
+    fim_layout: str = DEFAULT_FIM_LAYOUT  # FIM prompt order (engine.templates); the adapter's metadata names it
     max_minutes: float = 0.0  # > 0: stop (checkpoint + export) when the wall-clock budget is spent
 
     @classmethod
@@ -95,11 +97,12 @@ class ExampleStream:
     """Endless, deterministic (per seed) stream of training examples over corpus documents."""
 
     def __init__(self, docs: list[Doc], tok: Tokenizer, budget: Budget, mix: dict[str, float], seed: int,
-                 git_pairs: list | None = None) -> None:
+                 git_pairs: list | None = None, fim_layout: str | None = None) -> None:
         if not docs:
             raise ValueError("no documents to train on (empty corpus split)")
         self.docs, self.tok, self.budget = docs, tok, budget
         self.git_pairs = git_pairs or []
+        self.fim_layout = fim_layout
         self.kinds = [k for k, w in mix.items() if w > 0 and (k != "git" or self.git_pairs)]
         self.weights = [mix[k] for k in self.kinds]
         self.rng = random.Random(seed)
@@ -116,7 +119,8 @@ class ExampleStream:
             else:
                 d = self.rng.choice(self.docs)
                 if kind == "fim":
-                    ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget)
+                    ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget,
+                                  layout=self.fim_layout)
                 elif kind == "edit":
                     ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget)
                 elif kind == "noedit":
@@ -242,8 +246,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     train_docs, val_docs = corpus.docs("train"), corpus.docs("val") or corpus.docs("train")[:50]
     pairs = _git_pairs(cfg)
     budget = cfg.budget()
-    val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs).take(cfg.val_examples)
-    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003, pairs)
+    val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs, cfg.fim_layout).take(cfg.val_examples)
+    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003, pairs, cfg.fim_layout)
     gen = torch.Generator().manual_seed(cfg.seed * 7)
     history: list[dict[str, Any]] = []
     vals: list[dict[str, Any]] = []
@@ -372,7 +376,7 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
         "format": "edit-server-lora/1", **meta, "special_tokens": tok.special.as_dict(),
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
         "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
-        "label": label, "trained_on": trained_on, "training": asdict(cfg),
+        "label": label, "trained_on": trained_on, "training": asdict(cfg), "fim_layout": cfg.fim_layout,
         "data": {"docs": corpus.index.get("docs"), "tokens": corpus.index.get("tokens"),
                  "tokens_seen": summary["tokens"]},
         "validation": {"first": summary["val"][0] if summary["val"] else None, "last": last},
