@@ -99,8 +99,7 @@ def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
     _common(tok, out, p.path, p.history, p.sections)
     prefix = [sp.fim_prefix, *tok.encode(p.prefix)]
     if p.layout == "spml":
-        i = p.suffix.find("\n") if p.prefix and not p.prefix.endswith("\n") else 0  # at a line start: no rest
-        rest, following = (p.suffix, "") if i < 0 else (p.suffix[:i], p.suffix[i:])
+        rest, following = fim_rest(p)
         out.add("suffix", [sp.fim_suffix, *tok.encode(following)])
         out.add("prefix", prefix)
         if rest:
@@ -113,6 +112,21 @@ def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
         out.add("suffix", [sp.fim_suffix, *tok.encode(p.suffix)])
     out.add("middle", [sp.fim_middle])
     return out
+
+
+def fim_rest(p: FimPrompt) -> tuple[str, str]:
+    """(rest of the cursor's line, the suffix from that line's end): how ``spml`` splits the suffix
+    (no rest at a line start, at a line end, or in another order)."""
+    if p.layout != "spml" or not p.prefix or p.prefix.endswith("\n"):
+        return "", p.suffix
+    i = p.suffix.find("\n")
+    return (p.suffix, "") if i < 0 else (p.suffix[:i], p.suffix[i:])
+
+
+def fim_specials(p: FimPrompt) -> int:
+    """Special tokens ``render_fim`` adds around the prefix and suffix (besides sections, history and
+    the header): fim_suffix, fim_prefix, fim_middle, and ``cursor`` when ``spml`` has a rest."""
+    return 4 if fim_rest(p)[0] else 3
 
 
 def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:

@@ -9,7 +9,7 @@ import pytest
 
 from edit_server.context import ContextBuilder
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM
-from engine.templates import render_edit, render_fim
+from engine.templates import fim_specials, render_edit, render_fim
 from engine.tokenizer import Tokenizer
 from tests.context_util import TOK, Hunk, options, two_module_workspace
 
@@ -83,7 +83,7 @@ def _check_exact(b: ContextBuilder, build, kind: str, budget: int) -> None:
     assert rep.window.used <= rep.window.allowed
     if kind == "fim":
         assert rep.window.used == len(TOK.encode(p.prefix)) + len(TOK.encode(p.suffix))
-        assert rep.fixed == 1 + len(TOK.encode(f"{p.path}\n")) + OVERHEAD_FIM
+        assert rep.fixed == 1 + len(TOK.encode(f"{p.path}\n")) + fim_specials(p) and fim_specials(p) <= OVERHEAD_FIM
     else:
         assert rep.window.used == len(TOK.encode(p.before)) + len(TOK.encode(p.after))
         region = len(TOK.encode(p.region[: p.cursor])) + len(TOK.encode(p.region[p.cursor:]))

@@ -127,5 +127,5 @@ class Shares:
                 ("git", self.git), ("open_files", self.open_files)]
 
 
-OVERHEAD_FIM = 3  # fim_prefix, fim_suffix, fim_middle
+OVERHEAD_FIM = 4  # fim_prefix, fim_suffix, fim_middle + spml's cursor marker (reserved; released without a rest)
 OVERHEAD_EDIT = 6  # fim_suffix, fim_prefix, region_start, cursor, region_end, fim_middle

@@ -44,7 +44,7 @@ from edit_server.context.window import (
     region_text,
 )
 from edit_server.context.workspace import Workspace
-from engine.templates import EditPrompt, FimPrompt, Section, render_edit, render_fim
+from engine.templates import EditPrompt, FimPrompt, Section, fim_specials, render_edit, render_fim
 from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,7 @@ class ContextBuilder(Workspace):
                 return FimPrompt(w.before, w.after, rel, hist, tuple(sections), self.options.layout)  # type: ignore[arg-type]
 
             prompt = make(win)
+            rep.fixed -= OVERHEAD_FIM - fim_specials(prompt)  # no line rest behind the prefix: no marker
             self._finish(rep, win, sections)
             if old is not None:
                 rep.excluded = dict(old.excluded)
