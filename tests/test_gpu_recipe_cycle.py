@@ -258,7 +258,7 @@ def test_fim_examples_take_the_prompt_order_from_the_templates(monkeypatch: pyte
     exs = fim_examples()
     assert {e.kind.split(":")[0] for e in exs} == {"fim", "continue"}
     assert all(e.prompt == rendered(e.meta) for e in exs)
-    other = "psm" if FimPrompt("", "").layout == "spm" else "spm"
+    other = "psm" if FimPrompt("", "").layout != "psm" else "spm"  # differs whenever the suffix is not empty
     monkeypatch.setattr(tasks, "FimPrompt", dataclasses.make_dataclass(
         "Other", [("layout", str, dataclasses.field(default=other))], bases=(FimPrompt,), frozen=True))
     swapped = [e for e in fim_examples() if e.kind.startswith("fim") and e.meta["suffix"]]

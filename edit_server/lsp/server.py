@@ -182,9 +182,12 @@ class EditServer(LanguageServer):
     # -- status -----------------------------------------------------------------------------
     def status(self, state: str, message: str) -> None:
         """Thread-safe: report worker/model state to the client."""
-        if self.loop is None:
+        if self.loop is None or self.loop.is_closed():  # not started, or shut down while the model loaded
             return
-        self.loop.call_soon_threadsafe(self._status, state, message)
+        try:
+            self.loop.call_soon_threadsafe(self._status, state, message)
+        except RuntimeError:  # closed between the check and the call: nobody is listening any more
+            pass
 
     def _status(self, state: str, message: str) -> None:
         self.state, self.message = state, message

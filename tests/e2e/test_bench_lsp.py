@@ -41,7 +41,9 @@ def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
         for kind in ("cold", "single-line", "next-edit"):
             assert k[kind]["p50_ms"] > 0 and k[kind]["settled"] >= 1 and k[kind]["steps_mean"] >= 1
         ks = run["keystrokes"]
-        assert ks["model_calls"] >= 2 and ks["recomputed_p50"] <= 4  # typing appends: SPM
+        # typing appends at the prefix's end (spml): a keystroke recomputes itself, the cursor marker, the rest
+        # of the line (2-8 characters and spaces, byte-level tokens) and fim_middle — not the window
+        assert ks["model_calls"] >= 2 and ks["recomputed_p50"] <= 16
         assert run["memory"]["peak_rss_mb"] > 0
         assert {s["kind"] for s in run["samples"]} >= {"load", "cold", "single-line", "next-edit"}
         assert k["jump"]["n"] == 1 and k["jump"]["model_calls"] == 1
