@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=1, help="sessions per decoding, alternating main / AR")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--keep-logs", type=Path, default=None,
+                   help="copy each session's server log (INFO: per build and per model call) into this folder")
     p.set_defaults(func=run)
 
 
@@ -331,6 +333,10 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
             mem = rss_mb(client)
         finally:
             await client.stop()
+            if args.keep_logs is not None and log.is_file():
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                n = len(list(args.keep_logs.glob("*.log")))
+                shutil.copy(log, args.keep_logs / f"{n + 1:02d}-{decode or 'main'}.log")
         return s, mem, [f.name for f in files]
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from edit_server.context import ContextBuilder, ContextOptions, open_builder
-from edit_server.context.options import SETTINGS_FIELDS
+from edit_server.context.options import SETTINGS_FIELDS, BuildReport
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Settings
 from engine.api import EngineAPI
@@ -87,14 +87,25 @@ class BuilderContext:
     def fim(self, req: FimRequest) -> FimPrompt | None:
         self.update_document(req.path, req.text, req.version)
         b = self.builder.build_fim(req.path, req.text, req.offset, req.history, budget=self.budget)
+        _log_build(b.report)
         return None if b.report.blocked else b.prompt
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
         b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget)
+        _log_build(b.report)
         if b.report.blocked:
             return None
         return EditBuilt(b.prompt, b.region_start, b.region_end)
+
+
+
+def _log_build(r: BuildReport) -> None:
+    """One INFO line per context build: sizes, lines and reuse only (never text)."""
+    if log.isEnabledFor(logging.INFO):
+        log.info("context %s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s, %.1f ms",
+                  r.kind, r.total, r.budget, r.fixed, r.window.used, *r.window_lines, sum(x.used for x in r.sources),
+                  r.sticky, r.ms)
 
 
 Context = BuilderContext

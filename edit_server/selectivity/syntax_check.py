@@ -142,7 +142,7 @@ def _closers(prefix: str, inserted: str, lang: str) -> tuple[str, str] | None:
     ``prefix`` (the window up to the insertion: it starts at a top-level line) is read leniently."""
     tokens = _TOKENS.get(lang, _TOKENS[""])
     stack: list[str] = []
-    quote = ""
+    quote, fstring, fdepth = "", False, 0
     comment = "#" if lang == "python" else "--" if lang == "lua" else "//"
     text, start = prefix + inserted, len(prefix)
     in_comment = False
@@ -152,11 +152,14 @@ def _closers(prefix: str, inserted: str, lang: str) -> tuple[str, str] | None:
             in_comment = t != "\n"
         elif quote:
             if t == quote or (t == "\n" and len(quote) == 1 and quote != "`"):
-                quote = ""  # a one-line string ends at the line's end (unterminated: tree-sitter's error)
+                quote, fdepth = "", 0  # a one-line string ends at the line's end (unterminated: tree-sitter's error)
+            elif fstring and t in "{}":  # an f-string's replacement fields ({{ / }} escapes cancel out)
+                fdepth += 1 if t == "{" else -1
         elif t == comment:
             in_comment = True
         elif t in ('"""', "'''", '"', "'", "`"):
             quote = t if lang == "python" or len(t) == 1 else t[0]
+            fstring = lang == "python" and re.search(r"(?<![\w])[rRbB]?[fF][rR]?$", text[:m.start()]) is not None
         elif t in _PAIRS:
             stack.append(_PAIRS[t])
         elif t in ")]}":
@@ -164,7 +167,7 @@ def _closers(prefix: str, inserted: str, lang: str) -> tuple[str, str] | None:
                 stack.pop()
             elif m.start() >= start:
                 return None
-    return quote, "".join(reversed(stack))
+    return ("}" * max(0, fdepth) + quote if quote else quote), "".join(reversed(stack))
 
 
 @dataclass
@@ -318,7 +321,11 @@ def _unfinished(old: _Parsed, edit: tuple[int, int, bytes], after: bytes, span: 
     bases = [nb]
     word = re.search(rb"\w+$", old.before[:s_b].rsplit(b"\n", 1)[-1] + nb)
     if word and len(word.group()) > 0 and _keyword_prefix(lang, word.group().decode("utf-8", "replace")):
-        bases.append(nb[:max(0, len(nb) - len(word.group()))])  # ``raise E fr`` / ``d`` + ``ef``: the user's
+        w = word.group().decode("utf-8", "replace")
+        cut = nb[:max(0, len(nb) - len(word.group()))]
+        bases.append(cut)  # ``raise E fr`` / ``d`` + ``ef``: the user's
+        typed = max(0, len(word.group()) - len(nb))  # characters of the word before the insertion
+        bases += [cut + k[typed:].encode() for k in sorted(_keywords(lang)) if k.startswith(w) and k != w][:2]
     for base in bases:
         close = _closers(old.before[:s_b].decode("utf-8", "replace"), base.decode("utf-8", "replace"), lang)
         if close is None:
