@@ -58,6 +58,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
     ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means)."""
     if is_causal and mask is None and k.shape[2] > q.shape[2]:
         return _causal_after_prefix(q, k, v)
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.shape[2] <= SMALL_T \
+            and k.shape[2] >= LONG_S and not is_causal:
+        return _small_queries(q, k, v, mask)
     fa = _flash_fn() if q.is_cuda and mask is None and q.dtype in (torch.float16, torch.bfloat16) else None
     if fa is not None and (not is_causal or q.shape[2] == k.shape[2]):
         _log_once("flash-attn")
@@ -66,6 +69,25 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
     _log_once(f"torch-sdpa ({q.device.type})")
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                           enable_gqa=k.shape[1] != q.shape[1])
+
+
+SMALL_T, LONG_S = 64, 256  # decode steps (a window / block of the canvas) over a cache on a CPU: _small_queries
+
+
+def _small_queries(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """A few queries over a long bf16 / fp16 KV cache on a CPU: two grouped matmuls (each KV head's
+    query heads stacked, no repeated K / V), in fp32. PyTorch's CPU SDPA takes a slow path for
+    half-precision K / V here: one layer's decode step over 2,048 cached keys 0.83 ms vs 0.22 ms, and
+    closer to the fp32 result (9 heads, 3 KV heads; docs/PERFORMANCE.md)."""
+    B, nh, T, hs = q.shape
+    nkv, S = k.shape[1], k.shape[2]
+    rep = nh // nkv
+    qg = q.reshape(B, nkv, rep * T, hs).float()  # heads h = g * rep + r share KV head g (repeat_interleave)
+    scores = torch.matmul(qg, k.float().transpose(-1, -2)) * (hs ** -0.5)  # (B, nkv, rep*T, S), fp32
+    if mask is not None:
+        m = mask.expand(B, nh, T, S).reshape(B, nkv, rep * T, S)
+        scores = scores.masked_fill(~m, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v.float()).reshape(B, nh, T, hs).to(q.dtype)
 
 
 _cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)

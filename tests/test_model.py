@@ -130,6 +130,23 @@ def test_causal_over_a_cached_prefix_equals_the_explicit_mask(t: int, s: int, dt
     assert (got.float() - ref).abs().max().item() <= tol
 
 
+@pytest.mark.parametrize("b,nh,nkv,t,s,masked", [(1, 9, 3, 1, 2048, False), (2, 9, 3, 5, 300, True),
+                                                (1, 4, 4, 8, 256, True), (3, 8, 2, 32, 400, True)])
+def test_few_queries_over_a_long_half_cache_equal_sdpa(b: int, nh: int, nkv: int, t: int, s: int,
+                                                       masked: bool) -> None:
+    """A CPU decode step over a bf16 KV cache (engine.attention._small_queries: grouped matmuls in fp32)
+    gives fp32 SDPA's output, as closely as SDPA's own bf16 path does."""
+    gen = torch.Generator().manual_seed(s)
+    q = torch.randn(b, nh, t, 64, generator=gen).bfloat16()
+    k, v = (torch.randn(b, nkv, s, 64, generator=gen).bfloat16() for _ in range(2))
+    mask = torch.rand(b, 1, t, s, generator=gen) > 0.3 if masked else None
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=nkv != nh)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=nkv != nh)
+    got = attend(q, k, v, mask=mask)
+    assert got.dtype == torch.bfloat16 and got.shape == ref.shape
+    assert (got.float() - ref).abs().max().item() <= max(2e-3, 1.5 * (theirs.float() - ref).abs().max().item())
+
+
 @torch.no_grad()
 def test_bidirectional_cache_matches_full_forward() -> None:
     _, ours = _pair("qwen2")
