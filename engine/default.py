@@ -45,8 +45,28 @@ def load_default(adapter: Path | None = None, base: Path | None = None, *,
             log.info("default model from the merged-model cache: %s", hit.meta.get("merged_cache"))
             return hit
     ck = to_fast(_merged(adapter, base))
-    merged_cache.save("default", merged_cache.key(sources(), fastcpu.FORMAT), ck)
+    k = merged_cache.key(sources(), fastcpu.FORMAT)
+    if merged_cache.save("default", k, ck) is not None:
+        hit = merged_cache.load("default", k)  # what every later start loads (memory-mapped)
+        if hit is not None:
+            del ck  # the build's tensors (the fp32 merge went before): give their pages back
+            release_memory()
+            return hit
     return ck
+
+
+def release_memory() -> None:
+    """Return freed heap pages to the OS (glibc keeps them otherwise: after building the merged-model cache
+    the server's RSS stayed at 1.41 GB instead of ~0.9 GB). A no-op where there is no glibc."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:

@@ -63,3 +63,21 @@ def test_fast_layout_refuses_other_devices() -> None:
     else:  # pragma: no cover - GPU machines
         with pytest.raises(ValueError, match="CPU only"):
             Engine.from_checkpoint(ck, device="cuda")
+
+
+def test_first_start_serves_the_cache_it_just_built(cache: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first start merges and quantises, saves the cache, then serves the cache's memory-mapped copy
+    (the built tensors are released: the server's RSS is a later start's, not the build's)."""
+    import engine.default as default
+
+    adapter, base = tmp_path / "adapter", tmp_path / "base.gguf"
+    for p in (adapter.with_suffix(".safetensors"), adapter.with_suffix(".json"), base):
+        p.write_bytes(b"stand-in")
+    built = []
+    monkeypatch.setattr(default, "_merged", lambda a, b: built.append(1) or random_checkpoint("tiny"))
+    first = default.load_default(adapter, base, fast_cpu=True)
+    assert built == [1] and first.meta["merged_cache"].endswith(".safetensors")
+    second = default.load_default(adapter, base, fast_cpu=True)
+    assert built == [1] and second.meta["merged_cache"] == first.meta["merged_cache"]
+    assert all(torch.equal(first.state_dict[n], second.state_dict[n]) for n in first.state_dict)
