@@ -7,8 +7,8 @@ load time and in place, each decoder layer of an `engine.model.Transformer` for 
 * one fused q|k|v and one fused gate|up projection (5 matmuls per layer instead of 7);
 * weights stored as int8 with one scale per output row (weight-only: activations stay float).
   Up to ``SMALL`` positions run ``aten._weight_int8pack_mm`` (bf16 activations, int8 weights: a
-  quarter of the fp32 bytes); more positions (prefill) dequantize the layer's weight to fp32 and
-  use the fp32 GEMM, which is compute-bound there anyway;
+  quarter of the fp32 bytes); more positions (wide decode steps, prefill) run the int8 x int8 GEMM
+  (``INT8_GEMM``), or, without it, dequantize the layer's weight to fp32 for the fp32 GEMM;
 * keys / values in bf16 (``KV_DTYPE``: at 2K tokens of context the fp32 cache is read in full by
   every step, as many bytes as the int8 weights);
 * fused RMSNorm (``F.rms_norm``) and RoPE as one complex multiply: the q/k rows are permuted at
@@ -22,6 +22,7 @@ are left as they are (`supported`).
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -32,7 +33,11 @@ from torch import Tensor, nn
 from engine.attention import attend
 
 KV_DTYPE = torch.bfloat16
-SMALL = 16  # positions per forward up to which the weight-only int8 kernel runs (decode steps)
+# positions per forward up to which the weight-only int8 kernel runs (1-3: width-1 decode steps, whose
+# quality int8 activations cost); more (wider decode windows, drafts, prefill) go through the int8 x int8
+# GEMM (INT8_GEMM): 3x faster per layer at 8-16 positions, HumanEval random-span 200 unchanged
+# (docs/PERFORMANCE.md, session 6). $EDIT_SERVER_INT8_SMALL overrides (16 = sessions 4-5)
+SMALL = int(os.environ.get("EDIT_SERVER_INT8_SMALL", "3"))
 FORMAT = "edit-server-fastcpu-int8/1"
 GEMM_ENV = "EDIT_SERVER_INT8_GEMM"  # 1 (default where supported) / 0
 
@@ -41,9 +46,9 @@ def _int8_gemm() -> bool:
     """Prefill (more than `SMALL` positions) as int8 × int8 GEMMs with dynamically quantised
     activations, one scale per token (PyTorch's x86 / fbgemm quantised engine, VNNI): 1.3× (2K
     tokens, attention-bound) to 1.8× (512) the fp32 prefill on the project's 2-core CPU, HumanEval
-    pass@1 unchanged (docs/PERFORMANCE.md). Decode steps keep the weight-only kernel (bf16
-    activations): int8 activations there too would be 1.5–9× faster per layer but cost pass@1
-    (3.0 → 2.0 %, measured). ``$EDIT_SERVER_INT8_GEMM=0`` or a build without that engine:
+    pass@1 unchanged (docs/PERFORMANCE.md). Decode steps of up to `SMALL` (3) positions keep the
+    weight-only kernel (bf16 activations): int8 activations in every step cost single-line pass@1
+    (3.0 → 2.0 %, measured); wider steps use the GEMM (random-span pass@1 unchanged, measured). ``$EDIT_SERVER_INT8_GEMM=0`` or a build without that engine:
     dequantize + fp32 GEMM."""
     import os
 
