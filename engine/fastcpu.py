@@ -48,10 +48,8 @@ def _int8_gemm() -> bool:
     tokens, attention-bound) to 1.8× (512) the fp32 prefill on the project's 2-core CPU, HumanEval
     pass@1 unchanged (docs/PERFORMANCE.md). Decode steps of up to `SMALL` (3) positions keep the
     weight-only kernel (bf16 activations): int8 activations in every step cost single-line pass@1
-    (3.0 → 2.0 %, measured); wider steps use the GEMM (random-span pass@1 unchanged, measured). ``$EDIT_SERVER_INT8_GEMM=0`` or a build without that engine:
-    dequantize + fp32 GEMM."""
-    import os
-
+    (3.0 → 2.0 %, measured); wider steps use the GEMM (random-span pass@1 unchanged, measured).
+    ``$EDIT_SERVER_INT8_GEMM=0`` or a build without that engine: dequantize + fp32 GEMM."""
     if os.environ.get(GEMM_ENV, "").strip() == "0":
         return False
     return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))

@@ -98,18 +98,16 @@ def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
     out = Rendered()
     _common(tok, out, p.path, p.history, p.sections)
     prefix = [sp.fim_prefix, *tok.encode(p.prefix)]
-    if p.layout == "spml":
-        rest, following = fim_rest(p)
-        out.add("suffix", [sp.fim_suffix, *tok.encode(following)])
+    rest, following = fim_rest(p)  # spml: the cursor line's rest goes behind the prefix; others: no rest
+    suffix = [sp.fim_suffix, *tok.encode(following)]
+    if p.layout == "psm":
+        out.add("prefix", prefix)
+        out.add("suffix", suffix)
+    else:
+        out.add("suffix", suffix)
         out.add("prefix", prefix)
         if rest:
             out.add("rest", [sp.cursor, *tok.encode(rest)])
-    elif p.layout == "spm":
-        out.add("suffix", [sp.fim_suffix, *tok.encode(p.suffix)])
-        out.add("prefix", prefix)
-    else:
-        out.add("prefix", prefix)
-        out.add("suffix", [sp.fim_suffix, *tok.encode(p.suffix)])
     out.add("middle", [sp.fim_middle])
     return out
 

@@ -99,7 +99,6 @@ class BuilderContext:
         return EditBuilt(b.prompt, b.region_start, b.region_end)
 
 
-
 def _log_build(r: BuildReport) -> None:
     """One INFO line per context build: sizes, lines and reuse only (never text)."""
     if log.isEnabledFor(logging.INFO):
