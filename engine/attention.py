@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from engine import cpu_gemm
+
 log = logging.getLogger(__name__)
 
 _flash: Any = None
@@ -55,7 +57,21 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
     """q: (B, nh, T, hs); k, v: (B, nkv, S, hs) with nh % nkv == 0 (GQA). Returns (B, nh, T, hs).
 
     ``is_causal`` with S > T (a cached prefix before the queries' own keys): query i sees keys
-    ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means)."""
+    ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means). Prefill-sized calls
+    on a CPU (``ONEDNN_T``+ queries) run their GEMMs through oneDNN where `engine.cpu_gemm` found that
+    exact and faster."""
+    if cpu_gemm.ENABLED and q.shape[2] >= ONEDNN_T and q.device.type == "cpu":
+        with cpu_gemm.onednn():
+            return _attend(q, k, v, mask, is_causal)
+    return _attend(q, k, v, mask, is_causal)
+
+
+# queries from which oneDNN's fp32 GEMMs beat MKL's in CPU attention over 2,048 keys (AMD EPYC Zen 5,
+# 9 heads: 1.32x at 256, 1.05x at 128, 0.55x at 8; docs/PERFORMANCE.md)
+ONEDNN_T = 256
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
     if is_causal and mask is None and k.shape[2] > q.shape[2]:
         return _causal_after_prefix(q, k, v)
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.shape[2] <= SMALL_T \

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engine import fastcpu
+from engine import cpu_gemm, fastcpu
 from engine.api import ByComplete, Call
 from engine.attention import attention_path
 from engine.bidir import decode_bidirectional
@@ -102,6 +102,8 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
+        # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu_gemm)
+        gemm = cpu_gemm.configure() if self.device.type == "cpu" else None
         if cache_bytes is None:
             cache_bytes = prefix_budget(self.args, self.kv_dtype, self.device)
         self.cache = PrefixCache(cache_bytes)
@@ -121,7 +123,7 @@ class Engine(ByComplete):
             "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
-            "cuda_graphs": self.graphs is not None,
+            "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
         }
         log.info("engine ready: %s", self.info)
 
