@@ -48,13 +48,14 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
             line.expandtabs(4).lstrip(" "))
         lines = None if c.single_line else c.max_lines
         if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
-            spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines)
+            spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines,
+                              stop_loops=not c.single_line)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
-                              scope_indent=scope, max_lines=lines)
+                              scope_indent=scope, max_lines=lines, stop_loops=not c.single_line)
     else:
         lay = fmt.edit(c.prompt, b)
-        spec = CanvasSpec(_round(lay.canvas, b))
+        spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True)
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")

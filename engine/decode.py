@@ -21,6 +21,7 @@ output is identical to plain ``W = 1`` decoding, but a copied span costs one for
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -128,24 +129,70 @@ def lines_cut(text: str, max_lines: int) -> int | None:
     return pos
 
 
-def text_cut(text: str, scope: int | None, max_lines: int | None) -> int | None:
-    """The earliest of the scope cut and the line cap (None: neither reached)."""
-    cuts = [c for c in (None if scope is None else scope_cut(text, scope),
-                        None if not max_lines else lines_cut(text, max_lines)) if c is not None]
+# a unit of 1-40 characters repeated 4+ times in a row
+_LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
+LOOP_MIN_CHARS = 16  # an inline loop spans at least this many characters
+LOOP_WORD_CHARS = 2  # ... and its unit holds this many word characters (not "----", "0, ", "aaaa")
+LOOP_LINES = 3  # the same non-blank line this many times in a row
+
+
+def loop_cut(text: str, reference: str = "") -> int | None:
+    """Character offset after the first occurrence of the earliest loop in ``text`` that ``reference``
+    (the code the model was shown: the prompt, the old region) does not contain, or None.
+
+    A loop is the same non-blank line `LOOP_LINES` times in a row (complete lines: the last may still
+    grow), or a unit of 1-40 characters with `LOOP_WORD_CHARS`+ word characters repeated 4+ times over
+    `LOOP_MIN_CHARS`+ characters ("cfg: Config, cfg: Config, ...", "self.self.self.self."). Separators,
+    runs of one character and number lists are code, not loops; so is any repetition the reference
+    holds. The gate cuts a completion there (`selectivity.gate`) and the decoder stops there
+    (`scope_rule`): what follows a loop is never shown."""
+    cuts: list[int] = []
+    lines, pos, run = text.split("\n")[:-1], 0, 0
+    for i, ln in enumerate(lines):
+        run = run + 1 if i and ln.strip() and ln == lines[i - 1] else 1
+        if run == LOOP_LINES and (ln + "\n") * LOOP_LINES not in reference:
+            first = pos - (LOOP_LINES - 1) * (len(ln) + 1)
+            cuts.append(first + len(ln) + 1)
+            break
+        pos += len(ln) + 1
+    for m in _LOOP.finditer(text):
+        unit = m.group(1)
+        if (len(m.group(0)) >= LOOP_MIN_CHARS and sum(c.isalnum() or c == "_" for c in unit) >= LOOP_WORD_CHARS
+                and m.group(0) not in reference):
+            cuts.append(m.start() + len(unit))
+            break
     return min(cuts) if cuts else None
 
 
-def scope_rule(decode: Callable[[list[int]], str], base: int | None,
-               max_lines: int | None = None) -> Callable[[list[int]], int | None] | None:
-    """Denoiser stop rule: tokens to keep so the text reaches the scope cut or the line cap (the gate
-    cuts the rest), or None; no rule when neither is asked for."""
-    if base is None and not max_lines:
+def text_stop(text: str, scope: int | None, max_lines: int | None,
+              loops: str | None = None) -> tuple[int, str] | None:
+    """The earliest of the scope cut, the line cap and (``loops``: the reference text) a loop, with its
+    kind ("scope" / "loop"); None: none reached."""
+    cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
+                                (None if not max_lines else lines_cut(text, max_lines), "scope"),
+                                (None if loops is None else loop_cut(text, loops), "loop")) if c is not None]
+    return min(cuts) if cuts else None
+
+
+def text_cut(text: str, scope: int | None, max_lines: int | None) -> int | None:
+    """The earliest of the scope cut and the line cap (None: neither reached)."""
+    stop = text_stop(text, scope, max_lines)
+    return None if stop is None else stop[0]
+
+
+def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
+               loops: str | None = None) -> Callable[[list[int]], tuple[int, str] | None] | None:
+    """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap or the first
+    loop, its kind), or None; no rule when nothing is asked for. ``loops``: stop at loops that this
+    reference text (the prompt's) does not hold."""
+    if base is None and not max_lines and loops is None:
         return None
 
-    def rule(ids: list[int]) -> int | None:
-        cut = text_cut(decode(ids), base, max_lines)
-        if cut is None:
+    def rule(ids: list[int]) -> tuple[int, str] | None:
+        stop = text_stop(decode(ids), base, max_lines, loops)
+        if stop is None:
             return None
+        cut, kind = stop
         lo, hi = 1, len(ids)  # smallest k whose text covers the cut
         while lo < hi:
             mid = (lo + hi) // 2
@@ -153,7 +200,7 @@ def scope_rule(decode: Callable[[list[int]], str], base: int | None,
                 hi = mid
             else:
                 lo = mid + 1
-        return lo
+        return lo, kind
     return rule
 
 

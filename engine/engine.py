@@ -240,7 +240,8 @@ class Engine(ByComplete):
         scope = req.canvas.scope_indent
         kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
                                   block_size=self._block(cfg), suppress_ids=self._suppress,
-                                  stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines))
+                                  stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
+                                                       self._loop_reference(req)))
         if self.args.attention == "block_causal" and self.args.block_align == "absolute":
             cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
@@ -286,6 +287,14 @@ class Engine(ByComplete):
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
                     cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
             return out
+
+    def _loop_reference(self, req: GenerateRequest) -> str | None:
+        """The text a canvas with ``stop_loops`` may repeat without stopping: the prompt's (and the
+        suffix after an in-place canvas)."""
+        if not req.canvas.stop_loops:
+            return None
+        after = list(req.after) if isinstance(req, FormatRequest) else []
+        return self.tokenizer.decode_content([*req.prompt_tokens, *after])
 
     def _emit(self, j: _Job, unmasked: int) -> None:
         if j.on_step is None:

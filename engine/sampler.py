@@ -16,7 +16,8 @@ the first token containing a newline.
 Window mode (`set_window`): the engine chooses the active positions (the first masked position and
 a few after it) instead of a fixed block; ``step(..., force_first=True)`` always decides the leftmost
 one, so the decided prefix grows every step and can be committed to the KV cache. A ``stop_rule``
-sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed).
+sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed, finish
+"scope"; a loop began, "loop": `engine.decode.loop_cut`).
 
 Remasking (``SamplerConfig.remask``, block mode only — see `engine.remask`): `logit_rows()` adds the
 block's decided positions to the rows the engine computes, and `step` puts those whose token's
@@ -90,7 +91,7 @@ class Denoiser:
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
                  newline_ids: Iterable[int] = (), block_size: int,
                  suppress_ids: Iterable[int] = (),
-                 stop_rule: Callable[[list[int]], int | None] | None = None) -> None:
+                 stop_rule: Callable[[list[int]], tuple[int, str] | None] | None = None) -> None:
         if spec.length <= 0:
             raise ValueError("canvas length must be positive")
         self.spec, self.cfg = spec, cfg
@@ -108,7 +109,7 @@ class Denoiser:
         self.finish: FinishReason | None = None
         self._stop = min(spec.length, spec.keep or spec.length)  # positions >= this are not needed
         self._stop_kind: FinishReason | None = None
-        self.stop_rule = stop_rule  # decided prefix ids -> tokens to keep (None: go on)
+        self.stop_rule = stop_rule  # decided prefix ids -> (tokens to keep, finish kind) (None: go on)
         self.prefix = 0  # length of the decided prefix (every position before it is decided)
         self.window: tuple[int, int] | None = None  # window mode: the active positions
         self.confident = 0  # candidates of the last step with confidence >= threshold
@@ -283,9 +284,9 @@ class Denoiser:
         if p > self.prefix:
             self.prefix = p
             if self.stop_rule is not None:
-                cut = self.stop_rule(self.canvas[:p])
-                if cut is not None and cut < self._stop:
-                    self._stop, self._stop_kind = max(0, cut), "scope"
+                stop = self.stop_rule(self.canvas[:p])
+                if stop is not None and stop[0] < self._stop:
+                    self._stop, self._stop_kind = max(0, stop[0]), stop[1]
         if self.prefix >= self._stop:
             self.finish = self._stop_kind or "length"
 
@@ -308,7 +309,7 @@ class Denoiser:
         """Decided ids up to the first end token / newline token (inclusive) / still-masked slot."""
         ids: list[int] = []
         confs: list[float] = []
-        for i in range(self._stop if self._stop_kind == "scope" else self.spec.length):
+        for i in range(self._stop if self._stop_kind in ("scope", "loop") else self.spec.length):
             if not self.decided[i] or self.canvas[i] in self.end_ids:
                 break
             ids.append(self.canvas[i])

@@ -90,6 +90,9 @@ class CanvasSpec:
     # this many columns (tabs = 4), or that follows two blank lines (the cursor's block ended)
     scope_indent: int | None = None
     max_lines: int | None = None  # multi-line: stop once the output holds this many lines
+    # stop at the first loop the prompt does not hold (`engine.decode.loop_cut`; finish "loop"): the gate
+    # cuts a completion there and drops a rewrite, so nothing after it is ever shown
+    stop_loops: bool = False
 
 
 class AbortSignal:
@@ -106,7 +109,7 @@ class AbortSignal:
         return self._event.is_set()
 
 
-FinishReason = Literal["end", "length", "newline", "aborted", "scope", "gave_up"]
+FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "gave_up"]
 
 
 

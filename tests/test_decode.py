@@ -7,9 +7,20 @@ import pytest
 import torch
 
 from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
-from engine.api import InfillCall
-from engine.decode import Lookup, lines_cut, parse_decode, resolve, scope_cut, scope_rule, text_cut
+from engine.api import InfillCall, RewriteCall
+from engine.decode import (
+    Lookup,
+    lines_cut,
+    loop_cut,
+    parse_decode,
+    resolve,
+    scope_cut,
+    scope_rule,
+    text_cut,
+    text_stop,
+)
 from engine.sampler import Denoiser
+from engine.templates import EditPrompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -159,8 +170,10 @@ def test_scope_rule_keeps_tokens_up_to_the_cut(eng: Engine) -> None:
     tok = eng.tokenizer
     ids = tok.encode("    y = 2\n    z = 3\nprint(y)\n")
     rule = scope_rule(tok.decode_content, 4)
-    k = rule(ids)
-    assert k is not None and tok.decode_content(ids[:k]).startswith("    y = 2\n    z = 3\n")
+    stop = rule(ids)
+    assert stop is not None and stop[1] == "scope"
+    k = stop[0]
+    assert tok.decode_content(ids[:k]).startswith("    y = 2\n    z = 3\n")
     assert "print" not in tok.decode_content(ids[:k - 1])
     assert rule(tok.encode("    y = 2\n    z")) is None
 
@@ -235,3 +248,39 @@ def test_decode_setting() -> None:
     assert resolve(None, base) is base
     got = resolve(SamplerConfig(threshold=0.5, window=2), base)
     assert (got.threshold, got.window, got.speculate) == (0.5, 2, 8)
+
+
+def test_loop_cut_finds_the_first_invented_loop() -> None:
+    line = "    total = compute(a, b)\n"
+    assert loop_cut("x = 1\n" + line * 3) == len("x = 1\n" + line)
+    assert loop_cut("x = 1\n" + line * 2 + line[:-1]) is None  # the third may still grow
+    assert loop_cut("x = 1\n" + line * 3, reference="y\n" + line * 3) is None  # the prompt holds it
+    unit = "cfg: Config, "
+    text = "f(" + unit * 5 + ")"
+    assert loop_cut(text) == len("f(" + unit)
+    assert loop_cut(text, reference=unit * 4) is not None  # four units: the text's run of five is new
+    assert loop_cut(text, reference=unit * 5) is None
+    for code in ("# " + "-" * 40 + "\n", "[0, 0, 0, 0, 0, 0, 0, 0]", "'" + "a" * 30 + "'", "\n\n\n\n", "x\n\n\n\ny"):
+        assert loop_cut(code) is None, code
+    # the earliest loop wins, whichever rule finds it
+    assert loop_cut("a = b\n" * 3 + "self." * 5) == len("a = b\n")
+    assert text_stop("x\n" + line * 3 + "y\n", None, None, "") == (len("x\n" + line), "loop")
+    assert text_stop("x\n" + line * 3, None, None) is None  # no reference: loops are not asked for
+
+
+def test_canvases_stop_at_a_loop(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrites and multi-line completions stop at the first loop the prompt does not hold (finish
+    "loop"): the gate would cut it there or drop the rewrite, so the rest is never decoded."""
+    line = "    total = compute(a, b)\n"
+    script_output(eng, monkeypatch, "x = 1\n" + line * 12)
+    cfg = SamplerConfig(window=4, speculate=0)
+    region = "    pass\n" * 30  # a canvas that would hold all 12 lines
+    r = eng.rewrite(EditPrompt("def f():\n", region, "", 0), sampler=cfg)
+    assert r.finish_reason == "loop" and r.text.startswith("x = 1\n" + line)
+    assert r.text.count("compute") == 1 and r.steps < len(eng.tokenizer.encode(line * 12)) // 4
+    f = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=120, sampler=cfg)
+    assert f.finish_reason == "loop" and f.text.count("compute") == 1
+    held = eng.rewrite(EditPrompt("def f():\n", region, line * 12, 0), sampler=cfg)  # the suffix holds it
+    assert held.finish_reason != "loop" and held.text.count("compute") > 3
+    [call] = eng.complete([RewriteCall(EditPrompt("def f():\n", region, "", 0), sampler=cfg)])
+    assert call.finish_reason == "loop"

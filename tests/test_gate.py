@@ -23,8 +23,32 @@ def test_filters() -> None:
     check("a + b", "def add(a, b):\n    return a + b", "\n", "")  # echoes the end of the line
     check(" + c", "def add(a, b):\n    return a + b", "\n", " + c")  # continues it
     check("b", "    return a + b", "\n", "b")  # too short to call an echo
-    check("pass\npass\npass\npass", "def f():\n", "", "pass\npass")
+    check("pass\npass\npass\npass", "def f():\n", "", "pass")  # a line loop: one occurrence is kept
     check("\tif x:\n\t\treturn 1", "def f():\n    y = 1\n    ", "", "if x:\n        return 1")  # indentation
+
+
+def test_repetition_in_code_is_not_a_loop() -> None:
+    """Separators, runs of one character, number lists and repetitions the document holds are code:
+    the old rule cut them ("# ----------------" -> "# -", "[0, 0, 0, 0, 0]" -> "[0, ")."""
+    check("# ----------------\n    return 1", "def f():\n    ", "", "# ----------------\n    return 1")
+    check("[0, 0, 0, 0, 0, 0, 0, 0]", "x = ", "\n", "[0, 0, 0, 0, 0, 0, 0, 0]")
+    check('"aaaaaaaaaaaaaaaaaaaa"', "s = ", "\n", '"aaaaaaaaaaaaaaaaaaaa"')
+    check("=" * 30, "# ", "\n", "=" * 30)
+    rows = "    row(1)\n" * 3
+    done = "x = 0\n" + rows + "    end()"
+    check(done, "def f():\n" + rows + "    ", "", done)  # the prefix holds it
+    check(done, "def f():\n    ", "", "x = 0\n    row(1)")  # invented: cut after one
+    check("f(x, x, x, x, x, x, x, x)", "y = ", "\n", "f(x, x, x, x, x, x, x, x)")  # one word character
+    check("go(self.self.self.self.self.x)", "x = ", "\n", "go(self.")
+
+
+def test_a_rewrite_that_loops_is_no_edit() -> None:
+    old = "def f(a, b):\n    # ----------------\n    return a\n"
+    assert gate.clean_edit(old, old.replace("a\n", "a + b\n")) == old.replace("a\n", "a + b\n")
+    looped = "def f(a, b):\n" + "    total = compute(a, b)\n" * 5
+    assert gate.clean_edit(old, looped) == old  # cut, the rest of the region would be deleted
+    doc = "x = 1\n" + "    total = compute(a, b)\n" * 5
+    assert gate.clean_edit(old, looped, doc) == looped  # the document repeats that line itself
 
 
 def test_multi_line_completion_stays_in_its_block() -> None:

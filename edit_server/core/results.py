@@ -95,7 +95,7 @@ def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
 def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
                 settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
     old_region = req.text[built.region_start : built.region_end]
-    new_region = gate.clean_edit(old_region, new_region)
+    new_region = gate.clean_edit(old_region, new_region, req.text)
     edits = diff_edits(old_region, new_region, built.region_start)
     if not edits:
         return None, []

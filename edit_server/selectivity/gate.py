@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from engine.decode import loop_cut
+
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
 _WORD = re.compile(r"\w")
-_LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,11 @@ def single_line_mode(line_suffix: str) -> bool:
     return any(not (c.isspace() or c in _CLOSERS or c in "\"':;,") for c in line_suffix)
 
 
-def _cut_repetition(text: str) -> str:
-    lines = text.split("\n")
-    out: list[str] = []
-    for ln in lines:  # the same non-empty line three times in a row: keep one
-        if len(out) >= 2 and ln.strip() and ln == out[-1] == out[-2]:
-            continue
-        out.append(ln)
-    text = "\n".join(out)
-    for m in _LOOP.finditer(text):  # a pattern repeated 4+ times (>= 16 chars): keep one occurrence
-        if m.group(1).strip() and len(m.group(0)) >= 16:
-            return text[: m.start() + len(m.group(1))]
-    return text
+def _cut_loop(text: str, reference: str) -> str:
+    """``text`` up to the end of the first occurrence of its first loop (`engine.decode.loop_cut`: what
+    the decoder stops at too), keeping repetitions ``reference`` holds."""
+    cut = loop_cut(text, reference)
+    return text if cut is None else text[:cut]
 
 
 def _trim_closers(text: str, line_suffix: str) -> str:
@@ -112,7 +106,7 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     line_suffix = suffix.split("\n", 1)[0]
     if single_line:
         text = text.split("\n", 1)[0]
-    text = _cut_repetition(text)
+    text = _cut_loop(text, prefix + suffix)
     text = _normalise_indent(text, line_prefix, prefix)
     text = _cut_at_scope_end(text, line_prefix)
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
@@ -168,9 +162,13 @@ def decide(text: str, confidences: list[float], enabled: bool, threshold: float,
     return Decision(s >= threshold, s, "ok" if s >= threshold else "low score")
 
 
-def clean_edit(old_region: str, new_region: str) -> str:
-    """Post-process a rewritten region: same line endings, final newline kept, loops cut."""
-    new_region = _cut_repetition(new_region.replace("\r\n", "\n"))
+def clean_edit(old_region: str, new_region: str, reference: str | None = None) -> str:
+    """Post-process a rewritten region: same line endings, final newline kept. A rewrite that falls
+    into a loop (`engine.decode.loop_cut`, repetitions ``reference`` — the document, else the old
+    region — does not hold) is no edit: cut there, it would delete the rest of the region."""
+    new_region = new_region.replace("\r\n", "\n")
+    if loop_cut(new_region, old_region.replace("\r\n", "\n") if reference is None else reference) is not None:
+        return old_region
     if "\r\n" in old_region:
         new_region = new_region.replace("\n", "\r\n")
     if old_region.endswith("\n") and not new_region.endswith("\n"):

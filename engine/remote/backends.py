@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict
-from typing import Any
+from typing import Any, get_args
 
 from engine.remote.transport import RemoteError
 from engine.templates import EditPrompt, FimPrompt, Section
-from engine.types import GenerateResult
+from engine.types import FinishReason, GenerateResult
 
 # (prefix, suffix, middle, file separator or "", stop strings) per FIM format
 FIM_FORMATS: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
@@ -73,8 +73,7 @@ def native_result(body: dict[str, Any]) -> GenerateResult:
                               steps=int(body.get("steps") or 0), forwards=int(body.get("forwards") or 0),
                               prompt_tokens=int(body.get("promptTokens") or 0),
                               cached_tokens=int(body.get("cachedTokens") or 0),
-                              finish_reason=finish if finish in ("end", "length", "newline", "aborted", "scope",
-                                                                 "gave_up") else "end",
+                              finish_reason=finish if finish in get_args(FinishReason) else "end",
                               timings={k: float(v) for k, v in (body.get("timings") or {}).items()})
     except (KeyError, TypeError, ValueError) as e:
         raise RemoteError(f"unexpected answer from the edit-server route ({e})") from None
