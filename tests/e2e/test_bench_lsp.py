@@ -31,6 +31,7 @@ def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
     assert args.func(args) == 0
     r = json.loads(capsys.readouterr().out)
     assert set(r["ratio"]) == set(KINDS)
+    assert r["machine"]["device"] == "cpu" and r["machine"]["torch_threads"] >= 1
     for run in (r["main"], r["ar"]):
         k = run["kinds"]
         assert set(k) == set(KINDS)
