@@ -60,15 +60,52 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
     ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means). Prefill-sized calls
     on a CPU (``ONEDNN_T``+ queries) run their GEMMs through oneDNN where `engine.cpu_gemm` found that
     exact and faster."""
-    if cpu_gemm.ENABLED and q.shape[2] >= ONEDNN_T and q.device.type == "cpu":
+    if (cpu_gemm.ENABLED and is_causal and mask is None and q.shape[2] >= ONEDNN_T and q.device.type == "cpu"
+            and q.dtype == torch.float32 and _cpu_flash is not None):
         with cpu_gemm.onednn():
-            return _attend(q, k, v, mask, is_causal)
+            return _causal_aligned(q, k, v)
     return _attend(q, k, v, mask, is_causal)
 
 
 # queries from which oneDNN's fp32 GEMMs beat MKL's in CPU attention over 2,048 keys (AMD EPYC Zen 5,
 # 9 heads: 1.32x at 256, 1.05x at 128, 0.55x at 8; docs/PERFORMANCE.md)
 ONEDNN_T = 256
+# oneDNN keeps memory for every GEMM shape it has run (~7 MB each; 60 prefills of random lengths: +540 MB):
+# the flash kernel's blocks (256 queries x 512 keys from 768 queries on) only ever see lengths that are
+# multiples of these
+ALIGN_Q, ALIGN_K = 256, 512
+
+
+def _pad(x: Tensor, n: int, front: int = 0) -> Tensor:
+    """``x`` (B, H, L, D) placed at row ``front`` of ``n`` zero rows."""
+    out = x.new_zeros(x.shape[0], x.shape[1], n, x.shape[3])
+    out[:, :, front:front + x.shape[2]] = x
+    return out
+
+
+def _causal_aligned(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Bottom-right causal attention of T queries over S = P + T keys (P cached) as CPU flash calls whose
+    lengths are multiples of `ALIGN_Q` / `ALIGN_K` (for oneDNN: a bounded set of GEMM shapes). The
+    cached keys up to a multiple of ALIGN_K, P', go unmasked; the rest, r = P - P' keys and the T new
+    ones, run causal behind r zero queries (query r + i sees local keys <= r + i, i.e. global keys <= P + i)
+    with zero rows padding the end (causal: no real query sees them); the two parts are merged by their
+    log-sum-exps. Zero queries and padded rows are computed and dropped."""
+    T, S = q.shape[2], k.shape[2]
+    P = S - T
+    Pa = P // ALIGN_K * ALIGN_K
+    r = P - Pa
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    L = -(-(r + T) // ALIGN_Q) * ALIGN_Q
+    own = _cpu_flash(_pad(q, L, r), _pad(k[:, :, Pa:], L), _pad(v[:, :, Pa:], L), 0.0, True)
+    o2, l2 = own[0][:, :, r:r + T], own[1][:, :, r:r + T]
+    if Pa == 0:
+        return o2
+    o1, l1 = _cpu_flash(_pad(q, -(-T // ALIGN_Q) * ALIGN_Q), k[:, :, :Pa], v[:, :, :Pa], 0.0, False)[:2]
+    o1, l1 = o1[:, :, :T], l1[:, :, :T]
+    lse = torch.logaddexp(l1, l2)
+    return o1 * torch.exp(l1 - lse).unsqueeze(-1) + o2 * torch.exp(l2 - lse).unsqueeze(-1)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:

@@ -14,6 +14,7 @@ models because a prompt token's KV depends only on the tokens before it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -122,12 +123,30 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 PINNED_CONTEXT = 32768  # tokens of one document's prompt the GPU prefix cache always has room for
 
 
+CPU_BUDGET_MB = 256  # four to five 2K-token prompts of the default model (bf16 KV, ~53 MB each)
+BUDGET_ENV = "EDIT_SERVER_PREFIX_CACHE_MB"
+
+
 def prefix_budget(args: object, kv_dtype: torch.dtype, device: torch.device) -> int:
-    """Default prefix-cache budget: 1 GiB on a CPU; on CUDA 40 % of the memory free after loading,
-    and never less than one slot at the pinned context (``min(max_seq_len, 32K)`` tokens), so a
-    long file's prompt stays cached between requests even at 7B (1.8 GB for 32K tokens)."""
+    """Default prefix-cache budget (``$EDIT_SERVER_PREFIX_CACHE_MB`` overrides, on any device).
+
+    On a CPU `CPU_BUDGET_MB`: the cache is most of what a CPU server holds beyond the weights (a 2K-token
+    prompt of the default model is ~53 MB of KV), and the issue-14 goal is 1 GB of RSS in all; more
+    documents than fit cost one cold prefill when the user returns to them (LRU). On CUDA 40 % of the
+    memory free after loading, and never less than one slot at the pinned context
+    (``min(max_seq_len, 32K)`` tokens), so a long file's prompt stays cached between requests even at
+    7B (1.8 GB for 32K tokens)."""
+    env = os.environ.get(BUDGET_ENV, "").strip()
+    if env:
+        try:
+            mb = float(env)
+        except ValueError as e:
+            raise ValueError(f"${BUDGET_ENV}={env!r}: expected a number of MiB") from e
+        if mb <= 0:
+            raise ValueError(f"${BUDGET_ENV}={env!r}: expected a positive number of MiB")
+        return int(mb * (1 << 20))
     if device.type != "cuda":
-        return 1 << 30
+        return CPU_BUDGET_MB << 20
     a = args  # ModelArgs
     per_token = 2 * a.n_layers * a.n_kv_heads * a.head_dim * torch.empty(0, dtype=kv_dtype).element_size()  # type: ignore[attr-defined]
     one = per_token * min(a.max_seq_len, PINNED_CONTEXT)  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -113,3 +114,30 @@ def test_prefill_attention_through_onednn_matches_fp64(monkeypatch: pytest.Monke
     assert (out.double() - ref).abs().max().item() < 1e-5
     small = attend(q[:, :, :8], k[:, :, :prefix + 8], v[:, :, :prefix + 8], is_causal=True)
     assert calls == ["onednn"] and small.shape == (1, 6, 8, 32)  # decode-sized calls keep MKL
+
+
+def test_onednn_sees_only_aligned_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN keeps memory per GEMM shape, so the flash calls of the oneDNN route get lengths that are
+    multiples of ALIGN_Q / ALIGN_K whatever the prompt's (and the answer stays exact)."""
+    seen: list[tuple[int, int, bool]] = []
+    real = attention._cpu_flash
+
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, causal: bool) -> object:
+        seen.append((q.shape[2], k.shape[2], causal))
+        return real(q, k, v, p, causal)
+
+    monkeypatch.setattr(attention, "_cpu_flash", spy)
+    monkeypatch.setattr(cpu_gemm, "ENABLED", True)
+    monkeypatch.setattr(cpu_gemm, "onednn", contextlib.nullcontext)  # the route, without the setting itself
+    g = torch.Generator().manual_seed(5)
+    for prefix, t in ((0, 300), (700, 333), (1030, 911)):
+        q = torch.randn(1, 4, t, 16, generator=g)
+        k, v = (torch.randn(1, 2, prefix + t, 16, generator=g) for _ in range(2))
+        out = attend(q, k, v, is_causal=True)
+        ref = F.scaled_dot_product_attention(q.double(), k.double().repeat_interleave(2, 1),
+                                             v.double().repeat_interleave(2, 1),
+                                             attn_mask=causal_mask(t, prefix)[None, None])
+        assert (out.double() - ref).abs().max().item() < 1e-5
+    assert len(seen) == 5  # no cached keys: one causal call; else a causal and an unmasked one
+    assert all(n % attention.ALIGN_Q == 0 and (causal or s % attention.ALIGN_K == 0) for n, s, causal in seen)
+    assert all(n == s for n, s, causal in seen if causal)
