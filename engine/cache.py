@@ -123,7 +123,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 PINNED_CONTEXT = 32768  # tokens of one document's prompt the GPU prefix cache always has room for
 
 
-CPU_BUDGET_MB = 256  # four to five 2K-token prompts of the default model (bf16 KV, ~53 MB each)
+CPU_BUDGET_MB = 384  # seven 2K-token prompts of the default model (bf16 KV, ~53 MB each): 3 documents, FIM + edit
 BUDGET_ENV = "EDIT_SERVER_PREFIX_CACHE_MB"
 
 

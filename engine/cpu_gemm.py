@@ -5,15 +5,17 @@ PyTorch's CPU fp32 matmuls, and the GEMMs inside its CPU flash-attention kernel,
 a 2,048² matmul 205 → 430 GFLOPS, the default model's causal re-prefill of a next edit 1.4 → 1.0 s;
 docs/PERFORMANCE.md). PyTorch routes those GEMMs to oneDNN only through its "bf16" fp32-precision
 setting (``torch.backends.mkldnn.matmul.fp32_precision``), which *allows* oneDNN to round the inputs
-to bf16 — on CPUs with AMX it does, elsewhere it computes in fp32. So `configure` allows it only where
-a probe shows both:
+to bf16 — it may where the CPU has fast bf16 units (AMX); on the AMD EPYC it computes in fp32 (probe
+error 5e-7). So `configure` allows it only where a probe shows both:
 
 * **exact**: a matmul and a causal attention call agree with float64 to fp32 accuracy
   (relative error below `EXACT`, where bf16 inputs give ~1e-2);
 * **faster**: the probe's attention call is at least `GAIN` times faster than with MKL.
 
-and even then the setting is on only inside `onednn()` blocks: the attention of prefill-sized calls
-(``engine.attention``). Small GEMMs — decode steps of 8-32 positions — are slower through oneDNN
+and even then the setting is on only inside `onednn()` blocks: the causal attention of prefill-sized
+calls (``engine.attention``), whose flash calls get lengths aligned to 256 / 512 — oneDNN keeps ~7 MB
+for every GEMM shape it has run, so free-length calls grew the process by 540 MB over 60 prefills of
+random lengths (flat when aligned). Small GEMMs — decode steps of 8-32 positions — are slower through oneDNN
 (a step of 8 positions over 2,048 keys 24 → 34 ms), so they keep MKL. ``$EDIT_SERVER_ONEDNN_FP32=0``
 skips the probe (MKL as PyTorch ships it), ``=1`` skips the timing (still requires exactness). The
 setting is process-wide while a block runs; it changes no result beyond fp32 rounding (the probe's

@@ -239,7 +239,7 @@ def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest
 
 
 def test_prefix_budget_holds_a_pinned_context_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU: 256 MiB (the 1 GB RSS goal). CUDA: 40 % of free memory, never less than one slot of min(max_seq_len, 32K)
+    """CPU: 384 MiB (the 1 GB RSS goal). CUDA: 40 % of free memory, never less than one slot of min(max_seq_len, 32K)
     tokens (Dream-Coder-7B's shape: 28 layers, 4 KV heads of 128, bf16 → 1.75 GiB)."""
     from engine.cache import prefix_budget
     from engine.config import ModelArgs
@@ -247,7 +247,7 @@ def test_prefix_budget_holds_a_pinned_context_on_cuda(monkeypatch: pytest.Monkey
     args = ModelArgs(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4,
                      intermediate_size=18944, max_seq_len=131072)
     monkeypatch.delenv("EDIT_SERVER_PREFIX_CACHE_MB", raising=False)
-    assert prefix_budget(args, torch.bfloat16, torch.device("cpu")) == 256 << 20
+    assert prefix_budget(args, torch.bfloat16, torch.device("cpu")) == 384 << 20
     one = 2 * 28 * 4 * 128 * 2 * 32768
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 << 30, 80 << 30))
     assert prefix_budget(args, torch.bfloat16, torch.device("cuda")) == one  # 0.8 GiB < one slot

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import edit_server.context.builder as builder_mod
 from edit_server.context import ContextBuilder
 from edit_server.context import sticky as sticky_mod
 from engine.templates import render_edit, render_fim
@@ -113,10 +114,29 @@ def test_other_files_history_and_age_refresh_the_context(ws, monkeypatch: pytest
 def test_a_window_that_outgrows_its_room_is_rebuilt_within_the_budget(ws) -> None:
     b, path, text = ws
     offset = text.index("def f30") + len("def f30(x):\n    y = ")
-    _, steps = _type(b, path, text, offset, "x" * 120, budget=700)
+    _, steps = _type(b, path, text, offset, "x " * 200, budget=700)
     flags = [s for s, _, _ in steps]
     assert flags[0] and not all(flags)  # some keystroke overflowed the window's room: a full build
     assert max(n for _, n, _ in steps) <= 700
+
+
+def test_a_budget_cut_window_leaves_room_to_type_into(ws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built STICKY_GROW tokens (at most an eighth of its room) short, so the next keystrokes keep the
+    build instead of overflowing it into a full rebuild (new sources, a ~1K-token re-prefill)."""
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    totals = {}
+    for grow in (0, 10_000):
+        monkeypatch.setattr(builder_mod, "STICKY_GROW", grow)
+        b.update_options(sticky_ttl_s=sticky_mod.TTL_S)  # drops the sticky builds
+        rep = b.build_fim(path, text, offset, [], budget=1500).report
+        assert rep.total <= 1500 and not rep.sticky
+        totals[grow] = rep.total
+    assert 1500 // 16 <= totals[0] - totals[10_000] <= 1500 // 8 + 16  # an eighth of the window's room
+    monkeypatch.setattr(builder_mod, "STICKY_GROW", 64)
+    b.update_options(sticky_ttl_s=sticky_mod.TTL_S)
+    _, steps = _type(b, path, text, offset, "x " * 40, budget=1500)
+    assert all(s for s, _, _ in steps) and steps[-1][1] - steps[0][1] >= 32
 
 
 def test_a_next_edit_starts_with_the_fim_prompts_sections(ws) -> None:

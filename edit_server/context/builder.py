@@ -31,7 +31,7 @@ from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
 from edit_server.context.secrets import rules_for
-from edit_server.context.sticky import StickyFim, copy_reports, others_key
+from edit_server.context.sticky import STICKY_GROW, StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
 from edit_server.context.window import (
     LineCosts,
@@ -189,8 +189,14 @@ class ContextBuilder(Workspace):
                                     offset=offset, rep=rep, visible=(win.start_line, win.end_line))
                 assert got is not None
                 sections, hist, left = got
-                if left > 0 and (win.start_line > 0 or win.end_line < len(doc.lines)):
-                    win = fim_window(doc, offset, win.tokens + left, self.counter, costs, self.options.prefix_ratio)
+                if win.start_line > 0 or win.end_line < len(doc.lines):  # cut by the budget
+                    # leave STICKY_GROW tokens to type into: the next keystrokes keep this build (sticky)
+                    # instead of overflowing it and re-collecting the sources (a ~1K-token re-prefill)
+                    room = win.tokens + max(0, left)
+                    grow = min(STICKY_GROW, room // 8) if self.options.sticky_ttl_s > 0 else 0
+                    target = max(1, room - grow)
+                    if target != win.tokens:
+                        win = fim_window(doc, offset, target, self.counter, costs, self.options.prefix_ratio)
 
             def make(w: Window) -> FimPrompt:
                 return FimPrompt(w.before, w.after, rel, hist, tuple(sections), self.options.layout)  # type: ignore[arg-type]
