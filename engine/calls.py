@@ -16,6 +16,7 @@ from typing import Any
 from engine.api import Call, InfillCall
 from engine.decode import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
+from engine.templates import FimPrompt
 from engine.types import CanvasSpec, GenerateRequest, GenerateResult
 
 
@@ -37,6 +38,19 @@ def _round(n: int, b: int) -> int:
     return -(-n // b) * b
 
 
+LINE_FLOOR = 100  # characters a completed line may always reach
+LINE_SLACK = 20  # ... and this many past the longest line of the code around it
+
+
+def line_room(prompt: FimPrompt) -> int:
+    """Characters a single-line completion may add before its line outgrows every line of the window
+    around it (at least `LINE_FLOOR`) by `LINE_SLACK`: past that it is a degenerate line — ``()()()()…``,
+    ``a, b, b, b, …`` — that would otherwise run to the token cap (64 steps, ~1.3 s on a 2-core CPU)."""
+    longest = max((len(ln.expandtabs(4)) for ln in (prompt.prefix + prompt.suffix).split("\n")), default=0)
+    line = prompt.prefix.rsplit("\n", 1)[-1].expandtabs(4)
+    return max(8, max(LINE_FLOOR, longest) + LINE_SLACK - len(line))
+
+
 def call_request(eng: Any, c: Call) -> FormatRequest:
     b = eng._block(c.sampler)
     cfg = resolve(c.sampler, eng.sampler)
@@ -52,7 +66,8 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
                               stop_loops=not c.single_line)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
-                              scope_indent=scope, max_lines=lines, stop_loops=not c.single_line)
+                              scope_indent=scope, max_lines=lines, stop_loops=not c.single_line,
+                              max_chars=line_room(c.prompt) if c.single_line else None)
     else:
         lay = fmt.edit(c.prompt, b)
         spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True)

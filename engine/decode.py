@@ -165,12 +165,14 @@ def loop_cut(text: str, reference: str = "") -> int | None:
 
 
 def text_stop(text: str, scope: int | None, max_lines: int | None,
-              loops: str | None = None) -> tuple[int, str] | None:
-    """The earliest of the scope cut, the line cap and (``loops``: the reference text) a loop, with its
-    kind ("scope" / "loop"); None: none reached."""
+              loops: str | None = None, max_chars: int | None = None) -> tuple[int, str] | None:
+    """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop and the
+    character cap, with its kind ("scope" / "loop" / "long"); None: none reached."""
+    long = max_chars if max_chars is not None and len(text) > max_chars else None
     cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
                                 (None if not max_lines else lines_cut(text, max_lines), "scope"),
-                                (None if loops is None else loop_cut(text, loops), "loop")) if c is not None]
+                                (None if loops is None else loop_cut(text, loops), "loop"),
+                                (long, "long")) if c is not None]
     return min(cuts) if cuts else None
 
 
@@ -181,15 +183,16 @@ def text_cut(text: str, scope: int | None, max_lines: int | None) -> int | None:
 
 
 def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
-               loops: str | None = None) -> Callable[[list[int]], tuple[int, str] | None] | None:
-    """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap or the first
-    loop, its kind), or None; no rule when nothing is asked for. ``loops``: stop at loops that this
-    reference text (the prompt's) does not hold."""
-    if base is None and not max_lines and loops is None:
+               loops: str | None = None, max_chars: int | None = None
+               ) -> Callable[[list[int]], tuple[int, str] | None] | None:
+    """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap, the first
+    loop or ``max_chars`` characters, its kind), or None; no rule when nothing is asked for. ``loops``:
+    stop at loops that this reference text (the prompt's) does not hold."""
+    if base is None and not max_lines and loops is None and max_chars is None:
         return None
 
     def rule(ids: list[int]) -> tuple[int, str] | None:
-        stop = text_stop(decode(ids), base, max_lines, loops)
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars)
         if stop is None:
             return None
         cut, kind = stop

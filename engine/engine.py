@@ -241,7 +241,7 @@ class Engine(ByComplete):
         kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
                                   block_size=self._block(cfg), suppress_ids=self._suppress,
                                   stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
-                                                       self._loop_reference(req)))
+                                                       self._loop_reference(req), req.canvas.max_chars))
         if self.args.attention == "block_causal" and self.args.block_align == "absolute":
             cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)

@@ -17,7 +17,7 @@ Window mode (`set_window`): the engine chooses the active positions (the first m
 a few after it) instead of a fixed block; ``step(..., force_first=True)`` always decides the leftmost
 one, so the decided prefix grows every step and can be committed to the KV cache. A ``stop_rule``
 sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed, finish
-"scope"; a loop began, "loop": `engine.decode.loop_cut`).
+"scope"; a loop began, "loop": `engine.decode.loop_cut`; a single line grew too long, "long").
 
 Remasking (``SamplerConfig.remask``, block mode only — see `engine.remask`): `logit_rows()` adds the
 block's decided positions to the rows the engine computes, and `step` puts those whose token's
@@ -309,7 +309,7 @@ class Denoiser:
         """Decided ids up to the first end token / newline token (inclusive) / still-masked slot."""
         ids: list[int] = []
         confs: list[float] = []
-        for i in range(self._stop if self._stop_kind in ("scope", "loop") else self.spec.length):
+        for i in range(self._stop if self._stop_kind in ("scope", "loop", "long") else self.spec.length):
             if not self.decided[i] or self.canvas[i] in self.end_ids:
                 break
             ids.append(self.canvas[i])

@@ -93,6 +93,9 @@ class CanvasSpec:
     # stop at the first loop the prompt does not hold (`engine.decode.loop_cut`; finish "loop"): the gate
     # cuts a completion there and drops a rewrite, so nothing after it is ever shown
     stop_loops: bool = False
+    # single line: stop once the output is this many characters long (`engine.calls.line_room`: the line
+    # would outgrow the longest line of the code around it; finish "long")
+    max_chars: int | None = None
 
 
 class AbortSignal:
@@ -109,7 +112,7 @@ class AbortSignal:
         return self._event.is_set()
 
 
-FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "gave_up"]
+FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up"]
 
 
 

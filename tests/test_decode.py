@@ -284,3 +284,23 @@ def test_canvases_stop_at_a_loop(eng: Engine, monkeypatch: pytest.MonkeyPatch) -
     assert held.finish_reason != "loop" and held.text.count("compute") > 3
     [call] = eng.complete([RewriteCall(EditPrompt("def f():\n", region, "", 0), sampler=cfg)])
     assert call.finish_reason == "loop"
+
+
+def test_single_lines_stop_when_they_outgrow_the_code_around_them(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single line longer than every line of the window (+ slack, at least LINE_FLOOR) is degenerate:
+    decoding stops there (finish "long") instead of running to the token cap."""
+    from engine.calls import LINE_FLOOR, LINE_SLACK, line_room
+
+    p = FimPrompt("def f(a, b):\n    x = ", "\n    return x\n")
+    assert line_room(p) == LINE_FLOOR + LINE_SLACK - len("    x = ")
+    wide = FimPrompt("y = " + "z" * 150 + "\n    x = ", "\n")
+    assert line_room(wide) == 154 + LINE_SLACK - len("    x = ")
+    assert line_room(FimPrompt("\t" + "q" * 200, "")) == LINE_SLACK  # the cursor line is the longest one
+    script_output(eng, monkeypatch, "()" * 200)
+    cfg = SamplerConfig(window=4, speculate=0)
+    r = eng.infill(p, max_tokens=400, single_line=True, sampler=cfg)
+    room = line_room(p)
+    assert r.finish_reason == "long" and room <= len(r.text) < room + 8
+    assert r.steps <= len(eng.tokenizer.encode(r.text)) + 1 < 400  # stopped at the cap, not the canvas end
+    ok = eng.infill(p, max_tokens=400, single_line=False, sampler=cfg)  # multi-line: the line caps instead
+    assert ok.finish_reason != "long"
