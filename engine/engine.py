@@ -59,6 +59,10 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
+# on a CPU at most 1,280 per forward: a 1,920-token cold prefill of the default model 1,456 -> 1,175 ms with
+# a smaller activation peak, re-prefills of 1,243 / 1,448 tokens the same or faster (AMD EPYC, 2 threads;
+# docs/PERFORMANCE.md, session 7)
+CPU_PREFILL_CHUNK = 1280
 
 
 @dataclass
@@ -332,7 +336,7 @@ class Engine(ByComplete):
 
     # -- block-causal: exact prefix cache ------------------------------------------------------
     def _prefill(self, j: _Job) -> None:
-        prefill(self, j, PREFILL_CHUNK)
+        prefill(self, j, min(PREFILL_CHUNK, CPU_PREFILL_CHUNK) if self.device.type == "cpu" else PREFILL_CHUNK)
 
     def _slot_key(self, j: _Job) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""

@@ -102,6 +102,10 @@ def test_chunked_prefill_is_exact(eng: Engine, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", 16)
     chunked = eng.generate(prompt, spec)
     assert chunked.tokens == whole.tokens and chunked.forwards == whole.forwards + 4
+    monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", 2048)
+    monkeypatch.setattr(engine_mod, "CPU_PREFILL_CHUNK", 32)  # a CPU prefills in smaller chunks
+    cpu = eng.generate(prompt, spec)
+    assert cpu.tokens == whole.tokens and cpu.forwards == whole.forwards + 2
 
 
 def test_documents_keep_their_own_slots_lru(eng: Engine) -> None:
