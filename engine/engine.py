@@ -59,10 +59,11 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
-# on a CPU at most 1,280 per forward: a 1,920-token cold prefill of the default model 1,456 -> 1,175 ms with
-# a smaller activation peak, re-prefills of 1,243 / 1,448 tokens the same or faster (AMD EPYC, 2 threads;
-# docs/PERFORMANCE.md, session 7)
-CPU_PREFILL_CHUNK = 1280
+# on a CPU at most 1,536 per forward: a smaller activation peak (the 1 GB RSS goal), a 1,920-token cold
+# prefill of the default model 1,456 -> 1,378 ms, next-edit re-prefills (1,243-1,552 tokens) unchanged.
+# 1,280 made cold prefill faster still (1,175 ms) but a 1,436-token re-prefill 855 -> 1,030 ms (AMD EPYC,
+# 2 threads; docs/PERFORMANCE.md, session 7)
+CPU_PREFILL_CHUNK = 1536
 
 
 @dataclass
