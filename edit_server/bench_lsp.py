@@ -343,15 +343,11 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from engine.bench_common import emit, machine
+    from engine.specs import resolve_device
 
-    cuda = args.device.startswith("cuda") or args.device == "auto" and torch.cuda.is_available()
     t0 = time.perf_counter()
-    report: dict[str, Any] = {"model": args.model, "device": args.device,
-                              "machine": machine(torch.device(args.device if cuda and args.device != "auto"
-                                                              else "cuda" if cuda else "cpu")),
+    report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
                                   "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds")}}
     runs = {"main": args.decode} if args.no_ar else {"main": args.decode, "ar": "ar"}

@@ -94,18 +94,27 @@ def _causal_aligned(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     P = S - T
     Pa = P // ALIGN_K * ALIGN_K
     r = P - Pa
-    if k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    k, v = _heads_of(q, k, v)
     L = -(-(r + T) // ALIGN_Q) * ALIGN_Q
-    own = _cpu_flash(_pad(q, L, r), _pad(k[:, :, Pa:], L), _pad(v[:, :, Pa:], L), 0.0, True)
-    o2, l2 = own[0][:, :, r:r + T], own[1][:, :, r:r + T]
+    o2, l2 = _cpu_flash(_pad(q, L, r), _pad(k[:, :, Pa:], L), _pad(v[:, :, Pa:], L), 0.0, True)
     if Pa == 0:
-        return o2
-    o1, l1 = _cpu_flash(_pad(q, -(-T // ALIGN_Q) * ALIGN_Q), k[:, :, :Pa], v[:, :, :Pa], 0.0, False)[:2]
-    o1, l1 = o1[:, :, :T], l1[:, :, :T]
+        return o2[:, :, r:r + T]
+    o1, l1 = _cpu_flash(_pad(q, -(-T // ALIGN_Q) * ALIGN_Q), k[:, :, :Pa], v[:, :, :Pa], 0.0, False)
+    return _merge(o1[:, :, :T], l1[:, :, :T], o2[:, :, r:r + T], l2[:, :, r:r + T])
+
+
+def _heads_of(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """K / V repeated to q's heads (GQA) for the CPU flash kernel, which has no grouped heads."""
+    if k.shape[1] == q.shape[1]:
+        return k, v
+    rep = q.shape[1] // k.shape[1]
+    return k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+
+
+def _merge(o1: Tensor, l1: Tensor, o2: Tensor, l2: Tensor) -> Tensor:
+    """Attention over two disjoint key sets from each one's output and log-sum-exp (B, H, T)."""
     lse = torch.logaddexp(l1, l2)
-    return o1 * torch.exp(l1 - lse).unsqueeze(-1) + o2 * torch.exp(l2 - lse).unsqueeze(-1)
+    return o1 * torch.exp(l1 - lse).unsqueeze(-1).to(o1.dtype) + o2 * torch.exp(l2 - lse).unsqueeze(-1).to(o2.dtype)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
@@ -157,13 +166,10 @@ def _causal_after_prefix(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         mask = causal_mask(T, P, q.device)[None, None]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
     _log_once("torch-sdpa (cpu, causal over a cached prefix: two flash calls)")
-    if k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    k, v = _heads_of(q, k, v)
     o1, l1 = _cpu_flash(q, k[:, :, :P], v[:, :, :P], 0.0, False)
     o2, l2 = _cpu_flash(q, k[:, :, P:], v[:, :, P:], 0.0, True)
-    lse = torch.logaddexp(l1, l2)
-    return o1 * torch.exp(l1 - lse).unsqueeze(-1).to(o1.dtype) + o2 * torch.exp(l2 - lse).unsqueeze(-1).to(o2.dtype)
+    return _merge(o1, l1, o2, l2)
 
 
 # ---- masks ---------------------------------------------------------------------------------

@@ -122,12 +122,12 @@ def _decide() -> dict[str, Any]:
         err = _probe_error()
         dnn_s = _probe_time() if mode == "auto" else 0.0
     except Exception as e:  # noqa: BLE001 — a probe failure keeps PyTorch's default
-        m.fp32_precision = before
         return {"onednn": False, "why": f"probe failed: {type(e).__name__}: {e}"}
+    finally:
+        m.fp32_precision = before  # on only inside onednn() blocks
     out: dict[str, Any] = {"rel_error": float(f"{err:.2e}")}
     if mode == "auto":
         out.update(mkl_ms=round(mkl_s * 1e3, 2), onednn_ms=round(dnn_s * 1e3, 2))
-    m.fp32_precision = before
     if err > EXACT:
         return {"onednn": False, "why": "oneDNN rounds fp32 inputs here (bf16)", **out}
     if mode == "auto" and dnn_s * GAIN > mkl_s:
@@ -136,7 +136,7 @@ def _decide() -> dict[str, Any]:
 
 
 def reset_for_tests() -> None:
-    """Forget the decision and restore PyTorch's default (tests only)."""
+    """Forget the decision (tests only; the setting itself is only ever on inside `onednn()`)."""
     global _decision, ENABLED
     with _lock:
         _decision, ENABLED = None, False

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.types import SamplerConfig
+from engine.types import FinishReason, SamplerConfig
 
 if TYPE_CHECKING:
     from engine.cache import KVCache
@@ -165,10 +165,11 @@ def loop_cut(text: str, reference: str = "") -> int | None:
 
 
 def text_stop(text: str, scope: int | None, max_lines: int | None,
-              loops: str | None = None, max_chars: int | None = None) -> tuple[int, str] | None:
+              loops: str | None = None, max_chars: int | None = None) -> tuple[int, FinishReason] | None:
     """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop and the
     character cap, with its kind ("scope" / "loop" / "long"); None: none reached."""
     long = max_chars if max_chars is not None and len(text) > max_chars else None
+    cuts: list[tuple[int, FinishReason]]
     cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
                                 (None if not max_lines else lines_cut(text, max_lines), "scope"),
                                 (None if loops is None else loop_cut(text, loops), "loop"),
@@ -176,22 +177,16 @@ def text_stop(text: str, scope: int | None, max_lines: int | None,
     return min(cuts) if cuts else None
 
 
-def text_cut(text: str, scope: int | None, max_lines: int | None) -> int | None:
-    """The earliest of the scope cut and the line cap (None: neither reached)."""
-    stop = text_stop(text, scope, max_lines)
-    return None if stop is None else stop[0]
-
-
 def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
                loops: str | None = None, max_chars: int | None = None
-               ) -> Callable[[list[int]], tuple[int, str] | None] | None:
+               ) -> Callable[[list[int]], tuple[int, FinishReason] | None] | None:
     """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap, the first
     loop or ``max_chars`` characters, its kind), or None; no rule when nothing is asked for. ``loops``:
     stop at loops that this reference text (the prompt's) does not hold."""
     if base is None and not max_lines and loops is None and max_chars is None:
         return None
 
-    def rule(ids: list[int]) -> tuple[int, str] | None:
+    def rule(ids: list[int]) -> tuple[int, FinishReason] | None:
         stop = text_stop(decode(ids), base, max_lines, loops, max_chars)
         if stop is None:
             return None

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from engine.remask import pick_remask, token_confidence
-from engine.types import CanvasSpec, FinishReason, SamplerConfig
+from engine.types import STOP_RULE_KINDS, CanvasSpec, FinishReason, SamplerConfig
 
 
 @torch.no_grad()
@@ -91,7 +91,7 @@ class Denoiser:
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
                  newline_ids: Iterable[int] = (), block_size: int,
                  suppress_ids: Iterable[int] = (),
-                 stop_rule: Callable[[list[int]], tuple[int, str] | None] | None = None) -> None:
+                 stop_rule: Callable[[list[int]], tuple[int, FinishReason] | None] | None = None) -> None:
         if spec.length <= 0:
             raise ValueError("canvas length must be positive")
         self.spec, self.cfg = spec, cfg
@@ -309,7 +309,7 @@ class Denoiser:
         """Decided ids up to the first end token / newline token (inclusive) / still-masked slot."""
         ids: list[int] = []
         confs: list[float] = []
-        for i in range(self._stop if self._stop_kind in ("scope", "loop", "long") else self.spec.length):
+        for i in range(self._stop if self._stop_kind in STOP_RULE_KINDS else self.spec.length):
             if not self.decided[i] or self.canvas[i] in self.end_ids:
                 break
             ids.append(self.canvas[i])

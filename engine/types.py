@@ -113,6 +113,7 @@ class AbortSignal:
 
 
 FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up"]
+STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long")  # set by a stop rule (engine.decode)
 
 
 

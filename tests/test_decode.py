@@ -16,7 +16,6 @@ from engine.decode import (
     resolve,
     scope_cut,
     scope_rule,
-    text_cut,
     text_stop,
 )
 from engine.sampler import Denoiser
@@ -209,9 +208,9 @@ def test_line_cap_cuts_at_the_last_allowed_line() -> None:
     assert lines_cut("a\nb\nc\nd", 2) == len("a\nb")
     assert lines_cut("a\nb", 2) is None  # the second line may still grow
     assert lines_cut("\n    x\n    y\n", 2) == len("\n    x")  # the cursor line's rest counts as one
-    assert text_cut("x\n    y\nz = 1\nw\n", 4, 10) == len("x\n    y\n")  # the scope closes first
-    assert text_cut("x\n    y\n    z\n", 4, 2) == len("x\n    y")  # the cap comes first
-    assert text_cut("x\n", None, None) is None and scope_rule(str, None, None) is None
+    assert text_stop("x\n    y\nz = 1\nw\n", 4, 10) == (len("x\n    y\n"), "scope")  # the scope closes first
+    assert text_stop("x\n    y\n    z\n", 4, 2) == (len("x\n    y"), "scope")  # the cap comes first
+    assert text_stop("x\n", None, None) is None and scope_rule(str, None, None) is None
 
 
 def test_infill_multi_line_stops_at_max_lines(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:

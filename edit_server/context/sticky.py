@@ -32,8 +32,9 @@ from edit_server.context import sources as src
 from engine.templates import Section
 
 TTL_S = 60.0
-# tokens (at most an eighth of its room) a budget-cut window leaves free when it is built, so typing that much more keeps the build (the
-# bench's typing outgrew a full window within a line: a full rebuild, new sources, a ~1K-token re-prefill)
+# tokens (at most an eighth of its room) a budget-cut window leaves free when it is built, so typing that
+# much more keeps the build (the bench's typing outgrew a full window within a line: a full rebuild, new
+# sources, a ~1K-token re-prefill)
 STICKY_GROW = 128
 
 
