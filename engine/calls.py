@@ -10,14 +10,16 @@ stop tokens and DreamOn's expand token. A format that cannot serve a call raises
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import Call, InfillCall
 from engine.decode import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
+from engine.stops import echo_for_edit, echo_for_fim
 from engine.templates import FimPrompt
-from engine.types import CanvasSpec, GenerateRequest, GenerateResult
+from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
 
 
 @dataclass
@@ -61,16 +63,20 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
         scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
             line.expandtabs(4).lstrip(" "))
         lines = None if c.single_line else c.max_lines
+        echo = echo_for_fim(c.prompt.prefix, c.prompt.suffix, c.prompt.path, c.single_line)
+        deadline = None if c.single_line or not c.budget_ms else time.monotonic() + c.budget_ms / 1e3
         if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
             spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines,
-                              stop_loops=not c.single_line)
+                              stop_loops=not c.single_line, echo=echo, deadline=deadline)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
                               scope_indent=scope, max_lines=lines, stop_loops=not c.single_line,
-                              max_chars=line_room(c.prompt) if c.single_line else None)
+                              max_chars=line_room(c.prompt) if c.single_line else None, echo=echo,
+                              deadline=deadline)
     else:
         lay = fmt.edit(c.prompt, b)
-        spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True)
+        spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True,
+                          echo=echo_for_edit(c.prompt.region, c.prompt.after, c.prompt.path))
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")
@@ -89,5 +95,6 @@ def call_result(eng: Any, c: Call, res: GenerateResult) -> GenerateResult:
     keep = [i for i, t in enumerate(res.tokens) if t != cur]
     res.tokens = [res.tokens[i] for i in keep]
     res.confidences = [res.confidences[i] for i in keep]
-    res.text = eng._text(res.tokens, False)
+    text = eng._text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
+    res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
     return res

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.types import FinishReason, SamplerConfig
+from engine.stops import budget_cut, echo_cut
+from engine.types import Echo, FinishReason, SamplerConfig
 
 if TYPE_CHECKING:
     from engine.cache import KVCache
@@ -164,33 +165,41 @@ def loop_cut(text: str, reference: str = "") -> int | None:
     return min(cuts) if cuts else None
 
 
-def text_stop(text: str, scope: int | None, max_lines: int | None,
-              loops: str | None = None, max_chars: int | None = None) -> tuple[int, FinishReason] | None:
-    """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop and the
-    character cap, with its kind ("scope" / "loop" / "long"); None: none reached."""
+def text_stop(text: str, scope: int | None, max_lines: int | None, loops: str | None = None,
+              max_chars: int | None = None, echo: Echo | None = None, deadline: float | None = None
+              ) -> tuple[int, FinishReason] | None:
+    """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop, the character
+    cap, a re-typed or prose line (``echo``: `engine.stops.echo_cut`) and the time budget (``deadline``:
+    the finished lines), with its kind; None: none reached."""
     long = max_chars if max_chars is not None and len(text) > max_chars else None
     cuts: list[tuple[int, FinishReason]]
     cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
                                 (None if not max_lines else lines_cut(text, max_lines), "scope"),
                                 (None if loops is None else loop_cut(text, loops), "loop"),
                                 (long, "long")) if c is not None]
+    for extra in (None if echo is None else echo_cut(text, echo), budget_cut(text, deadline)):
+        if extra is not None:
+            cuts.append(extra)
     return min(cuts) if cuts else None
 
 
 def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
-               loops: str | None = None, max_chars: int | None = None
-               ) -> Callable[[list[int]], tuple[int, FinishReason] | None] | None:
+               loops: str | None = None, max_chars: int | None = None, echo: Echo | None = None,
+               deadline: float | None = None) -> Callable[[list[int]], tuple[int, FinishReason, int] | None] | None:
     """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap, the first
-    loop or ``max_chars`` characters, its kind), or None; no rule when nothing is asked for. ``loops``:
-    stop at loops that this reference text (the prompt's) does not hold."""
-    if base is None and not max_lines and loops is None and max_chars is None:
+    loop, ``max_chars`` characters, a re-typed / prose line or the budget's last finished line, its kind,
+    the cut's character offset in their text), or None; no rule when nothing is asked for. ``loops``: stop at loops that this reference text (the
+    prompt's) does not hold."""
+    if base is None and not max_lines and loops is None and max_chars is None and echo is None and deadline is None:
         return None
 
-    def rule(ids: list[int]) -> tuple[int, FinishReason] | None:
-        stop = text_stop(decode(ids), base, max_lines, loops, max_chars)
+    def rule(ids: list[int]) -> tuple[int, FinishReason, int] | None:
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, deadline)
         if stop is None:
             return None
         cut, kind = stop
+        if cut <= 0:
+            return 0, kind, 0
         lo, hi = 1, len(ids)  # smallest k whose text covers the cut
         while lo < hi:
             mid = (lo + hi) // 2
@@ -198,7 +207,7 @@ def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: 
                 hi = mid
             else:
                 lo = mid + 1
-        return lo, kind
+        return lo, kind, cut
     return rule
 
 

@@ -246,7 +246,8 @@ class Engine(ByComplete):
         kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
                                   block_size=self._block(cfg), suppress_ids=self._suppress,
                                   stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
-                                                       self._loop_reference(req), req.canvas.max_chars))
+                                                       self._loop_reference(req), req.canvas.max_chars,
+                                                       req.canvas.echo, req.canvas.deadline))
         if self.args.attention == "block_causal" and self.args.block_align == "absolute":
             cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
@@ -287,8 +288,10 @@ class Engine(ByComplete):
             for j in jobs:
                 ids, confs = j.den.output()
                 j.timings["total_ms"] = total
+                text = self._text(ids, j.den.spec.single_line)
+                cut = getattr(j.den, "cut_chars", None)  # a stop rule's exact character cut
                 out.append(GenerateResult(
-                    text=self._text(ids, j.den.spec.single_line), tokens=ids, confidences=confs,
+                    text=text if cut is None else text[:cut], tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
                     cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
             return out

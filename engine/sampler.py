@@ -91,7 +91,7 @@ class Denoiser:
     def __init__(self, spec: CanvasSpec, cfg: SamplerConfig, *, mask_id: int, end_ids: Iterable[int],
                  newline_ids: Iterable[int] = (), block_size: int,
                  suppress_ids: Iterable[int] = (),
-                 stop_rule: Callable[[list[int]], tuple[int, FinishReason] | None] | None = None) -> None:
+                 stop_rule: Callable[[list[int]], tuple[int, FinishReason, int] | None] | None = None) -> None:
         if spec.length <= 0:
             raise ValueError("canvas length must be positive")
         self.spec, self.cfg = spec, cfg
@@ -109,7 +109,8 @@ class Denoiser:
         self.finish: FinishReason | None = None
         self._stop = min(spec.length, spec.keep or spec.length)  # positions >= this are not needed
         self._stop_kind: FinishReason | None = None
-        self.stop_rule = stop_rule  # decided prefix ids -> (tokens to keep, finish kind) (None: go on)
+        self.stop_rule = stop_rule  # decided prefix ids -> (tokens to keep, finish kind, characters) or None
+        self.cut_chars: int | None = None  # a stop rule's cut: the output text ends at this character
         self.prefix = 0  # length of the decided prefix (every position before it is decided)
         self.window: tuple[int, int] | None = None  # window mode: the active positions
         self.confident = 0  # candidates of the last step with confidence >= threshold
@@ -268,6 +269,7 @@ class Denoiser:
         ones) and shorten the decided prefix to ``lo``."""
         self._stop = min(self.spec.length, self.spec.keep or self.spec.length)
         self._stop_kind = None
+        self.cut_chars = None
         self.prefix = min(self.prefix, lo)
 
     def _update_stop(self) -> None:
@@ -286,7 +288,7 @@ class Denoiser:
             if self.stop_rule is not None:
                 stop = self.stop_rule(self.canvas[:p])
                 if stop is not None and stop[0] < self._stop:
-                    self._stop, self._stop_kind = max(0, stop[0]), stop[1]
+                    self._stop, self._stop_kind, self.cut_chars = max(0, stop[0]), stop[1], stop[2]
         if self.prefix >= self._stop:
             self.finish = self._stop_kind or "length"
 

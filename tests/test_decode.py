@@ -279,7 +279,8 @@ def test_canvases_stop_at_a_loop(eng: Engine, monkeypatch: pytest.MonkeyPatch) -
     assert r.text.count("compute") == 1 and r.steps < len(eng.tokenizer.encode(line * 12)) // 4
     f = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=120, sampler=cfg)
     assert f.finish_reason == "loop" and f.text.count("compute") == 1
-    held = eng.rewrite(EditPrompt("def f():\n", region, line * 12, 0), sampler=cfg)  # the suffix holds it
+    # the text after the region holds it (not as its first line: that would end the rewrite, engine.stops)
+    held = eng.rewrite(EditPrompt("def f():\n", region, "# tail\n" + line * 12, 0), sampler=cfg)
     assert held.finish_reason != "loop" and held.text.count("compute") > 3
     [call] = eng.complete([RewriteCall(EditPrompt("def f():\n", region, "", 0), sampler=cfg)])
     assert call.finish_reason == "loop"

@@ -26,9 +26,15 @@ def skip_reason(req: FimRequest, settings: Settings) -> str | None:
     return None
 
 
-def is_single_line(req: FimRequest) -> bool:
+def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:
+    """One line (mid-line; and with ``multiline`` "auto" an automatic trigger where no block is expected:
+    `gate.block_expected`) or several (``multiline`` "never": always one)."""
     line_end = req.text.find("\n", req.offset)
-    return gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end])
+    if multiline == "never" or gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end]):
+        return True
+    if multiline == "always" or req.invoked:
+        return False
+    return not gate.block_expected(req.text[: req.offset], req.text[req.offset :])
 
 
 def without_line_rest(suggestion: str, line_rest: str) -> str:
@@ -49,11 +55,11 @@ def without_line_rest(suggestion: str, line_rest: str) -> str:
 def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
                reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
     """The FIM suggestion from the engine's text (filters, line cap, gate), or None."""
-    one = is_single_line(req)
+    one = is_single_line(req, settings.multiline)
     cut = lines_cut(text, max_lines) if max_lines and not one else None
     if cut is not None:  # engines that do not stop at the cap themselves (remote, fakes)
         text = text[:cut]
-    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], one)
+    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], one, req.path)
     line_end = req.text.find("\n", req.offset)
     cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
     if not cleaned:

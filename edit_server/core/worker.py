@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edit_server.core.contexts import Context, make_context, max_lines
+from edit_server.core.contexts import Context, make_context, max_lines, multiline_budget_ms
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
@@ -124,10 +124,11 @@ def engine_call(job: Job, built: Built, engine: EngineAPI | None = None) -> Call
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
-        one = job.single_line if job.single_line is not None else is_single_line(job.req)
+        one = job.single_line if job.single_line is not None else is_single_line(job.req, job.settings.multiline)
         return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=one,
                           cache_key=job.key, abort=job.abort, on_step=job.on_step,
-                          max_lines=None if one else max_lines(job.settings, engine))
+                          max_lines=None if one else max_lines(job.settings, engine),
+                          budget_ms=None if one else multiline_budget_ms(job.settings, engine))
     assert isinstance(built, EditBuilt)
     return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from engine.decode import loop_cut
+from engine.stops import echo_cut, echo_for_fim
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -37,6 +38,47 @@ def should_auto_trigger(line_prefix: str, line_suffix: str, max_right: int = 8) 
 def single_line_mode(line_suffix: str) -> bool:
     """Mid-line cursor (something other than closers/space to the right): complete one line only."""
     return any(not (c.isspace() or c in _CLOSERS or c in "\"':;,") for c in line_suffix)
+
+
+BLOCK_OPENERS = (":", "{", "(", "[", "=>")  # a line ending so opens a block, a literal or an argument list
+_DOC_OR_COMMENT = re.compile(r'^\s*("""|\'\'\'|#|//|/\*|\*)')
+
+
+def _columns(line: str) -> int:
+    t = line.expandtabs(4)
+    return len(t) - len(t.lstrip())
+
+
+def block_expected(prefix: str, suffix: str) -> bool:
+    """Whether a user at this cursor (nothing but closers right of it) expects a block rather than one line
+    (Copilot's "empty block start"): the line before the cursor ends with an opener (``def f(x):``,
+    ``items = [``), or the cursor is on a blank line under an opener — past a docstring or comments — whose
+    block is still empty (the next code line is not indented deeper than the opener's line)."""
+    head = prefix.rsplit("\n", 1)[-1]
+    if head.strip():
+        return head.rstrip().endswith(BLOCK_OPENERS)
+    above = prefix.split("\n")[:-1][-60:]
+    opener = None
+    in_doc = False
+    for ln in reversed(above):
+        s = ln.strip()
+        if not s:
+            continue
+        if s.endswith(('"""', "'''")) and (s.count('"""') + s.count("'''")) % 2 == 1 and not in_doc:
+            in_doc = True  # the end of a docstring: skip to its start
+            continue
+        if in_doc:
+            if s.startswith(('"""', "'''")) or (s.count('"""') + s.count("'''")) % 2 == 1:
+                in_doc = False
+            continue
+        if _DOC_OR_COMMENT.match(ln) and not s.endswith(BLOCK_OPENERS):
+            continue  # a one-line docstring or a comment under the header
+        opener = ln
+        break
+    if opener is None or not opener.rstrip().endswith(BLOCK_OPENERS):
+        return False
+    nxt = next((ln for ln in suffix.split("\n")[1:80] if ln.strip()), None)
+    return nxt is None or _columns(nxt) <= _columns(opener)
 
 
 def _cut_loop(text: str, reference: str) -> str:
@@ -99,7 +141,7 @@ def _cut_at_scope_end(text: str, line_prefix: str) -> str:
     return text
 
 
-def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
+def clean_fim(text: str, prefix: str, suffix: str, single_line: bool, path: str = "") -> str:
     """Post-process a FIM completion; returns "" when nothing useful is left."""
     text = text.replace("\r\n", "\n")
     line_prefix = prefix.rsplit("\n", 1)[-1]
@@ -107,6 +149,9 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     if single_line:
         text = text.split("\n", 1)[0]
     text = _cut_loop(text, prefix + suffix)
+    echo = echo_cut(text if single_line else text + "\n", echo_for_fim(prefix, suffix, path, single_line))
+    if echo is not None:  # re-types the suffix / the prefix, or prose: where the decoder stops too
+        text = text[:echo[0]]
     text = _normalise_indent(text, line_prefix, prefix)
     text = _cut_at_scope_end(text, line_prefix)
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
