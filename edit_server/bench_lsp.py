@@ -35,7 +35,7 @@ from edit_server.bench_lsp_report import format_table, ratios, summarize
 
 FILES = ("engine/sampler.py", "engine/cache.py")  # ~2.5K and ~1.8K SmolLM2 tokens
 CALL = re.compile(r"\b(fim|edit) (\S+): (\d+) prompt tokens \((\d+) cached\), (\d+) steps, (\d+) forwards, "
-                  r"(\w+); prefill (\d+) ms, decode (\d+) ms")
+                  r"(\w+); prefill (\d+) ms, decode (\d+) ms(?:, batch \d+, (\d+) tokens)?")
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="server torch threads (0 = torch's default)")
     p.add_argument("--files", type=int, default=2, help=f"files of {FILES} to use")
-    p.add_argument("--sites", type=int, default=2, help="lines retyped per file")
+    p.add_argument("--sites", type=int, default=6, help="lines retyped per file (spread over the file)")
     p.add_argument("--renames", type=int, default=2, help="next-edit requests per file")
     p.add_argument("--max-chars", type=int, default=60, help="longest statement line to use")
     p.add_argument("--eol-chars", type=int, default=16, help="characters typed at the end of a new line")
@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
     p.add_argument("--rounds", type=int, default=1, help="sessions per decoding, alternating main / AR")
+    p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                   help="also run the default model with this adapter (PATH without suffix: PATH.safetensors + "
+                        "PATH.json; the server's EDIT_SERVER_ADAPTER), reported as main:NAME / ar:NAME; repeatable")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--keep-logs", type=Path, default=None,
@@ -106,10 +109,12 @@ def renames(text: str, k: int) -> list[tuple[int, str]]:
 
 # ---- the client (small functions over the project's one LSP client) -------------------------------
 async def start_server(model: str, device: str, root: Path, log: Path, decode: str, threads: int,
-                       timeout: float) -> tuple[Any, float]:
+                       timeout: float, adapter: str = "") -> tuple[Any, float]:
     from edit_server.lsp.client import LspClient, server_command
 
     env = {"EDIT_SERVER_DECODE": decode} if decode else {}
+    if adapter:
+        env["EDIT_SERVER_ADAPTER"] = adapter
     cmd = server_command(model, device, ["--log-file", str(log), "--log-level", "INFO"])
     client = LspClient(cmd, cwd=root, env=env, name="edit-server-bench")
     t0 = time.perf_counter()
@@ -218,9 +223,9 @@ class Session:
         except OSError:
             return []
         keys = ("call", "uri", "prompt_tokens", "cached_tokens", "steps", "forwards", "finish",
-                "prefill_ms", "decode_ms")
-        got = [dict(zip(keys, (m[0], m[1], *map(int, m[2:6]), m[6], *map(int, m[7:9])), strict=True))
-               for m in CALL.findall(chunk)]
+                "prefill_ms", "decode_ms", "tokens")
+        got = [dict(zip(keys, (m[0], m[1], *map(int, m[2:6]), m[6], *map(int, m[7:9]), int(m[9] or 0)),
+                        strict=True)) for m in CALL.findall(chunk)]
         self.calls += [(kind, c) for c in got]
         return got
 
@@ -303,7 +308,8 @@ class Session:
                                    bool((res or {}).get("edits")), True, calls[-1] if calls else None))
 
 
-async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, dict[str, float], list[str]]:
+async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
+                      ) -> tuple[Session, dict[str, float], list[str]]:
     root = Path(tempfile.mkdtemp(prefix="edit-server-bench-lsp-"))
     log = root / "server.log"
     files = source_files(args.files)
@@ -312,7 +318,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
             shutil.copy(f, root / f.name)
         (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
         client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
-                                             args.timeout)
+                                             args.timeout, adapter)
         s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk)
         s.samples.append(Sample("load", load_ms))
         try:
@@ -336,10 +342,26 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
             if args.keep_logs is not None and log.is_file():
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
                 n = len(list(args.keep_logs.glob("*.log")))
-                shutil.copy(log, args.keep_logs / f"{n + 1:02d}-{decode or 'main'}.log")
+                tag = (decode or "main") + (f"-{Path(adapter).name}" if adapter else "")
+                shutil.copy(log, args.keep_logs / f"{n + 1:02d}-{tag}.log")
         return s, mem, [f.name for f in files]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def adapter_runs(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """Run name -> (EDIT_SERVER_DECODE, adapter path): main (and ar) for the shipped adapter, then main:NAME
+    (and ar:NAME) for each ``--adapter NAME=PATH``."""
+    out: dict[str, tuple[str, str]] = {}
+    for spec in ["=", *args.adapter]:
+        name, _, path = spec.partition("=")
+        if spec != "=" and (not name or not path):
+            raise SystemExit(f"bench lsp: --adapter {spec!r}: expected NAME=PATH")
+        tag = f":{name}" if name else ""
+        out["main" + tag] = (args.decode, path)
+        if not args.no_ar:
+            out["ar" + tag] = ("ar", path)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -350,17 +372,18 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
                                   "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds")}}
-    runs = {"main": args.decode} if args.no_ar else {"main": args.decode, "ar": "ar"}
+    runs = adapter_runs(args)
     got: dict[str, list[tuple[Session, dict[str, float], list[str]]]] = {name: [] for name in runs}
-    for _ in range(max(1, args.rounds)):  # alternating, so both see the same machine
-        for name, decode in runs.items():
-            got[name].append(asyncio.run(run_session(args, decode)))
-    for name, decode in runs.items():
+    for _ in range(max(1, args.rounds)):  # alternating, so all see the same machine
+        for name, (decode, adapter) in runs.items():
+            got[name].append(asyncio.run(run_session(args, decode, adapter)))
+    for name, (decode, adapter) in runs.items():
         sessions = got[name]
         samples = [x for s, _, _ in sessions for x in s.samples]
         calls = [c for s, _, _ in sessions for c in s.calls]
         report[name] = {
-            "decode": decode or "engine default", "rounds": len(sessions), "files": sessions[0][2],
+            "decode": decode or "engine default", "adapter": adapter or "shipped", "rounds": len(sessions),
+            "files": sessions[0][2],
             "memory": {k: max(m.get(k, 0.0) for _, m, _ in sessions) for k in ("rss_mb", "peak_rss_mb")},
             **summarize(samples, calls),
             "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final,
@@ -368,5 +391,6 @@ def run(args: argparse.Namespace) -> int:
             "calls": [{"kind": k, **c} for k, c in calls]}
     if "ar" in report:
         report["ratio"] = ratios(report["main"], report["ar"])
+    report["runs"] = list(runs)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     return emit(report, args.json, format_table)

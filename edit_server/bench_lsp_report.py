@@ -38,6 +38,9 @@ def summarize(samples: list[Any], calls: list[tuple[str, dict[str, Any]]]) -> di
             "prompt_tokens_mean": round(statistics.mean(c["prompt_tokens"] for c in mine)) if mine else None,
             "prefill_ms_p50": _pct([float(c["prefill_ms"]) for c in mine], 0.5),
             "decode_ms_p50": _pct([float(c["decode_ms"]) for c in mine], 0.5),
+            "tokens_per_forward": round(sum(c.get("tokens", 0) for c in mine) / max(1, sum(c["forwards"] for c in mine)),
+                                        2) if mine else None,
+            "finish": {f: sum(1 for c in mine if c["finish"] == f) for f in sorted({c["finish"] for c in mine})},
         }
     typing = sorted(float(c["prompt_tokens"] - c["cached_tokens"]) for k, c in calls
                     if k in ("single-line", "end-of-line"))
@@ -61,7 +64,7 @@ def _v(x: Any) -> str:
 
 
 def format_table(r: dict[str, Any]) -> str:
-    runs = [("main", r["main"])] + ([("ar", r["ar"])] if r.get("ar") else [])
+    runs = [(n, r[n]) for n in r.get("runs", ["main", "ar"]) if r.get(n)]
     lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
              f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}, "
              f"{r['settings']['typing_ms']:.0f} ms per keystroke", "",
@@ -77,14 +80,15 @@ def format_table(r: dict[str, Any]) -> str:
             row += f"{_v(r['ratio'].get(k)):>9}"
         lines.append(row)
     for name, run in runs:
-        lines += ["", f"{name} ({run['decode']}): per kind",
+        lines += ["", f"{name} ({run['decode']}, adapter {run.get('adapter', 'shipped')}): per kind",
                   f"{'kind':<13}{'sent':>6}{'shown':>7}{'shown p50':>11}{'calls':>7}{'steps':>7}{'recomp p50':>12}"
-                  f"{'prefill p50':>13}{'decode p50':>12}"]
+                  f"{'prefill p50':>13}{'decode p50':>12}{'tok/fwd':>9}  finish"]
         for k in KINDS:
             x = run["kinds"][k]
             lines.append(f"{k:<13}{x['n']:>6}{x['answered']:>7}{_v(x['answered_p50_ms']):>11}{x['model_calls']:>7}"
                          f"{_v(x['steps_mean']):>7}{_v(x['recomputed_p50']):>12}{_v(x['prefill_ms_p50']):>13}"
-                         f"{_v(x['decode_ms_p50']):>12}")
+                         f"{_v(x['decode_ms_p50']):>12}{_v(x.get('tokens_per_forward')):>9}  "
+                         + " ".join(f"{f} {n}" for f, n in (x.get("finish") or {}).items()))
         ks, mem = run["keystrokes"], run["memory"]
         lines.append(f"keystrokes: {ks['requests']} requests, {ks['model_calls']} model calls, prompt tokens "
                      f"recomputed per call p50 {ks['recomputed_p50']} / p95 {ks['recomputed_p95']} / max "

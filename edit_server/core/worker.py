@@ -364,9 +364,9 @@ class EngineWorker:
                 continue
             t = r.timings or {}  # per-request numbers for support at INFO: sizes and timings, no text
             log.info("%s %s: %d prompt tokens (%d cached), %d steps, %d forwards, %s; prefill %.0f ms, "
-                     "decode %.0f ms, batch %d", j.kind, j.key, r.prompt_tokens, r.cached_tokens, r.steps,
-                     r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
-                     len(built))
+                     "decode %.0f ms, batch %d, %d tokens", j.kind, j.key, r.prompt_tokens, r.cached_tokens,
+                     r.steps, r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
+                     len(built), len(r.tokens))
             self._settle(j, Outcome(b, r, len(built), self._reward(j, b, r)))
 
     def _reward(self, job: Job, built: Built, r: GenerateResult) -> Any:
