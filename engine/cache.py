@@ -14,7 +14,6 @@ models because a prompt token's KV depends only on the tokens before it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from engine import options
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ PINNED_CONTEXT = 32768  # tokens of one document's prompt the GPU prefix cache a
 
 
 CPU_BUDGET_MB = 384  # seven 2K-token prompts of the default model (bf16 KV, ~53 MB each): 3 documents, FIM + edit
-BUDGET_ENV = "EDIT_SERVER_PREFIX_CACHE_MB"
+BUDGET_ENV = options.PREFIX_CACHE_MB
 
 
 def prefix_budget(args: object, kv_dtype: torch.dtype, device: torch.device) -> int:
@@ -136,15 +137,9 @@ def prefix_budget(args: object, kv_dtype: torch.dtype, device: torch.device) -> 
     memory free after loading, and never less than one slot at the pinned context
     (``min(max_seq_len, 32K)`` tokens), so a long file's prompt stays cached between requests even at
     7B (1.8 GB for 32K tokens)."""
-    env = os.environ.get(BUDGET_ENV, "").strip()
-    if env:
-        try:
-            mb = float(env)
-        except ValueError as e:
-            raise ValueError(f"${BUDGET_ENV}={env!r}: expected a number of MiB") from e
-        if mb <= 0:
-            raise ValueError(f"${BUDGET_ENV}={env!r}: expected a positive number of MiB")
-        return int(mb * (1 << 20))
+    budget = options.env().prefix_cache_bytes
+    if budget is not None:
+        return budget
     if device.type != "cuda":
         return CPU_BUDGET_MB << 20
     a = args  # ModelArgs

@@ -25,7 +25,6 @@ guarantee), so a GEMM of another thread that runs meanwhile differs in speed onl
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -35,9 +34,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine import options
+
 log = logging.getLogger(__name__)
 
-ENV = "EDIT_SERVER_ONEDNN_FP32"  # auto (default) / 0 / 1
+ENV = options.ONEDNN_FP32  # auto (default) / 0 / 1
 EXACT = 1e-5  # relative error vs float64 that counts as fp32 (bf16 inputs: ~1e-2, fp32: ~1e-7)
 GAIN = 1.15  # oneDNN must be this much faster on the probe
 _lock = threading.Lock()
@@ -107,7 +108,7 @@ def onednn() -> Iterator[None]:
 
 
 def _decide() -> dict[str, Any]:
-    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    mode = options.env().onednn_mode
     m = _setting()
     if mode in ("0", "off", "false"):
         return {"onednn": False, "why": f"${ENV}={mode}"}

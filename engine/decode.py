@@ -20,7 +20,6 @@ output is identical to plain ``W = 1`` decoding, but a copied span costs one for
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from engine import options
 from engine.types import FinishReason, SamplerConfig
 
 if TYPE_CHECKING:
     from engine.cache import KVCache
 
-ENV = "EDIT_SERVER_DECODE"  # block | adaptive | ar | <window int>, optionally ",spec=K"
+ENV = options.DECODE
 NGRAM = (3, 2)  # prompt-lookup match lengths, longest first
 
 
@@ -61,7 +61,7 @@ def default_sampler(device: torch.device, block_causal: bool) -> SamplerConfig:
     ``$EDIT_SERVER_DECODE`` overrides."""
     cpu = device.type == "cpu" and block_causal
     cfg = SamplerConfig(window="adaptive" if cpu else "block", speculate=8 if cpu else 0)
-    env = os.environ.get(ENV, "").strip()
+    env = options.env().decode
     return replace(cfg, **parse_decode(env)) if env else cfg
 
 
@@ -73,8 +73,8 @@ def want_fast_cpu(flag: bool | None, meta: dict[str, Any], device: torch.device,
         return False
     if flag is not None:
         return flag
-    env = os.environ.get("EDIT_SERVER_FASTCPU", "").strip()
-    return env == "1" if env else bool(meta.get("fast_cpu"))
+    env = options.env().fast_cpu
+    return env if env is not None else bool(meta.get("fast_cpu"))
 
 
 def resolve(cfg: SamplerConfig | None, default: SamplerConfig) -> SamplerConfig:

@@ -12,9 +12,9 @@ this adapter + base, else built and saved there for the next start.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from engine import options
 from engine.checkpoint import LoadedCheckpoint
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ def load_default(adapter: Path | None = None, base: Path | None = None, *,
     """Base + adapter, merged. ``adapter``: path without suffix (default ``$EDIT_SERVER_ADAPTER`` or
     ``engine/weights/default``). ``fast_cpu``: in the `engine.fastcpu` int8 layout, cached."""
     if adapter is None:
-        adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter
+        adapter = Path(options.env().adapter or ADAPTER)  # env: evaluate a run's adapter
     adapter = Path(adapter)
     if not fast_cpu:
         return _merged(adapter, base)

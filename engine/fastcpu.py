@@ -22,7 +22,6 @@ are left as they are (`supported`).
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -30,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine import options
 from engine.attention import attend
 
 KV_DTYPE = torch.bfloat16
@@ -37,9 +37,9 @@ KV_DTYPE = torch.bfloat16
 # quality int8 activations cost); more (wider decode windows, drafts, prefill) go through the int8 x int8
 # GEMM (INT8_GEMM): 3x faster per layer at 8-16 positions, HumanEval random-span 200 unchanged
 # (docs/PERFORMANCE.md, session 6). $EDIT_SERVER_INT8_SMALL overrides (16 = sessions 4-5)
-SMALL = int(os.environ.get("EDIT_SERVER_INT8_SMALL", "3"))
+SMALL = options.env().small_positions
 FORMAT = "edit-server-fastcpu-int8/1"
-GEMM_ENV = "EDIT_SERVER_INT8_GEMM"  # 1 (default where supported) / 0
+GEMM_ENV = options.INT8_GEMM  # 1 (default where supported) / 0
 
 
 def _int8_gemm() -> bool:
@@ -50,7 +50,7 @@ def _int8_gemm() -> bool:
     weight-only kernel (bf16 activations): int8 activations in every step cost single-line pass@1
     (3.0 → 2.0 %, measured); wider steps use the GEMM (random-span pass@1 unchanged, measured).
     ``$EDIT_SERVER_INT8_GEMM=0`` or a build without that engine: dequantize + fp32 GEMM."""
-    if os.environ.get(GEMM_ENV, "").strip() == "0":
+    if options.env().int8_gemm_off:
         return False
     return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
 

@@ -27,7 +27,6 @@ default (on for dense models on CUDA).
 from __future__ import annotations
 
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,11 +35,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from engine import options
 from engine.cache import KVCache
 
 log = logging.getLogger(__name__)
 
-ENV = "EDIT_SERVER_CUDA_GRAPHS"
+ENV = options.CUDA_GRAPHS
 CAP_MIN = 1024  # smallest arena (positions)
 MAX_ARENAS = 4  # arenas kept (LRU); each holds its graphs
 
@@ -51,8 +51,8 @@ def want_graphs(flag: bool | None, device: torch.device, args: Any) -> bool:
         return False
     if flag is not None:
         return flag
-    env = os.environ.get(ENV, "").strip()
-    return env != "0" if env else True
+    env = options.env().graphs
+    return env if env is not None else True
 
 
 def _pow2(n: int, lo: int = 1) -> int:

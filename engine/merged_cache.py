@@ -22,23 +22,23 @@ from typing import Any
 
 import torch
 
+from engine import options
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
-ENV_DIR = "EDIT_SERVER_MERGED_CACHE"  # a directory, or "off"
+ENV_DIR = options.MERGED_CACHE  # a directory, or "off"
 
 
 def cache_dir() -> Path | None:
-    env = os.environ.get(ENV_DIR, "").strip()
-    if env == "off":
+    o = options.env()
+    if o.merged_cache == "off":
         return None
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "edit-server" / "merged"
+    if o.merged_cache:
+        return Path(o.merged_cache)
+    return o.cache_home() / "edit-server" / "merged"
 
 
 def _stat(path: Path) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -26,6 +25,7 @@ from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
+from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import AbortSignal, GenerateResult, StepCallback
@@ -33,7 +33,7 @@ from engine.types import AbortSignal, GenerateResult, StepCallback
 log = logging.getLogger(__name__)
 StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
 ProgressFn = Callable[[int, int, str], None]  # (done bytes, total bytes, message) while a model downloads
-FACTORY_ENV = "EDIT_SERVER_ENGINE_FACTORY"  # "module:callable(spec, device)", for tests and embedding
+FACTORY_ENV = options.ENGINE_FACTORY  # "module:callable(spec, device)", for tests and embedding
 
 
 @dataclass
@@ -105,7 +105,7 @@ def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto:
     """(engine, reward scorer or None). A hub id downloads with ``progress``; otherwise the engine
     loads as ``Engine.load`` does (the CPU fast path for the default model), with the KTO-aligned
     adapter stacked on it when ``kto`` names one ("" = the current local version)."""
-    factory = os.environ.get(FACTORY_ENV)
+    factory = options.env().engine_factory
     if factory:
         mod, _, fn = factory.partition(":")
         return getattr(importlib.import_module(mod), fn)(spec, device), None

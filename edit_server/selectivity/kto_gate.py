@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from edit_server.selectivity import gate
 from edit_server.selectivity.thresholds import threshold_for
+from engine import options
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ _VERSION = re.compile(r"^kto-v(\d+)\.safetensors$")
 
 # ---- versioned adapters ----------------------------------------------------------------------
 def adapters_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "edit-server" / "adapters"
+    return options.env().data_home() / "edit-server" / "adapters"
 
 
 def versions(d: Path | None = None) -> list[int]:
