@@ -1,5 +1,5 @@
 """What the benchmarks share: the code they prompt with, the machine line, device sync, progress on
-stderr and the JSON-or-table report (`edit-server bench engine`, `bench_batch.py`, `edit_server/bench_lsp.py`)."""
+stderr and the JSON-or-table report (`edit-server bench engine`, `bench_batch.py`, `edit_server/cli/bench_lsp.py`)."""
 
 from __future__ import annotations
 

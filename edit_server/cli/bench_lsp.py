@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edit_server.bench_lsp_report import format_table, ratios, summarize
+from edit_server.cli.bench_lsp_report import format_table, ratios, summarize
 
 FILES = ("engine/sampler.py", "engine/cache.py")  # ~2.5K and ~1.8K SmolLM2 tokens
 CALL = re.compile(r"\b(fim|edit) (\S+): (\d+) prompt tokens \((\d+) cached\), (\d+) steps, (\d+) forwards, "
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # ---- the script (plain text, no LSP) --------------------------------------------------------------
 def source_files(n: int) -> list[Path]:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     return [root / f for f in FILES[:max(1, n)] if (root / f).is_file()]
 
 

@@ -184,7 +184,7 @@ def run_http(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     setup_logging(args)
-    from edit_server.demo import main
+    from edit_server.cli.demo import main
 
     return main(args.model, args.device or "auto", gate=not args.no_gate, server_log=args.server_log)
 

@@ -15,14 +15,14 @@ from edit_server import __version__
 
 # (subcommand, owning module). Groups (bench) collect several owners.
 COMMANDS: list[tuple[str, str]] = [
-    ("serve", "edit_server.cli_serve"),  # also: check, http, demo
-    ("context", "edit_server.context.cli"),
+    ("serve", "edit_server.cli.serve"),  # also: check, http, demo
+    ("context", "edit_server.cli.context"),
     ("train", "engine.train.cli"),
     ("eval", "evals.cli"),
     ("align", "edit_server.selectivity.align"),
 ]
-BENCH: list[str] = ["engine.bench", "edit_server.context.bench", "edit_server.bench_lsp",
-                    "edit_server.bench_http"]
+BENCH: list[str] = ["engine.bench", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
+                    "edit_server.cli.bench_http"]
 
 
 def build_parser() -> argparse.ArgumentParser:

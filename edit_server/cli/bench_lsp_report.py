@@ -1,4 +1,4 @@
-"""Numbers of `edit-server bench lsp` (edit_server.bench_lsp): per-kind percentiles, the AR ratio, the table."""
+"""Numbers of `edit-server bench lsp` (edit_server.cli.bench_lsp): per-kind percentiles, the AR ratio, the table."""
 
 from __future__ import annotations
 
