@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.cli import main
-from edit_server.selectivity import align_data, gate, kto_gate
-from edit_server.selectivity.align_common import Outcome, fit, save
+from edit_server.cli import align_data, main
+from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
 from engine.engine import Engine
 from engine.reward import Reward
@@ -240,8 +240,8 @@ def test_align_data_cli_reports_counts(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
-    from edit_server.selectivity.align_common import problem_of
-    from edit_server.selectivity.align_measure import at_coverage, auroc, gate_rows
+    from edit_server.cli.align_common import problem_of
+    from edit_server.cli.align_measure import at_coverage, auroc, gate_rows
 
     scores, labels = [0.9, 0.8, 0.3, 0.2], [True, False, True, False]
     assert at_coverage(scores, labels, 0.5) == 0.5 and at_coverage(scores, labels, 0.25) == 1.0
@@ -255,7 +255,7 @@ def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
 
 
 def test_gates_at_equal_coverage_count_precision_acceptance_and_no_edit_silence() -> None:
-    from edit_server.selectivity.align_measure import coverage_rows, shown_metrics
+    from edit_server.cli.align_measure import coverage_rows, shown_metrics
 
     # 5 cases: 2 right, 1 half right, 2 no-edit (one with a suggestion, one silent)
     items = [{"kind": "fim", "has": True, "ok": True, "share": 1.0, "confidence": 0.9, "reward": 0.1},
@@ -310,7 +310,7 @@ def test_align_measure_runs_held_out_cases_before_and_after(tmp_path: Path,
     after = [x for x in res["case_items"][2:] if x["has"]]
     assert res["cost"]["n"] == len(after) and res["cost"]["cached"] == len(after)
     assert "accepted/shown" in capsys.readouterr().out
-    from edit_server.selectivity.align_measure import read_heldout_cases
+    from edit_server.cli.align_measure import read_heldout_cases
 
     assert read_heldout_cases([fixtures], set(), language="markdown") == ([], 0)
     assert len(read_heldout_cases([fixtures], set(), limit=3, language="python")[0]) == 3

@@ -79,12 +79,16 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
     ("aiohttp: the HTTP app, the remote transport, the HTTP bench",
      lambda f: f in ("edit_server/http/app.py", "engine/remote/transport.py", "edit_server/cli/bench_http.py"),
      _under("aiohttp")),
-    ("engine/ never imports edit_server/", lambda f: not f.startswith("engine/"), _under("edit_server")),
-    ("serving never imports engine/train/ (only the trainer and the offline `align` CLI do)",
-     lambda f: f.startswith(("engine/train/", "edit_server/selectivity/align")), _under("engine.train")),
-    ("the serving path never imports the offline align CLI",
-     lambda f: not f.startswith(("edit_server/core/", "edit_server/lsp/", "edit_server/http/", "edit_server/context/")),
-     lambda t: t.startswith("edit_server.selectivity.align")),
+    ("engine/ never imports edit_server/ or evals/", lambda f: not f.startswith("engine/"),
+     _under("edit_server", "evals")),
+    ("serving never imports engine/train/ (only the trainer and the offline `align` CLI on top do)",
+     lambda f: f.startswith(("engine/train/", "edit_server/cli/align")), _under("engine.train")),
+    ("serving never imports evals/ or the front ends on top (edit_server/cli/)",
+     lambda f: f.startswith(("edit_server/cli/", "evals/")) or f == "edit_server/__main__.py",
+     _under("evals", "edit_server.cli")),
+    ("evals/ drives the server as a client: of edit_server it imports only the one LSP client",
+     lambda f: not f.startswith("evals/"),
+     lambda t: t.startswith("edit_server") and not _under("edit_server.lsp.client")(t)),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
     ok, bad = _uses(allowed, banned)
@@ -134,7 +138,7 @@ def test_no_import_cycle_at_import_time() -> None:
 def test_no_import_cycle_through_functions() -> None:
     """Imports inside functions (lazy: start-up time, optional dependencies) form no cycle either: what two
     modules share lives in a third that imports neither (``engine/bench_common.py``, ``http/common.py``,
-    ``selectivity/align_common.py``). Imports only for type checking are not followed."""
+    ``cli/align_common.py``). Imports only for type checking are not followed."""
     graph = _graph(functions=True)
     assert "engine.bench_batch" in graph["engine.bench"]  # a function-level import is seen
     assert "edit_server.core.pipeline" in _imports(SOURCES["edit_server.lsp.suggest"])  # TYPE_CHECKING: seen

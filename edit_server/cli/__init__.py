@@ -19,7 +19,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("context", "edit_server.cli.context"),
     ("train", "engine.train.cli"),
     ("eval", "evals.cli"),
-    ("align", "edit_server.selectivity.align"),
+    ("align", "edit_server.cli.align"),
 ]
 BENCH: list[str] = ["engine.bench", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
                     "edit_server.cli.bench_http"]

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edit_server.cli.align_common import edit_prompt, problem_of
 from edit_server.selectivity import gate
-from edit_server.selectivity.align_common import edit_prompt, problem_of
 
 
 def register_cli(a: argparse._SubParsersAction) -> None:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edit_server.selectivity.align_common import NEGATIVE, POSITIVE, edit_prompt, problem_of
+from edit_server.cli.align_common import NEGATIVE, POSITIVE, edit_prompt, problem_of
 from engine.templates import DEFAULT_FIM_LAYOUT
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edit_server.cli.align_common import Outcome, fit, save
 from edit_server.selectivity import kto_gate
-from edit_server.selectivity.align_common import Outcome, fit, save
 
 TOP_LAYERS = 8  # = engine.train.kto.trainer.KtoConfig.top_layers (not imported here: no torch at start-up)
 
@@ -64,7 +64,7 @@ def register_cli(a: argparse._SubParsersAction) -> None:
 
 
 def _feedback_data(args: argparse.Namespace, d: Path, name: str) -> Path | None:
-    from edit_server.selectivity.align_data import build
+    from edit_server.cli.align_data import build
     from edit_server.selectivity.feedback import default_db_path
     from engine.train.kto.records import write_set
 

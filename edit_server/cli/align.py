@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from edit_server.selectivity.align_common import NEGATIVE, POSITIVE, Outcome, fit, save
+from edit_server.cli.align_common import NEGATIVE, POSITIVE, Outcome, fit, save
 from edit_server.selectivity.thresholds import default_calibration_path
 
 
@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--dry-run", action="store_true", help="print, do not write")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=run)
-    from edit_server.selectivity import align_data, align_kto, align_measure
+    from edit_server.cli import align_data, align_kto, align_measure
 
     align_data.register_cli(a)
     align_kto.register_cli(a)
