@@ -17,10 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.bench_common import emit, machine, progress, prompt_ids, sync
 from engine.types import SamplerConfig
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def ar_decode(eng: Any, prompt: list[int], n: int) -> dict[str, float]:
+def ar_decode(eng: Engine, prompt: list[int], n: int) -> dict[str, float]:
     """Greedy left-to-right decoding, one token per forward over a KV cache (the AR baseline)."""
     import torch
 
@@ -84,7 +87,7 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[float],
+def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, thresholds: list[float],
                    repeats: int, modes: tuple[str | int, ...] = ("block",)) -> dict[str, Any]:
     from engine.types import CanvasSpec
 
@@ -116,7 +119,7 @@ def bench_decoding(eng: Any, n_prompt: int, n_tokens: int, thresholds: list[floa
             "diffusion": rows}
 
 
-def bench_prefill(eng: Any, contexts: list[int], repeats: int) -> list[dict[str, Any]]:
+def bench_prefill(eng: Engine, contexts: list[int], repeats: int) -> list[dict[str, Any]]:
     from engine.types import CanvasSpec
 
     spec = CanvasSpec(eng.block_size)  # one block: we time the prefill

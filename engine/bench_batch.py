@@ -10,12 +10,15 @@ models batch every step into one forward (`engine.bidir`); block-causal ones get
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.bench_common import progress, prompt_ids, sync
 
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
-def _requests(eng: Any, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
+
+def _requests(eng: Engine, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
     from engine.calls import FormatRequest
     from engine.types import CanvasSpec, SamplerConfig
 
@@ -29,7 +32,7 @@ def _requests(eng: Any, k: int, n_prompt: int, n_tokens: int) -> list[Any]:
     return out
 
 
-def bench_batch(eng: Any, sizes: list[int], n_prompt: int, n_tokens: int) -> list[dict[str, Any]]:
+def bench_batch(eng: Engine, sizes: list[int], n_prompt: int, n_tokens: int) -> list[dict[str, Any]]:
     rows = []
     approx0 = eng.approx_cache
     for approx in ((True, False) if eng.args.attention == "bidirectional" else (approx0,)):

@@ -9,7 +9,10 @@ import platform
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
 CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
     """Merge two sorted lists into one sorted list."""
@@ -45,7 +48,7 @@ def machine(device: Any) -> dict[str, Any]:
     return info
 
 
-def prompt_ids(eng: Any, n: int, salt: int = 0) -> list[int]:
+def prompt_ids(eng: Engine, n: int, salt: int = 0) -> list[int]:
     """``n`` tokens of real-looking code (repeated), for any tokenizer."""
     ids: list[int] = []
     unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)

@@ -20,7 +20,7 @@ while others are inside one (and one more per other block width: a request's sho
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -28,8 +28,11 @@ from torch import Tensor
 from engine.cache import KVCache
 from engine.expand import ExpandCanvas
 
+if TYPE_CHECKING:
+    from engine.steps import Job, StepItem, StepRunner
 
-def _length(j: Any) -> int:
+
+def _length(j: Job) -> int:
     return len(j.prompt) + len(j.den.canvas) + len(j.after)
 
 
@@ -49,11 +52,11 @@ def _gather(kv: KVCache, rows: list[int]) -> KVCache:
 class _Batch:
     """The dual cache of the fixed-length requests: row ``rows[id(job)]`` of ``kv``."""
 
-    def __init__(self, eng: Any, jobs: list[Any]) -> None:
+    def __init__(self, eng: StepRunner, jobs: list[Job]) -> None:
         self.eng = eng
         fixed = [j for j in jobs if not isinstance(j.den, ExpandCanvas)] if eng.approx_cache else []
         self.rows = {id(j): r for r, j in enumerate(fixed)}
-        self.graphs = getattr(eng, "graphs", None)  # engine.graphs: block steps captured, over an arena
+        self.graphs = eng.graphs  # engine.graphs: block steps captured, over an arena
         self.cap = max((_length(j) for j in fixed), default=0)
         self.kv: KVCache | None = None
         if fixed and self.graphs is not None:
@@ -61,7 +64,7 @@ class _Batch:
         elif fixed:
             self.kv = KVCache.for_model(eng.args, len(fixed), self.cap, eng.dtype, eng.device)
 
-    def shrink(self, live: list[Any]) -> None:
+    def shrink(self, live: list[Job]) -> None:
         """Drop the rows of finished requests (one copy, then less work per step)."""
         keep = [j for j in live if id(j) in self.rows]
         if self.kv is None or len(keep) == self.kv.batch:
@@ -73,7 +76,7 @@ class _Batch:
         self.rows = {id(j): r for r, j in enumerate(keep)}
 
 
-def decode_bidirectional(eng: Any, jobs: list[Any]) -> None:
+def decode_bidirectional(eng: StepRunner, jobs: list[Job]) -> None:
     """Denoise every job's canvas; one batched forward per step and phase (module docstring)."""
     batch = _Batch(eng, jobs)
     for j in jobs:
@@ -95,7 +98,7 @@ def decode_bidirectional(eng: Any, jobs: list[Any]) -> None:
             _block_step(eng, batch, part)
 
 
-def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
+def _full_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
     seqs = [j.prompt + j.den.canvas + j.after for j in js]
     lengths = [len(s) for s in seqs]
     width = max(lengths)
@@ -114,7 +117,7 @@ def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
             shift = 1 if eng.args.shifted_logits else 0
             pos = [n + p - shift for p in j.den.masked()]
             j.den.step(eng.model.logits(h[r, pos][None])[0])
-            eng._emit(j, 1)
+            eng.emit(j, 1)
             continue
         if cache is not None and batch.kv is not None and id(j) in batch.rows:
             row, m = batch.rows[id(j)], lengths[r]
@@ -127,7 +130,7 @@ def _full_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
     _advance(eng, items)
 
 
-def _block_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
+def _block_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
     """One batched forward per block width (a request's last block may be shorter): padding a
     shorter block would write over the stale keys / values right after it, which it attends to."""
     widths = [len(j.den.block_ids()) for j in js]
@@ -135,7 +138,7 @@ def _block_step(eng: Any, batch: _Batch, js: list[Any]) -> None:
         _block_forward(eng, batch, [j for j, x in zip(js, widths, strict=True) if x == w])
 
 
-def _block_forward(eng: Any, batch: _Batch, js: list[Any]) -> None:
+def _block_forward(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
     assert batch.kv is not None
     rows = [batch.rows[id(j)] for j in js]
     kv = batch.kv if rows == list(range(batch.kv.batch)) else _gather(batch.kv, rows)
@@ -153,11 +156,11 @@ def _block_forward(eng: Any, batch: _Batch, js: list[Any]) -> None:
     _advance(eng, [(j, h[r], j.prev) for r, j in enumerate(js)])
 
 
-def _advance(eng: Any, items: list[tuple[Any, Tensor, Tensor | None]]) -> None:
+def _advance(eng: StepRunner, items: list[StepItem]) -> None:
     """One denoising step of each job (one LM-head matmul for all), then on to the next block."""
     if not items:
         return
-    eng._step_many(items)
+    eng.step(items)
     for j, _, _ in items:
         if not j.den.finished and j.den.block_done():
             j.den.next_block()

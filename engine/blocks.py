@@ -16,13 +16,16 @@ Bidirectional models decode in `engine.bidir`.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.attention import absolute_block_mask
 from engine.cache import KVCache, Slot, common_prefix
 from engine.sampler import Denoiser
+
+if TYPE_CHECKING:
+    from engine.steps import Job, StepRunner
 
 
 class OffsetDenoiser(Denoiser):
@@ -46,7 +49,7 @@ class OffsetDenoiser(Denoiser):
 
 
 # ---- prefill ---------------------------------------------------------------------------------
-def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
+def prefill(eng: StepRunner, j: Job, chunk: int = 2048) -> None:
     """Commit the prompt (its whole blocks when aligned absolutely) to the KV cache, reusing the
     longest cached prefix of the same document (in whole blocks when aligned absolutely)."""
     t0 = time.perf_counter()
@@ -54,7 +57,7 @@ def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
     absolute = eng.args.block_align == "absolute"
     base = n - n % B if absolute else n  # prompt tokens committed here
     j.base, j.lead = base, list(j.prompt[base:])
-    slot = eng._take_slot(j, n + j.den.spec.length + B)
+    slot = eng.take_slot(j, n + j.den.spec.length + B)
     lcp = common_prefix(slot.tokens, j.prompt[:base])
     full_hit = lcp == base == len(slot.tokens) and (base == 0 or slot.last_hidden is not None)
     if full_hit:
@@ -86,11 +89,11 @@ def prefill(eng: Any, j: Any, chunk: int = 2048) -> None:
 DONOR_MIN = 16  # tokens another slot must share beyond this one's before its KV is copied
 
 
-def take_slot(eng: Any, j: Any, need: int) -> Slot:
+def cached_slot(eng: StepRunner, j: Job, need: int) -> Slot:
     """The job's slot (per document and prompt kind), seeded from the document's other slot when that
     one shares a longer token prefix with the prompt (a next edit after typing: the FIM prompt's
     context sections, which the edit prompt shares)."""
-    key = eng._slot_key(j)
+    key = eng.slot_key(j)
     slot = eng.cache.take(key) if key else None
     if slot is not None:
         slot.kv.ensure(need)
@@ -109,7 +112,7 @@ def take_slot(eng: Any, j: Any, need: int) -> Slot:
 # ---- decoding --------------------------------------------------------------------------------
 
 
-def decode_blocks(eng: Any, jobs: list[Any]) -> None:
+def decode_blocks(eng: StepRunner, jobs: list[Job]) -> None:
     """Denoise all jobs' canvases; one batched forward per step.
 
     A finished block is committed inside the next step's forward: its clean tokens go in
@@ -117,7 +120,7 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
     block attends to the context, the clean block and itself (exactly the block-causal rule).
     Only that first step of a block needs a mask; the others run mask-free."""
     mask_id = eng.tokenizer.special.mask
-    graphs = getattr(eng, "graphs", None)  # engine.graphs: captured steps over a pooled arena
+    graphs = eng.graphs  # engine.graphs: captured steps over a pooled arena
     cap = max(j.ctx + len(j.lead) + j.den.spec.length for j in jobs) + 2 * eng.block_size
     if graphs is not None:
         kv = graphs.arena([(j.kv, j.ctx) for j in jobs], cap)
@@ -180,7 +183,7 @@ def decode_blocks(eng: Any, jobs: list[Any]) -> None:
             j.timings["decode_positions"] = j.timings.get("decode_positions", 0.0) + len(blocks[r])
             c0 = pres[r] + len(leads[r])  # the canvas block's first row
             items.append((j, h[r, c0:], h[r, c0 - 1] if leads[r] else j.last_hidden))
-        eng._step_many(items)  # one LM-head matmul for every row
+        eng.step(items)  # one LM-head matmul for every row
         for r, j in enumerate(live):
             if not j.den.finished and j.den.block_done():
                 s, e = j.den.block_range()

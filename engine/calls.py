@@ -11,13 +11,16 @@ stop tokens and DreamOn's expand token. A format that cannot serve a call raises
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
 from engine.decode import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
 from engine.types import CanvasSpec, GenerateRequest, GenerateResult
+
+if TYPE_CHECKING:
+    from engine.steps import StepRunner
 
 
 @dataclass
@@ -51,8 +54,8 @@ def line_room(prompt: FimPrompt) -> int:
     return max(8, max(LINE_FLOOR, longest) + LINE_SLACK - len(line))
 
 
-def call_request(eng: Any, c: Call) -> FormatRequest:
-    b = eng._block(c.sampler)
+def call_request(eng: StepRunner, c: Call) -> FormatRequest:
+    b = eng.block(c.sampler)
     cfg = resolve(c.sampler, eng.sampler)
     fmt: PromptFormat = eng.format
     if isinstance(c, InfillCall):
@@ -78,16 +81,16 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 
 
-def call_result(eng: Any, c: Call, res: GenerateResult) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult:
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
-            res.text = eng._text(res.tokens, c.single_line)
+            res.text = eng.text(res.tokens, c.single_line)
             res.finish_reason = "length"
         return res
     cur = eng.tokenizer.special.cursor
     keep = [i for i, t in enumerate(res.tokens) if t != cur]
     res.tokens = [res.tokens[i] for i in keep]
     res.confidences = [res.confidences[i] for i in keep]
-    res.text = eng._text(res.tokens, False)
+    res.text = eng.text(res.tokens, False)
     return res

@@ -33,6 +33,7 @@ from engine.types import FinishReason, SamplerConfig
 
 if TYPE_CHECKING:
     from engine.cache import KVCache
+    from engine.steps import Job, StepRunner
 
 ENV = options.DECODE
 NGRAM = (3, 2)  # prompt-lookup match lengths, longest first
@@ -245,7 +246,7 @@ def step_mask(ctx: int, pending: int, window: int, device: torch.device) -> Tens
 class WindowDecoder:
     """Decodes one job of `engine.Engine` in window mode (see the module docstring)."""
 
-    def __init__(self, eng: Any, job: Any) -> None:
+    def __init__(self, eng: StepRunner, job: Job) -> None:
         self.eng, self.j = eng, job
         den = job.den
         cfg = den.cfg
@@ -318,7 +319,7 @@ class WindowDecoder:
             assert hw is not None
             hs = hw[cand]
         n = den.step(eng.model.logits(hs[None])[0], cand, force_first=True)
-        eng._emit(j, n)
+        eng.emit(j, n)
         if self.adaptive:
             if n <= 1 and self.w > 1:
                 self.w = max(1, self.w // 2)
@@ -361,7 +362,7 @@ class WindowDecoder:
         a = min(a, den.needed - start)
         den.set_window(start, start + a)
         n = den.step(logits[:a], list(range(a)), take_all=True)
-        eng._emit(j, n)
+        eng.emit(j, n)
         self.stats["accepted"] += a - 1
         # the accepted draft tokens' KV is exact (causal): commit them with the pending ones
         keep = r + a - 1

@@ -233,7 +233,7 @@ def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest
 
     with monkeypatch.context() as m:
         if window == "block":
-            m.setattr(eng, "_decode_block_causal", boom)
+            m.setattr(engine_mod, "decode_blocks", boom)
         else:
             m.setattr(engine_mod.WindowDecoder, "run", boom)
         with pytest.raises(RuntimeError, match="out of memory"):

@@ -152,3 +152,29 @@ def test_no_import_cycle_even_for_type_checking() -> None:
     graph = {m: {t for t in _imports(p) if t in SOURCES and t != m and not m.startswith(t + ".")}
              for m, p in SOURCES.items()}
     assert _cycles(graph) == []
+
+
+ENGINE_NAMES = ("eng", "engine", "runner", "j", "job", "jobs")
+
+
+def _engine_typing_faults(tree: ast.AST) -> list[str]:
+    """Parameters naming the engine or its jobs typed ``Any``, and calls into an engine's private members
+    (``eng._step``): the decoding strategies see the engine through `engine.steps.StepRunner`."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for a in [*node.args.args, *node.args.kwonlyargs]:
+                if a.arg in ENGINE_NAMES and a.annotation is not None and "Any" in ast.unparse(a.annotation):
+                    out.append(f"{node.name}({a.arg}: {ast.unparse(a.annotation)}) line {node.lineno}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id in ENGINE_NAMES and node.attr.startswith("_") and not node.attr.startswith("__"):
+            out.append(f"{node.value.id}.{node.attr} line {node.lineno}")
+    return out
+
+
+def test_no_any_typed_engine_callbacks() -> None:
+    assert _engine_typing_faults(ast.parse("def f(eng: Any, j: list[Any]) -> None:\n    eng._step()\n")) == [
+        "f(eng: Any) line 1", "f(j: list[Any]) line 1", "eng._step line 2"]
+    faults = {_rel(m): f for m, p in SOURCES.items() if m.startswith("engine.")
+              and (f := _engine_typing_faults(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert faults == {}
