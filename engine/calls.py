@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
-from engine.decode import resolve
+from engine.decoding.window import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
 from engine.types import CanvasSpec, GenerateRequest, GenerateResult
 
 if TYPE_CHECKING:
-    from engine.steps import StepRunner
+    from engine.decoding.steps import StepRunner
 
 
 @dataclass
@@ -29,7 +29,7 @@ class FormatRequest(GenerateRequest):
 
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
-    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.expand)
+    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:

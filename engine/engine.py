@@ -3,10 +3,10 @@
 Calls are rendered in the loaded model's own prompt format (`engine.calls`, `engine.formats`: our
 native layout for the default model; in-place canvases with the suffix after them for
 bidirectional models; DreamOn's variable-length span). Decoding is block diffusion. Block-causal
-models (`engine.blocks`): the prompt is prefilled (reusing the longest cached token prefix of the
+models (`engine.decoding.blocks`): the prompt is prefilled (reusing the longest cached token prefix of the
 same ``cache_key``), then the canvas is denoised block by block, several requests in one forward
 per step; blocks start at the canvas (our adapters) or tile the sequence from position 0 (SDAR,
-Fast-dLLM v2, LLaDA2.0: ``block_align = "absolute"``). Bidirectional models (`engine.bidir`: Dream /
+Fast-dLLM v2, LLaDA2.0: ``block_align = "absolute"``). Bidirectional models (`engine.decoding.bidir`: Dream /
 LLaDA …) run all requests batched, recomputing everything at each block start and, with
 ``approx_cache`` on, reusing the stale prefix+suffix KV inside a block (Fast-dLLM dual cache).
 """
@@ -23,29 +23,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engine import cpu_gemm, fastcpu
 from engine.api import ByComplete, Call
 from engine.attention import attention_path
-from engine.bidir import decode_bidirectional
-from engine.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
-from engine.cache import PrefixCache, Slot, prefix_budget
+from engine.caches.prefix import PrefixCache, Slot, prefix_budget
 from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
-from engine.decode import (
+from engine.cpu import fastcpu
+from engine.cpu import gemm as cpu_gemm
+from engine.decoding.bidir import decode_bidirectional
+from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
+from engine.decoding.expand import ExpandCanvas
+from engine.decoding.graphs import StepGraphs, want_graphs
+from engine.decoding.sampler import Denoiser
+from engine.decoding.steps import Job, PrefillHook, StepItem
+from engine.decoding.window import (
     WindowDecoder,
     default_sampler,
     resolve,
     scope_rule,
     want_fast_cpu,
 )
-from engine.expand import ExpandCanvas
 from engine.formats import FormatNotSupported
-from engine.graphs import StepGraphs, want_graphs
 from engine.model import Transformer
-from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
-from engine.steps import Job, PrefillHook, StepItem
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -79,7 +80,7 @@ class Engine(ByComplete):
         self.meta = dict(meta or {})
         self.approx_cache = approx_cache
         self.lock = threading.RLock()  # one request (or reward) at a time
-        self.prefill_hook: PrefillHook | None = None  # engine.steps: how a variant prefills
+        self.prefill_hook: PrefillHook | None = None  # engine.decoding.steps: how a variant prefills
         self._newline_ids: frozenset[int] | None = None
         sp = tokenizer.special  # never generated: prompt markers, ids the tokenizer lacks (padding)
         self._suppress = (sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history, sp.region_start,
@@ -88,14 +89,14 @@ class Engine(ByComplete):
         self.device, self.dtype = p.device, p.dtype
         params = self.args.param_count()
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
-            fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
+            fastcpu.convert(model)  # int8 weights, fused layers (engine/cpu/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
-        # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu_gemm)
+        # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu.gemm)
         gemm = cpu_gemm.configure() if self.device.type == "cpu" else None
         if cache_bytes is None:
             cache_bytes = prefix_budget(self.args, self.kv_dtype, self.device)
         self.cache = PrefixCache(cache_bytes)
-        # captured decode steps over pooled KV arenas (engine.graphs): dense models on CUDA
+        # captured decode steps over pooled KV arenas (engine.decoding.graphs): dense models on CUDA
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
         # used for requests without a sampler; its None fields are filled for those with one
@@ -138,7 +139,7 @@ class Engine(ByComplete):
         args = ckpt.args
         if not args.special_tokens:
             args.special_tokens = ckpt.tokenizer.special.as_dict()
-        if ckpt.meta.get("layout") == fastcpu.FORMAT:  # already int8 (engine.fastcpu): CPU only
+        if ckpt.meta.get("layout") == fastcpu.FORMAT:  # already int8 (engine.cpu.fastcpu): CPU only
             if dev.type != "cpu":
                 raise ValueError(f"{ckpt.name}: the {fastcpu.FORMAT} layout runs on a CPU only")
             model = fastcpu.skeleton(args)
@@ -199,7 +200,7 @@ class Engine(ByComplete):
             return []
         return self._run(list(requests), list(on_step or [None] * len(requests)))
 
-    # ---- the step interface (engine.steps.StepRunner) ------------------------------------------
+    # ---- the step interface (engine.decoding.steps.StepRunner) ------------------------------------------
     def block(self, cfg: SamplerConfig | None) -> int:
         if self.args.attention == "block_causal":
             return self.args.block_size  # fixed by training
@@ -304,7 +305,7 @@ class Engine(ByComplete):
                     j.timings["decode_ms"] = (t2 - t1) * 1e3
             else:
                 t1 = time.perf_counter()
-                decode_bidirectional(self, jobs)  # batched: one forward per step (engine.bidir)
+                decode_bidirectional(self, jobs)  # batched: one forward per step (engine.decoding.bidir)
                 for j in jobs:
                     j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
             total = (time.perf_counter() - t0) * 1e3

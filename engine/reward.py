@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.attention import bd3lm_layout, bd3lm_logit_index
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 from engine.loading.stacked import AlignedEngine
 from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim
 from engine.types import GenerateResult

@@ -1,4 +1,4 @@
-"""Window decoding (engine.decode): exact vs. a no-cache recomputation, AR at width 1, prompt-lookup
+"""Window decoding (engine.decoding.window): exact vs. a no-cache recomputation, AR at width 1, prompt-lookup
 drafts change nothing, stop rules (keep, scope, give_up), the decode setting."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 
 from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
 from engine.api import InfillCall, RewriteCall
-from engine.decode import (
+from engine.decoding.sampler import Denoiser
+from engine.decoding.window import (
     Lookup,
     lines_cut,
     loop_cut,
@@ -18,7 +19,6 @@ from engine.decode import (
     scope_rule,
     text_stop,
 )
-from engine.sampler import Denoiser
 from engine.templates import EditPrompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -94,7 +94,7 @@ def test_width_one_is_autoregressive_and_drafts_change_nothing(eng: Engine) -> N
 
 def test_single_line_drafts_stop_at_the_line_end(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single-line canvas never verifies draft tokens after a newline (the answer is cut there)."""
-    from engine.decode import WindowDecoder
+    from engine.decoding.window import WindowDecoder
 
     nl = min(eng.newline_ids)
     seen: list[list[int]] = []

@@ -137,10 +137,10 @@ def test_no_import_cycle_at_import_time() -> None:
 
 def test_no_import_cycle_through_functions() -> None:
     """Imports inside functions (lazy: start-up time, optional dependencies) form no cycle either: what two
-    modules share lives in a third that imports neither (``engine/bench_common.py``, ``http/common.py``,
+    modules share lives in a third that imports neither (``edit_server/cli/bench_common.py``, ``http/common.py``,
     ``cli/align_common.py``). Imports only for type checking are not followed."""
     graph = _graph(functions=True)
-    assert "engine.bench_batch" in graph["engine.bench"]  # a function-level import is seen
+    assert "edit_server.cli.bench_batch" in graph["edit_server.cli.bench_engine"]  # a function-level import is seen
     assert "edit_server.core.pipeline" in _imports(SOURCES["edit_server.lsp.suggest"])  # TYPE_CHECKING: seen
     assert "edit_server.lsp.suggest" in graph["edit_server.lsp.server"]
     assert _cycles(graph) == []
@@ -159,7 +159,7 @@ ENGINE_NAMES = ("eng", "engine", "runner", "j", "job", "jobs")
 
 def _engine_typing_faults(tree: ast.AST) -> list[str]:
     """Parameters naming the engine or its jobs typed ``Any``, and calls into an engine's private members
-    (``eng._step``): the decoding strategies see the engine through `engine.steps.StepRunner`."""
+    (``eng._step``): the decoding strategies see the engine through `engine.decoding.steps.StepRunner`."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -21,7 +21,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("eval", "evals.cli"),
     ("align", "edit_server.cli.align"),
 ]
-BENCH: list[str] = ["engine.bench", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
+BENCH: list[str] = ["edit_server.cli.bench_engine", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
                     "edit_server.cli.bench_http"]
 
 

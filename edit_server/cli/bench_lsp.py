@@ -33,7 +33,7 @@ from typing import Any
 
 from edit_server.cli.bench_lsp_report import format_table, ratios, summarize
 
-FILES = ("engine/sampler.py", "engine/cache.py")  # ~2.5K and ~1.8K SmolLM2 tokens
+FILES = ("engine/decoding/sampler.py", "engine/caches/prefix.py")  # ~2.5K and ~1.8K SmolLM2 tokens
 CALL = re.compile(r"\b(fim|edit) (\S+): (\d+) prompt tokens \((\d+) cached\), (\d+) steps, (\d+) forwards, "
                   r"(\w+); prefill (\d+) ms, decode (\d+) ms")
 PAIRS = {"(": ")", "[": "]", "{": "}"}
@@ -343,7 +343,7 @@ async def run_session(args: argparse.Namespace, decode: str) -> tuple[Session, d
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.bench_common import emit, machine
+    from edit_server.cli.bench_common import emit, machine
     from engine.specs import resolve_device
 
     t0 = time.perf_counter()

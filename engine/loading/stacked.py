@@ -29,10 +29,10 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from engine.cache import Slot, common_prefix
+from engine.caches.prefix import Slot, common_prefix
+from engine.decoding.steps import Job
 from engine.engine import Engine
 from engine.loading.adapter import AdapterError, load_adapter
-from engine.steps import Job
 
 FORMAT = "edit-server-kto/1"
 
@@ -217,7 +217,7 @@ class AlignedEngine(Engine):
         if eng.args.attention != "block_causal":
             raise AdapterError("a stacked KTO adapter needs a block-causal model")
         if getattr(eng.model, "fast_cpu", None):
-            raise AdapterError("the int8 CPU layout (engine.fastcpu) has fused layers a stacked LoRA cannot "
+            raise AdapterError("the int8 CPU layout (engine.cpu.fastcpu) has fused layers a stacked LoRA cannot "
                                "wrap: load the engine with fast_cpu=False")
         tensors, meta = load_stacked(Path(adapter))
         check_stacks_on(meta, eng.meta, str(adapter))
@@ -230,7 +230,7 @@ class AlignedEngine(Engine):
 
 
 class ReferencePrefill:
-    """`engine.steps.PrefillHook` of the aligned engine: the reference (LoRA off) encodes the prompt, the
+    """`engine.decoding.steps.PrefillHook` of the aligned engine: the reference (LoRA off) encodes the prompt, the
     policy (LoRA on) its last token."""
 
     def __init__(self, eng: AlignedEngine) -> None:

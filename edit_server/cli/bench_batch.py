@@ -4,7 +4,7 @@ For each batch size k it builds k infilling requests (different prompts of ``--p
 masked span of ``--tokens`` positions, a suffix of a quarter of the prompt after it: the layout of
 `engine.formats.infill`) and times them as one `Engine.generate_batch` call vs k calls in a row, with
 the Fast-dLLM dual cache on and off. Greedy, so both give the same tokens (checked). Bidirectional
-models batch every step into one forward (`engine.bidir`); block-causal ones get no suffix.
+models batch every step into one forward (`engine.decoding.bidir`); block-causal ones get no suffix.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from engine.bench_common import progress, prompt_ids, sync
+from edit_server.cli.bench_common import progress, prompt_ids, sync
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from engine.bench_common import emit, machine, progress, prompt_ids, sync
+from edit_server.cli.bench_common import emit, machine, progress, prompt_ids, sync
 from engine.types import SamplerConfig
 
 if TYPE_CHECKING:
@@ -48,11 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=1, help="timed repeats per measurement (median)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
     p.add_argument("--fast-cpu", choices=["auto", "on", "off"], default="auto",
-                   help="int8 fused CPU layers (engine.fastcpu); auto: as the model's loader says")
+                   help="int8 fused CPU layers (engine.cpu.fastcpu); auto: as the model's loader says")
     p.add_argument("--cuda-graphs", choices=["auto", "on", "off"], default="auto",
-                   help="capture the decode step as a CUDA graph (engine.graphs); auto: on for dense models on CUDA")
+                   help="capture the decode step as a CUDA graph (engine.decoding.graphs); auto: on for dense models on CUDA")
     p.add_argument("--batch", default=None,
-                   help="batch sizes, comma-separated: batched vs one-by-one in-place decoding (engine.bench_batch)")
+                   help="batch sizes, comma-separated: batched vs one-by-one in-place decoding (edit_server.cli.bench_batch)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -61,7 +61,7 @@ def ar_decode(eng: Engine, prompt: list[int], n: int) -> dict[str, float]:
     """Greedy left-to-right decoding, one token per forward over a KV cache (the AR baseline)."""
     import torch
 
-    from engine.cache import KVCache
+    from engine.caches.prefix import KVCache
 
     m, dev = eng.model, eng.device
     with torch.no_grad():
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         "prefill": bench_prefill(eng, contexts, args.repeats),
     }
     if getattr(args, "batch", None):
-        from engine.bench_batch import bench_batch
+        from edit_server.cli.bench_batch import bench_batch
 
         sizes = [int(x) for x in args.batch.split(",") if x.strip()]
         report["batch"] = bench_batch(eng, sizes, args.prompt, args.tokens)
@@ -221,7 +221,7 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"{p['context']:>8}{p['cold_ms']:>11.1f}{p['warm_ms']:>10.1f}"
                      f"{p['recomputed']:>6} ({p['recomputed_frac']:.2%}){p['speedup']:>7.1f}x")
     if r.get("batch"):
-        from engine.bench_batch import format_batch
+        from edit_server.cli.bench_batch import format_batch
 
         lines += format_batch(r["batch"], dec["prompt_tokens"])
     mem = r["memory"]

@@ -1,7 +1,7 @@
 """The default model, merged and quantised once, kept on disk for the next start.
 
 Building the CPU model costs, every start: parsing the base (or its converted copy), merging the
-LoRA adapter into 135 M weights, then quantising them to int8 (`engine.fastcpu`) — seconds on a
+LoRA adapter into 135 M weights, then quantising them to int8 (`engine.cpu.fastcpu`) — seconds on a
 2-core CPU and a peak of ~1.5 GB (fp32 copies). The result is small (int8, ~150 MB), so it is saved
 as one safetensors file plus a JSON sidecar (model args, tokenizer, provenance) under
 ``~/.cache/edit-server/merged/`` and loaded from there next time: no merge, no quantisation, no
@@ -48,7 +48,7 @@ def _stat(path: Path) -> dict[str, Any]:
 
 def key(sources: list[Path], layout: str) -> str:
     """Hash of the source files' identity (name, size, mtime), the layout and this module's version."""
-    from engine import fastcpu
+    from engine.cpu import fastcpu
 
     ident = {"version": VERSION, "layout": layout, "fastcpu": fastcpu.FORMAT,
              "torch": ".".join(torch.__version__.split(".")[:2]),

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from engine.cache import KVCache
-from engine.expand import ExpandCanvas
+from engine.caches.prefix import KVCache
+from engine.decoding.expand import ExpandCanvas
 
 if TYPE_CHECKING:
-    from engine.steps import Job, StepItem, StepRunner
+    from engine.decoding.steps import Job, StepItem, StepRunner
 
 
 def _length(j: Job) -> int:
@@ -56,7 +56,7 @@ class _Batch:
         self.eng = eng
         fixed = [j for j in jobs if not isinstance(j.den, ExpandCanvas)] if eng.approx_cache else []
         self.rows = {id(j): r for r, j in enumerate(fixed)}
-        self.graphs = eng.graphs  # engine.graphs: block steps captured, over an arena
+        self.graphs = eng.graphs  # engine.decoding.graphs: block steps captured, over an arena
         self.cap = max((_length(j) for j in fixed), default=0)
         self.kv: KVCache | None = None
         if fixed and self.graphs is not None:

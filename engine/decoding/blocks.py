@@ -10,7 +10,7 @@ requests batched into one forward per step. Two block alignments (``ModelArgs.bl
   block (``lead``) is recomputed with the first canvas block, which is partial (`OffsetDenoiser`),
   and is committed with it. A cached prefix is reused in whole blocks only.
 
-Bidirectional models decode in `engine.bidir`.
+Bidirectional models decode in `engine.decoding.bidir`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.attention import absolute_block_mask
-from engine.cache import KVCache, Slot, common_prefix
-from engine.sampler import Denoiser
+from engine.caches.prefix import KVCache, Slot, common_prefix
+from engine.decoding.sampler import Denoiser
 
 if TYPE_CHECKING:
-    from engine.steps import Job, StepRunner
+    from engine.decoding.steps import Job, StepRunner
 
 
 class OffsetDenoiser(Denoiser):
@@ -120,7 +120,7 @@ def decode_blocks(eng: StepRunner, jobs: list[Job]) -> None:
     block attends to the context, the clean block and itself (exactly the block-causal rule).
     Only that first step of a block needs a mask; the others run mask-free."""
     mask_id = eng.tokenizer.special.mask
-    graphs = eng.graphs  # engine.graphs: captured steps over a pooled arena
+    graphs = eng.graphs  # engine.decoding.graphs: captured steps over a pooled arena
     cap = max(j.ctx + len(j.lead) + j.den.spec.length for j in jobs) + 2 * eng.block_size
     if graphs is not None:
         kv = graphs.arena([(j.kv, j.ctx) for j in jobs], cap)

@@ -25,7 +25,7 @@ from torch import Tensor
 @torch.no_grad()
 def token_confidence(logits: Tensor, tokens: Sequence[int], temperature: float = 0.0) -> Tensor:
     """Probability each row of ``logits`` (M, V) gives ``tokens[row]`` (at ``temperature`` when
-    sampling, as `engine.sampler.choose_tokens` scores; plain softmax when greedy) → (M,) on the CPU."""
+    sampling, as `engine.decoding.sampler.choose_tokens` scores; plain softmax when greedy) → (M,) on the CPU."""
     if logits.shape[0] == 0:
         return torch.zeros(0)
     x = logits.float()

@@ -25,14 +25,14 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from engine.sampler import choose_tokens, select_positions
+from engine.decoding.sampler import choose_tokens, select_positions
 from engine.types import CanvasSpec, FinishReason, SamplerConfig
 
 INITIAL_MASKS = 4
 
 
 class ExpandCanvas:
-    """One DreamOn span (the `engine.sampler.Denoiser` surface the engine reads: ``canvas``, ``steps``,
+    """One DreamOn span (the `engine.decoding.sampler.Denoiser` surface the engine reads: ``canvas``, ``steps``,
     ``block``, ``finish``, ``spec``, ``output``)."""
 
     block = 0

@@ -1,7 +1,7 @@
 """The typed interface between the `Engine` and its decoding strategies.
 
-The strategies (block-causal `engine.blocks`, bidirectional `engine.bidir`, window decoding
-`engine.decode.WindowDecoder`) and the call renderer (`engine.calls`) see the engine only as a
+The strategies (block-causal `engine.decoding.blocks`, bidirectional `engine.decoding.bidir`, window decoding
+`engine.decoding.window.WindowDecoder`) and the call renderer (`engine.calls`) see the engine only as a
 `StepRunner`: the model and where it runs, the prefix cache, and a few calls — take a prefix-cache slot,
 run one denoising step for several jobs (``step``: one LM-head matmul, the denoisers' step, the step
 events), the canvas text. Each request is a `Job`. An engine variant changes how the prompt is prefilled
@@ -21,13 +21,13 @@ from engine.types import AbortSignal, SamplerConfig, StepCallback
 if TYPE_CHECKING:
     import torch
 
-    from engine.cache import KVCache, PrefixCache, Slot
+    from engine.caches.prefix import KVCache, PrefixCache, Slot
     from engine.config import ModelArgs
-    from engine.expand import ExpandCanvas
+    from engine.decoding.expand import ExpandCanvas
+    from engine.decoding.graphs import StepGraphs
+    from engine.decoding.sampler import Denoiser
     from engine.formats import PromptFormat
-    from engine.graphs import StepGraphs
     from engine.model import Transformer
-    from engine.sampler import Denoiser
     from engine.tokenizer import Tokenizer
 
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from engine import options
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from engine import options
 from engine.types import FinishReason, SamplerConfig
 
 if TYPE_CHECKING:
-    from engine.cache import KVCache
-    from engine.steps import Job, StepRunner
+    from engine.caches.prefix import KVCache
+    from engine.decoding.steps import Job, StepRunner
 
 ENV = options.DECODE
 NGRAM = (3, 2)  # prompt-lookup match lengths, longest first
@@ -67,7 +67,7 @@ def default_sampler(device: torch.device, block_causal: bool) -> SamplerConfig:
 
 
 def want_fast_cpu(flag: bool | None, meta: dict[str, Any], device: torch.device, args: Any) -> bool:
-    """The int8 CPU path (engine.fastcpu): ``flag``, else ``$EDIT_SERVER_FASTCPU`` (0/1), else on for
+    """The int8 CPU path (engine.cpu.fastcpu): ``flag``, else ``$EDIT_SERVER_FASTCPU`` (0/1), else on for
     checkpoints whose loader vouches for it (``meta["fast_cpu"]``: the default model, whose quality
     was measured with it), block-causal models on a CPU only."""
     if device.type != "cpu" or args is not None and args.attention != "block_causal":
