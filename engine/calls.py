@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
-from engine.decoding.window import resolve
+from engine.decoding.policy import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
 from engine.types import CanvasSpec, GenerateRequest, GenerateResult

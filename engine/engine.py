@@ -35,15 +35,11 @@ from engine.decoding.bidir import decode_bidirectional
 from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
 from engine.decoding.expand import ExpandCanvas
 from engine.decoding.graphs import StepGraphs, want_graphs
+from engine.decoding.policy import default_sampler, resolve, want_fast_cpu
 from engine.decoding.sampler import Denoiser
 from engine.decoding.steps import Job, PrefillHook, StepItem
-from engine.decoding.window import (
-    WindowDecoder,
-    default_sampler,
-    resolve,
-    scope_rule,
-    want_fast_cpu,
-)
+from engine.decoding.stops import scope_rule
+from engine.decoding.window import WindowDecoder
 from engine.formats import FormatNotSupported
 from engine.model import Transformer
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype

@@ -90,7 +90,7 @@ class CanvasSpec:
     # this many columns (tabs = 4), or that follows two blank lines (the cursor's block ended)
     scope_indent: int | None = None
     max_lines: int | None = None  # multi-line: stop once the output holds this many lines
-    # stop at the first loop the prompt does not hold (`engine.decoding.window.loop_cut`; finish "loop"): the gate
+    # stop at the first loop the prompt does not hold (`engine.decoding.stops.loop_cut`; finish "loop"): the gate
     # cuts a completion there and drops a rewrite, so nothing after it is ever shown
     stop_loops: bool = False
     # single line: stop once the output is this many characters long (`engine.calls.line_room`: the line
@@ -113,7 +113,7 @@ class AbortSignal:
 
 
 FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up"]
-STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long")  # set by a stop rule (engine.decoding.window)
+STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long")  # set by a stop rule (engine.decoding.stops)
 
 
 

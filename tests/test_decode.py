@@ -8,17 +8,10 @@ import torch
 
 from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
 from engine.api import InfillCall, RewriteCall
+from engine.decoding.policy import parse_decode, resolve
 from engine.decoding.sampler import Denoiser
-from engine.decoding.window import (
-    Lookup,
-    lines_cut,
-    loop_cut,
-    parse_decode,
-    resolve,
-    scope_cut,
-    scope_rule,
-    text_stop,
-)
+from engine.decoding.stops import lines_cut, loop_cut, scope_cut, scope_rule, text_stop
+from engine.decoding.window import Lookup
 from engine.templates import EditPrompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

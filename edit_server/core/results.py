@@ -10,7 +10,7 @@ from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Sugges
 from edit_server.core.settings import Settings
 from edit_server.selectivity import gate, kto_gate, syntax_check
 from edit_server.selectivity.thresholds import gate_threshold
-from engine.decoding.window import lines_cut
+from engine.decoding.stops import lines_cut
 
 
 def skip_reason(req: FimRequest, settings: Settings) -> str | None:

@@ -17,7 +17,7 @@ Window mode (`set_window`): the engine chooses the active positions (the first m
 a few after it) instead of a fixed block; ``step(..., force_first=True)`` always decides the leftmost
 one, so the decided prefix grows every step and can be committed to the KV cache. A ``stop_rule``
 sees the decided prefix and may end the canvas early (multi-line: the cursor's scope closed, finish
-"scope"; a loop began, "loop": `engine.decoding.window.loop_cut`; a single line grew too long, "long").
+"scope"; a loop began, "loop": `engine.decoding.stops.loop_cut`; a single line grew too long, "long").
 
 Remasking (``SamplerConfig.remask``, block mode only — see `engine.decoding.remask`): `logit_rows()` adds the
 block's decided positions to the rows the engine computes, and `step` puts those whose token's
