@@ -9,9 +9,9 @@ from pathlib import Path
 
 from edit_server.cli.align_common import Outcome, fit, save
 from edit_server.core.requests import FimRequest
-from edit_server.core.results import fim_result
 from edit_server.core.settings import Gate, Settings, resolve
 from edit_server.selectivity import kto_gate
+from edit_server.selectivity.select import fim_result
 from engine.reward import Reward
 
 

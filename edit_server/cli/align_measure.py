@@ -177,8 +177,8 @@ def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, pr
     """Engine-direct run of edit cases: FIM through the server's FIM filters, next edit on the server's
     default editable region; judged as `eval cases` judges them."""
     from edit_server.core.requests import FimRequest
-    from edit_server.core.results import diff_edits, fim_result, is_single_line
     from edit_server.core.settings import Gate, Settings
+    from edit_server.selectivity.select import diff_edits, fim_result, is_single_line
     from engine import EditPrompt, FimPrompt
     from engine.train.kto.records import fit_prompt
     from evals.cases import Edit, judge

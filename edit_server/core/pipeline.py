@@ -29,11 +29,11 @@ from edit_server.core.requests import (
     InlineAnswer,
     Suggestion,
 )
-from edit_server.core.results import edit_result, fim_result, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
+from edit_server.selectivity.select import edit_result, fim_result, skip_reason
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.types import GenerateResult, StepCallback

@@ -22,9 +22,9 @@ from typing import Any
 
 from edit_server.core.contexts import Context, make_context, max_lines
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
-from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
+from edit_server.selectivity.select import is_single_line
 from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
