@@ -1,10 +1,19 @@
-"""Engine output -> suggestion: the filters, the show/hide gate and the edit diff (pure functions)."""
+"""Output selection: engine output -> suggestion, one stage for both kinds (pure functions).
+
+`select` takes an `Output` (what the engine wrote for a span of the document: the cursor for a FIM
+completion, the editable region for a next edit) through cut -> clean -> diff -> syntax check -> decide:
+the line cap (engines that do not stop there themselves), the gate's filters (`gate.clean_fim` /
+`gate.clean_edit`), the edits against the document, the syntax errors they would introduce
+(`syntax_check`), and the show/hide decision (`kto_gate.decide`: the implicit reward when there is one,
+else the confidence score against the calibrated threshold). `fim_result` / `edit_result` state the two
+kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
@@ -46,26 +55,6 @@ def without_line_rest(suggestion: str, line_rest: str) -> str:
     return suggestion
 
 
-def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
-               reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
-    """The FIM suggestion from the engine's text (filters, line cap, gate), or None."""
-    one = is_single_line(req)
-    cut = lines_cut(text, max_lines) if max_lines and not one else None
-    if cut is not None:  # engines that do not stop at the cap themselves (remote, fakes)
-        text = text[:cut]
-    cleaned = gate.clean_fim(text, req.text[: req.offset], req.text[req.offset :], one)
-    line_end = req.text.find("\n", req.offset)
-    cleaned = without_line_rest(cleaned, req.text[req.offset : len(req.text) if line_end < 0 else line_end])
-    if not cleaned:
-        return None
-    rule = syntax_check.introduced(req.path, req.text, [(req.offset, req.offset, cleaned)], fim=True) \
-        if settings.gate.enabled else None
-    d = kto_gate.decide("fim", cleaned, confidences, reward, enabled=settings.gate.enabled,
-                        threshold=gate_threshold(settings, "fim"),
-                        target_precision=settings.gate.kto_target_precision, rule=rule)
-    return Suggestion(new_id(), "fim", cleaned, req.offset, req.offset, d.score, d.show, d.reason)
-
-
 def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
     """Minimal edits turning ``old`` into ``new`` (line hunks, refined to characters), at ``base``."""
     if old == new:
@@ -92,18 +81,71 @@ def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
     return edits
 
 
-def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
-                settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
-    old_region = req.text[built.region_start : built.region_end]
-    new_region = gate.clean_edit(old_region, new_region, req.text)
-    edits = diff_edits(old_region, new_region, built.region_start)
+@dataclass(frozen=True)
+class Output:
+    """What the engine wrote (``new``, its per-token ``confidences``, the aligned model's ``reward``) for
+    ``document[start:end]`` (FIM: the cursor, ``start == end``; edit: the editable region)."""
+
+    kind: Literal["fim", "edit"]
+    path: str
+    document: str
+    start: int
+    end: int
+    new: str
+    confidences: list[float]
+    reward: Any = None
+    single_line: bool = False  # FIM: a single-line completion
+    max_lines: int | None = None  # FIM: the line cap of a multi-line one
+
+
+def cut(o: Output) -> str:
+    """The line cap, for engines that do not stop at it themselves (remote, fakes)."""
+    c = lines_cut(o.new, o.max_lines) if o.kind == "fim" and o.max_lines and not o.single_line else None
+    return o.new if c is None else o.new[:c]
+
+
+def clean(o: Output, new: str) -> str:
+    """The gate's filters: FIM trims what the document already holds around the cursor; an edit whose
+    region fell into a loop keeps the old region."""
+    doc = o.document
+    if o.kind == "edit":
+        return gate.clean_edit(doc[o.start:o.end], new, doc)
+    cleaned = gate.clean_fim(new, doc[:o.start], doc[o.start:], o.single_line)
+    line_end = doc.find("\n", o.start)
+    return without_line_rest(cleaned, doc[o.start:len(doc) if line_end < 0 else line_end])
+
+
+def diff(o: Output, new: str) -> list[TextEdit]:
+    """The edits ``new`` makes to the document (FIM: one insertion at the cursor, none when empty)."""
+    if o.kind == "fim":
+        return [TextEdit(o.start, o.start, new)] if new else []
+    return diff_edits(o.document[o.start:o.end], new, o.start)
+
+
+def select(o: Output, settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes."""
+    new = clean(o, cut(o))
+    edits = diff(o, new)
     if not edits:
         return None, []
-    rule = syntax_check.introduced(req.path, req.text, [(e.start, e.end, e.text) for e in edits], fim=False) \
-        if settings.gate.enabled else None
-    d = kto_gate.decide("edit", new_region, confidences, reward, enabled=settings.gate.enabled,
-                        threshold=gate_threshold(settings, "edit"),
+    enabled = settings.gate.enabled
+    rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
+                                   fim=o.kind == "fim") if enabled else None
+    d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled,
+                        threshold=gate_threshold(settings, o.kind),
                         target_precision=settings.gate.kto_target_precision, rule=rule)
-    sug = Suggestion(new_id(), "edit", new_region, built.region_start, built.region_end, d.score, d.show,
-                     d.reason)
-    return sug, edits
+    return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason), edits
+
+
+def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
+               reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
+    """The FIM suggestion from the engine's text, or None."""
+    return select(Output("fim", req.path, req.text, req.offset, req.offset, text, confidences, reward,
+                         is_single_line(req), max_lines), settings)[0]
+
+
+def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
+                settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The next edit from the engine's new region, and its edits."""
+    return select(Output("edit", req.path, req.text, built.region_start, built.region_end, new_region,
+                         confidences, reward), settings)
