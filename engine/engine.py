@@ -57,11 +57,7 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
-# on a CPU at most 1,536 per forward: a smaller activation peak (the 1 GB RSS goal), a 1,920-token cold
-# prefill of the default model 1,456 -> 1,378 ms, next-edit re-prefills (1,243-1,552 tokens) unchanged.
-# 1,280 made cold prefill faster still (1,175 ms) but a 1,436-token re-prefill 855 -> 1,030 ms (AMD EPYC,
-# 2 threads; docs/PERFORMANCE.md, session 7)
-CPU_PREFILL_CHUNK = 1536
+CPU_PREFILL_CHUNK = 1536  # on a CPU: a smaller activation peak, as fast (docs/PERFORMANCE.md, session 7)
 
 
 class Engine(ByComplete):
