@@ -74,6 +74,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return int(args.func(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
