@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from edit_server.cli.serve import settings_flags
+    from edit_server.cli.flags import settings_flags
     from edit_server.core.settings import MAX_CONTEXT_BUDGET
 
     p = sub.add_parser("context", help="context builder latency on a synthetic repo")
@@ -86,7 +86,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edit_server.cli.serve import settings_from_args
+    from edit_server.cli.flags import settings_from_args
     from edit_server.context.builder import ContextBuilder
     from edit_server.context.secrets import redact_line
     from edit_server.core.contexts import context_options

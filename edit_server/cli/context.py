@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from edit_server.cli.serve import settings_flags
+    from edit_server.cli.flags import settings_flags
 
     p = sub.add_parser("context", help="show the prompt sections for a cursor (transparency)")
     p.add_argument("location", help="FILE:LINE:COL (1-based)")
@@ -57,7 +57,7 @@ def server_context(args: argparse.Namespace, roots: list[Path]) -> BuilderContex
     and budget by ``make_context`` (the worker's). Raises ValueError for bad settings."""
     import msgspec
 
-    from edit_server.cli.serve import config_options, settings_from_args
+    from edit_server.cli.flags import config_options, settings_from_args
     from edit_server.core.contexts import make_context
     from edit_server.core.settings import parse_set
 
