@@ -178,3 +178,28 @@ def test_no_any_typed_engine_callbacks() -> None:
     faults = {_rel(m): f for m, p in SOURCES.items() if m.startswith("engine.")
               and (f := _engine_typing_faults(ast.parse(p.read_text(encoding="utf-8"))))}
     assert faults == {}
+
+
+# Layers, bottom to top; an import never points to a higher layer. engine/train/ is a side branch of the
+# engine (offline): the serving layer must not use it (the rule above), the front ends on top may.
+LAYERS: tuple[tuple[str, Rule], ...] = (
+    ("engine", lambda m: m.startswith("engine") and not m.startswith("engine.train")),
+    ("engine.train", _under("engine.train")),
+    ("serving", lambda m: m.startswith("edit_server") and not _under("edit_server.cli", "edit_server.__main__")(m)),
+    ("evals", _under("evals")),
+    ("front ends (edit_server/cli/)", _under("edit_server.cli", "edit_server.__main__")),
+)
+
+
+def _layer(module: str) -> int:
+    return next(i for i, (_, inside) in enumerate(LAYERS) if inside(module))
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    """engine -> engine/train -> serving (edit_server/{core,context,lsp,http,selectivity}) -> evals (a client
+    of the server: of serving it imports only the LSP client) -> the front ends on top (CLIs, benchmarks,
+    demo, the offline align commands)."""
+    assert _layer("edit_server.cli.align_kto") == 4 and _layer("edit_server.lsp.client") == 2
+    up = [f"{_rel(m)} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+          for m, p in SOURCES.items() for t in sorted(_imports(p)) if t in SOURCES and _layer(t) > _layer(m)]
+    assert up == []
