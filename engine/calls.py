@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
-from engine.decode import resolve
+from engine.decoding.echo import echo_for_edit, echo_for_fim
+from engine.decoding.policy import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
-from engine.stops import echo_for_edit, echo_for_fim
 from engine.templates import FimPrompt
 from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
+
+if TYPE_CHECKING:
+    from engine.decoding.steps import StepRunner
 
 
 @dataclass
@@ -28,7 +31,7 @@ class FormatRequest(GenerateRequest):
 
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
-    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.expand)
+    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -53,8 +56,8 @@ def line_room(prompt: FimPrompt) -> int:
     return max(8, max(LINE_FLOOR, longest) + LINE_SLACK - len(line))
 
 
-def call_request(eng: Any, c: Call) -> FormatRequest:
-    b = eng._block(c.sampler)
+def call_request(eng: StepRunner, c: Call) -> FormatRequest:
+    b = eng.block(c.sampler)
     cfg = resolve(c.sampler, eng.sampler)
     fmt: PromptFormat = eng.format
     if isinstance(c, InfillCall):
@@ -84,17 +87,17 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 
 
-def call_result(eng: Any, c: Call, res: GenerateResult) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult:
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
-            res.text = eng._text(res.tokens, c.single_line)
+            res.text = eng.text(res.tokens, c.single_line)
             res.finish_reason = "length"
         return res
     cur = eng.tokenizer.special.cursor
     keep = [i for i, t in enumerate(res.tokens) if t != cur]
     res.tokens = [res.tokens[i] for i in keep]
     res.confidences = [res.confidences[i] for i in keep]
-    text = eng._text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
+    text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
     return res

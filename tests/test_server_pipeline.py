@@ -13,11 +13,11 @@ import pytest
 from edit_server.core import contexts
 from edit_server.core.contexts import auto_budget, make_context
 from edit_server.core.requests import EditRequest, FimRequest, TextEdit
-from edit_server.core.results import diff_edits, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import Configure, EngineWorker, Job
 from edit_server.selectivity.feedback import FeedbackStore
+from edit_server.selectivity.select import diff_edits, skip_reason
 from engine.api import EngineAPI, OneByOne
 from engine.types import GenerateResult
 

@@ -1,4 +1,4 @@
-"""Echo / prose / region / budget stop rules (engine.stops), the decoder stopping there, and where a
+"""Echo / prose / region / budget stop rules (engine.decoding.echo), the decoder stopping there, and where a
 multi-line completion is expected (gate.block_expected)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import time
 import pytest
 
 from edit_server.core.requests import FimRequest
-from edit_server.core.results import is_single_line
 from edit_server.selectivity.gate import block_expected, clean_fim
-from engine.decode import scope_rule, text_stop
-from engine.stops import budget_cut, echo_cut, echo_for_edit, echo_for_fim, in_string
+from edit_server.selectivity.select import is_single_line
+from engine.decoding.echo import budget_cut, echo_cut, echo_for_edit, echo_for_fim, in_string
+from engine.decoding.stops import scope_rule, text_stop
 
 PREFIX = (
     "import math\n\n\n"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.decode import loop_cut
-from engine.stops import echo_cut, echo_for_fim
+from engine.decoding.echo import echo_cut, echo_for_fim
+from engine.decoding.stops import loop_cut
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -82,7 +82,7 @@ def block_expected(prefix: str, suffix: str) -> bool:
 
 
 def _cut_loop(text: str, reference: str) -> str:
-    """``text`` up to the end of the first occurrence of its first loop (`engine.decode.loop_cut`: what
+    """``text`` up to the end of the first occurrence of its first loop (`engine.decoding.stops.loop_cut`: what
     the decoder stops at too), keeping repetitions ``reference`` holds."""
     cut = loop_cut(text, reference)
     return text if cut is None else text[:cut]
@@ -209,7 +209,7 @@ def decide(text: str, confidences: list[float], enabled: bool, threshold: float,
 
 def clean_edit(old_region: str, new_region: str, reference: str | None = None) -> str:
     """Post-process a rewritten region: same line endings, final newline kept. A rewrite that falls
-    into a loop (`engine.decode.loop_cut`, repetitions ``reference`` — the document, else the old
+    into a loop (`engine.decoding.stops.loop_cut`, repetitions ``reference`` — the document, else the old
     region — does not hold) is no edit: cut there, it would delete the rest of the region."""
     new_region = new_region.replace("\r\n", "\n")
     if loop_cut(new_region, old_region.replace("\r\n", "\n") if reference is None else reference) is not None:
