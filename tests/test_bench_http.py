@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edit_server import bench_http
+from edit_server.cli import bench_http
 from edit_server.cli import main
 
 
