@@ -30,8 +30,6 @@ from engine.train.recipe.parts import copy_parts, join, missing, sha256_file
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed")
-EVAL = ("import argparse, sys\nfrom evals.cli import register\np = argparse.ArgumentParser()\n"
-        "register(p.add_subparsers(dest='cmd'))\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n")
 
 
 class RecipeError(RuntimeError):
@@ -263,7 +261,7 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
 def run_eval(w: Work, recipe: dict[str, Any]) -> None:
     ev = recipe.get("eval") or {}
     for split in ev.get("splits", []) if ev.get("limit") else []:
-        cmd = [sys.executable, "-c", EVAL, "eval", "humaneval-infill", "--model", "default", "--split", split,
+        cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", "default", "--split", split,
                "--limit", str(ev["limit"]), "--out", str(w.run / "eval" / split), "--no-progress",
                "--data", str(w.boot / "data" / "humaneval-infilling")]
         env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
