@@ -121,9 +121,9 @@ class ExampleStream:
                 ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
             else:
                 d = self.rng.choice(self.docs)
-                if kind == "fim":
+                if kind == "fim" or kind.startswith("fim:"):  # "fim:block": one span kind (tasks.FIM_SPANS)
                     ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget,
-                                  layout=self.fim_layout)
+                                  how=kind[4:] or None, layout=self.fim_layout)
                 elif kind == "edit":
                     ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget)
                 elif kind == "noedit":
@@ -271,6 +271,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     if ckpt is not None:
         state, rngs = restore(ckpt, model, opt)
         check_resumable(cfg, state, corpus)
+        for g, rate in zip(opt.param_groups, (cfg.lr, cfg.lr, cfg.embed_lr), strict=False):
+            g["base_lr"] = rate  # a warm restart's new rates (an exact resume's are the checkpoint's)
         start, history, vals = int(state["step"]), state["history"], state["val"]
         tokens_before, seconds_before = int(state["tokens"]), float(state["seconds"])
         stream.rng.setstate(rng_from_json(state["stream_rng"]))

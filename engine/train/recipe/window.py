@@ -173,6 +173,7 @@ class Costs:
     poll_max_s: float = 560.0  # one poll command (≤ 10 minutes a command, with room to spare)
     kto_min_s: float = 150.0  # a KTO slot shorter than this is not worth its data step
     train_min_s: float = 120.0
+    train_full_s: float = 500.0  # ≈ 30M tokens on an H200: KTO shares a window only beyond this
 
 
 @dataclass
@@ -244,6 +245,8 @@ def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree:
                 short += out["total_s"] - (budget_s - c.margin_s)
             if out["total_s"] > budget_s - c.margin_s + 1e-6:
                 raise _NoRoom
+            if "kto" in want and "train" in want and out["train_s"] < c.train_full_s:
+                raise _NoRoom  # training progress first: KTO only beside a full training slot
         except _NoRoom:
             if len(want) <= 1 or want[-1] == "train":
                 raise ValueError(f"a {budget_s:.0f} s window on {kind} has no room for training "
