@@ -52,8 +52,13 @@ def device_kind(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", n).strip("-") or "unknown"
 
 
-def load_throughput(path: Path = THROUGHPUT) -> dict[str, Any]:
-    return json.loads(path.read_text())
+def table_path() -> Path:
+    """``throughput.json`` beside this module (``$EDIT_SERVER_GPU_THROUGHPUT``: another table, for tests)."""
+    return Path(os.environ.get("EDIT_SERVER_GPU_THROUGHPUT") or THROUGHPUT)
+
+
+def load_throughput(path: Path | None = None) -> dict[str, Any]:
+    return json.loads((path or table_path()).read_text())
 
 
 def seconds_per_step(kind: str, table: dict[str, Any] | None = None) -> tuple[float, bool]:
@@ -63,9 +68,10 @@ def seconds_per_step(kind: str, table: dict[str, Any] | None = None) -> tuple[fl
     return float(e["s_per_step"]), bool(e.get("estimate", True))
 
 
-def record_throughput(measured: dict[str, Any], path: Path = THROUGHPUT, *, force: bool = False) -> bool:
+def record_throughput(measured: dict[str, Any], path: Path | None = None, *, force: bool = False) -> bool:
     """Write a job's measurement (``run/throughput.json``: kind, s_per_step, tok_s, ...) into the table when
     the kind has no entry or only an estimate (or ``force``). Returns whether it wrote."""
+    path = path or table_path()
     t = load_throughput(path)
     kind = measured.get("kind")
     old = t["kinds"].get(kind)
