@@ -264,3 +264,25 @@ def test_plan_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_kept_checkpoint_fits_a_commit() -> None:
     d = asdict(TrainConfig())
     assert d["schedule_start"] == 0 and d["deadline"] == 0.0 and not d["fit_deadline"]
+
+
+def test_kto_stage_reports_reward_gate_vs_confidence_gate(tmp_path: Path) -> None:
+    from engine.train.recipe.align import AlignWork, measure_command, measure_summary
+    from engine.train.recipe.window import kto_sets
+
+    a = AlignWork(tmp_path)
+    plan = json.loads(Path("engine/train/configs/gpu_kto.json").read_text())
+    cmd = measure_command(a, plan)
+    assert cmd is not None and cmd[2:5] == ["edit_server", "align", "measure"]
+    assert cmd[cmd.index("--limit") + 1] == str(plan["measure_limit"]) and "--coverage" in cmd
+    assert cmd[cmd.index("--adapter") + 1] == str(a.kto)
+    assert measure_command(a, {k: v for k, v in plan.items() if k != "measure_limit"}) is None
+    assert measure_summary(a) is None
+    rows = [{"set": "HumanEval, aligned outputs", "gate": g, "at": "coverage 50%", "precision": p}
+            for g, p in (("confidence", 0.4), ("kto", 0.55))]
+    (a.dir / "measure").mkdir(parents=True)
+    (a.dir / "measure" / "measure.json").write_text(json.dumps({"at_coverage": rows, "gates": [], "quality": []}))
+    assert measure_summary(a)["at_coverage"] == rows
+    sets = dict(kv.split("=") for kv in kto_sets(300).split())
+    assert int(sets["measure_limit"]) >= 10 and int(sets["selfplay"]) > int(sets["heldout_selfplay"])
+    assert float(sets["kto.max-minutes"]) * 60 < 300

@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     b = work(sub.add_parser("bench", help="detached engine bench on random weights (GPU)"))
     b.add_argument("--budget-s", type=float, default=90.0)
     b.add_argument("--shapes", default="", help="engine.bench_gpu --shapes (default: its own)")
+    b.add_argument("--prompts", default="", help="engine.bench_gpu --prompts (default: its own, 2K and 32K)")
     pl = sub.add_parser("plan", help="print the whole GPU window (here)")
     pl.add_argument("--budget-s", type=float, default=900.0, help="status' budget_left_s")
     pl.add_argument("--kind", default="nvidia-h200", help="status' kind")
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.stage == "start":
             out = job.start(a.work, _sets(a.set), window=window_from(a))
         elif a.stage == "bench":
-            out = job.start_bench(a.work, a.budget_s, extra=["--shapes", a.shapes] if a.shapes else None)
+            extra = [*(["--shapes", a.shapes] if a.shapes else []), *(["--prompts", a.prompts] if a.prompts else [])]
+            out = job.start_bench(a.work, a.budget_s, extra=extra)
         elif a.stage == "plan":
             out = run_plan(a)
             if not out:

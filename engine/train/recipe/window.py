@@ -390,13 +390,16 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
 
 def kto_sets(seconds: float) -> str:
     """`align-start --set` values that fit the KTO stage into ``seconds`` (estimates: self-play ≈ 0.15 s a
-    sample, a KTO step of 16 ≈ 0.4 s on an H200, model loads ≈ 20 s)."""
+    sample, a KTO step of 16 ≈ 0.4 s on an H200, model loads ≈ 20 s; then `align measure`: the reward gate's
+    precision vs the confidence gate's at equal coverage on held-out HumanEval + self-play)."""
     usable = max(0.0, seconds - 40)
     selfplay = int(max(48, usable * 0.45 / 0.15))
     held = max(16, selfplay // 4)
     steps = int(max(10, usable * 0.45 / 0.4))
+    measure = int(min(50, max(10, usable * 0.1 / 0.6)))  # HumanEval tasks for the gate report (≈ 0.6 s each)
     return (f"selfplay={selfplay} heldout_selfplay={held} kto.steps={steps} kto.save-every={max(5, steps // 4)} "
-            f"kto.eval-every={max(5, steps // 2)} kto.max-minutes={max(1.0, usable * 0.5 / 60):.1f}")
+            f"kto.eval-every={max(5, steps // 2)} kto.max-minutes={max(1.0, usable * 0.4 / 60):.1f} "
+            f"measure_limit={measure}")
 
 
 def format_plan(p: dict[str, Any]) -> str:
