@@ -83,11 +83,16 @@ def test_window_config_fits_steps_from_the_window_start(tmp_path: Path) -> None:
     assert d["deadline"] == 1700.0 and d["fit_deadline"] and d["max_minutes"] == 0
     assert d["steps"] == int((1700 - 1200 - 15) / 0.5)  # (deadline - now - model load) / s per step
     # a warm restart of a finished checkpoint: its config, the recipe's mix, a new schedule from its step
-    ck = {**TINY, "steps": 900, "warmup": 50, "lr": 8e-4, "mix": {"fim": 1.0}, "max_canvas": 16}
+    ck = {**TINY, "steps": 900, "warmup": 50, "lr": 8e-4, "mix": {"fim": 1.0}, "max_canvas": 16,
+          "max_minutes": 6.5}  # the H200 run's budget: the old window's, not this one's
     d = window_config(ck, w, step=900, kind="k", recipe_config=recipe, restart=True, now=1200.0, table=table)
     assert d["schedule_start"] == 900 and d["steps"] == 900 + int(485 / 0.5) and d["warmup"] == 30
     assert d["mix"] == TINY["mix"] and d["max_canvas"] == 32 and d["strict_resume"] is False
     assert d["rank"] == 4 and d["seed"] == 0  # shapes and the data stream's seed stay the checkpoint's
+    assert d["deadline"] == 1700.0 and d["max_minutes"] == 0
+    s = window_config(ck, w, step=900, kind="k", recipe_config=recipe, restart=True, now=1200.0, table=table,
+                      sets={"lr": 3e-4, "max_minutes": 4})
+    assert s["lr"] == 3e-4 and s["deadline"] == 1240.0  # --set wins; max_minutes from the window's start
     # an exact resume inside the window (a checkpoint of this window): its own steps, the window's deadline
     mid = {**d, "steps": 1500}
     e = window_config(mid, w, step=1200, kind="k", recipe_config=recipe, restart=False, now=1400.0, table=table)

@@ -262,9 +262,8 @@ def job_config(w: Work, recipe: dict[str, Any], sets: dict[str, Any], *, kind: s
         if have and idx.get("digest") and have != idx["digest"]:
             log.warning("warm restart on another corpus (digest %s, the checkpoint's %s): same recipe, new "
                         "machine image?", idx["digest"][:12], have[:12])
-    d.update(sets)
     d = window_config(d, win, step=step, kind=kind or gpu_kind(), recipe_config=recipe["config"],
-                      restart=restart, now=now)
+                      restart=restart, now=now, sets=sets)
     if restart:
         log.info("warm restart at step %d: steps %d, warmup %d, mix %s", step, d["steps"], d["warmup"], d["mix"])
     d.update(corpus=str(w.corpus), out=str(w.run))

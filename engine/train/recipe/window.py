@@ -37,7 +37,8 @@ from engine.train.recipe import UPLOAD_LIMIT, MiB
 THROUGHPUT = Path(__file__).with_name("throughput.json")
 WINDOW = "window.json"
 # what a warm restart takes from the recipe's config (the rest is the checkpoint's: shapes, LoRA, seed, ...)
-EXTEND_KEYS = ("mix", "max_canvas", "fim_layout", "val_examples", "save_every", "save_minutes", "label")
+EXTEND_KEYS = ("mix", "max_canvas", "fim_layout", "val_examples", "save_every", "save_minutes", "label",
+               "max_minutes")
 WARM_RESTART = {"warmup": 30, "lr": 5e-4, "embed_lr": 1e-3, "min_lr_ratio": 0.1}
 
 
@@ -130,15 +131,16 @@ LOAD_S = 15.0  # model load + step-0 validation before the first step (GPU, Smol
 
 def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, kind: str,
                   recipe_config: dict[str, Any], restart: bool, now: float | None = None,
-                  table: dict[str, Any] | None = None) -> dict[str, Any]:
+                  table: dict[str, Any] | None = None, sets: dict[str, Any] | None = None) -> dict[str, Any]:
     """The trainer's config in a window: deadline + fitted steps (and, on ``restart``, the warm restart).
 
     ``d``: the config as the job has it (the recipe's, or the checkpoint's); ``step``: the checkpoint's
-    step (0 for a fresh run)."""
+    step (0 for a fresh run); ``sets``: `start --set` overrides, applied after the warm restart's."""
     d = dict(d)
-    if restart:
+    if restart:  # the recipe's mix and budget (not the old window's max_minutes), new rates, new schedule
         d.update({k: recipe_config[k] for k in EXTEND_KEYS if k in recipe_config})
         d.update(WARM_RESTART, schedule_start=step, strict_resume=False)
+    d.update(sets or {})
     if not win:
         return d
     deadline = train_deadline(win, float(d.get("max_minutes") or 0))
