@@ -165,7 +165,14 @@ def run(args: argparse.Namespace) -> int:
     onoff = {"on": True, "off": False}
     fast = onoff.get(getattr(args, "fast_cpu", "auto"))
     graphs = onoff.get(getattr(args, "cuda_graphs", "auto"))
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, fast_cpu=fast, cuda_graphs=graphs)
+    if args.model == "tiny-random" or args.model.startswith("random:"):
+        # random weights made on the meta device, then once on the device in its dtype (a 7B: 15 GB of bf16)
+        from engine.bench_common import random_engine
+
+        shape = "tiny" if args.model == "tiny-random" else args.model.split(":", 1)[1]
+        eng = random_engine(shape, args.device, args.dtype, cuda_graphs=graphs, fast_cpu=fast)
+    else:
+        eng = Engine.load(args.model, device=args.device, dtype=args.dtype, fast_cpu=fast, cuda_graphs=graphs)
     dev = eng.device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)

@@ -25,50 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.bench_common import model_bytes, random_engine
+
+__all__ = ["main", "model_bytes", "random_engine"]
 SHAPES = {"default": "smollm2-135m", "7b": "Dream-org/Dream-Coder-v0-Instruct-7B", "tiny": "tiny"}
 log = logging.getLogger(__name__)
-
-
-def random_engine(shape: str, device: str = "auto", dtype: str = "auto", *, seed: int = 0,
-                  cuda_graphs: bool | None = None, model: Any = None) -> Any:
-    """An `Engine` over seeded random weights of ``shape`` (a preset or registry name), built on the meta
-    device and materialised once, on ``device`` in ``dtype`` (no host copy, no fp32 detour). ``model``: reuse
-    these weights (another engine over the same model, e.g. CUDA graphs off)."""
-    import torch
-
-    from engine.engine import Engine
-    from engine.model import Transformer
-    from engine.specs import _random_args, resolve_device, resolve_dtype
-    from engine.tokenizer import Tokenizer
-
-    tok = Tokenizer.byte_level()
-    args, label = _random_args(shape, tok)
-    if model is None:
-        dev = resolve_device(device)
-        dt = resolve_dtype(dtype, dev)
-        with torch.device("meta"):
-            model = Transformer(args, init=False)
-        model = model.to(dtype=dt).to_empty(device=dev)
-        with torch.no_grad():
-            for _, buf in model.named_buffers():
-                buf.zero_()
-        model.init_random(seed)
-    return Engine(model, tok, name=f"random:{shape}", cuda_graphs=cuda_graphs,
-                  meta={"label": f"random weights (benchmarks), {label}", "seed": seed})
-
-
-def model_bytes(shape: str, dtype_bytes: int = 2) -> int:
-    """Bytes of ``shape``'s weights (built on the meta device: nothing is allocated)."""
-    import torch
-
-    from engine.model import Transformer
-    from engine.specs import _random_args
-    from engine.tokenizer import Tokenizer
-
-    args, _ = _random_args(shape, Tokenizer.byte_level())
-    with torch.device("meta"):
-        m = Transformer(args, init=False)
-    return sum(p.numel() for p in m.parameters()) * dtype_bytes
 
 
 class Report:
