@@ -9,6 +9,8 @@ R=${R:-/tmp/reh-window}; PY=${PY:-python}; TREE=${TREE:-30000000}
 mkdir -p "$R"; rm -rf "$R/gpu" "$R/cache" "$R/out" "$R/kept" "$R/exported" "$R/eval-here" "$R/timings"
 G="$PY -m engine.train.gpu_recipe"
 export PYTHONPATH=$PWD
+cp engine/train/recipe/throughput.json "$R/throughput.json"  # `keep` records the CPU's speed here, not in the repo
+export EDIT_SERVER_GPU_THROUGHPUT="$R/throughput.json"
 t() { local s e; s=$(date +%s.%N); "$@"; e=$(date +%s.%N); printf "%8.1f s  %s\n" "$(echo "$e - $s" | bc)" "$*" | cut -c1-220 >> "$R/timings"; }
 gpu() { env EDIT_SERVER_GPU_WORK="$R/gpu" XDG_CACHE_HOME="$R/cache" "$@"; }
 # here: the GPU config at CPU size (the base xz is cached in $R/pack/cache after the first pack)
