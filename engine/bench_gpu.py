@@ -114,10 +114,10 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     from engine.templates import EditPrompt, FimPrompt
     from engine.textdiff import unified_diff
 
-    t = time.perf_counter()
+    rep = Report(a.out, {"kind": "bench-gpu-latency", "model": a.model, "loading": True, "budget_s": a.budget_s})
+    rep.flush()  # a command stopped while the model loads still says so
     eng = Engine.load(a.model, device=a.device, dtype=a.dtype)
-    rep = Report(a.out, {"kind": "bench-gpu-latency", "model": eng.info, "machine": machine(eng.device),
-                         "load_ms": round((time.perf_counter() - t) * 1e3, 1), "budget_s": a.budget_s})
+    rep.data.update(model=eng.info, machine=machine(eng.device), loading=False, load_ms=round(rep.elapsed() * 1e3, 1))
     path = Path(a.file) if a.file else Path(__file__).with_name("templates.py")
     text = path.read_text()
     lines = text.splitlines(keepends=True)

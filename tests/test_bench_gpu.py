@@ -48,7 +48,7 @@ def test_engine_bench_rehearsal(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     out = tmp_path / "engine.json"
     assert main(["engine", "--shapes", "tiny", "--prompts", "48", "--tokens", "8", "--device", "cpu",
-                 "--budget-s", "120", "--out", str(out)]) == 0
+                 "--budget-s", "900", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     rows = d["rows"]
     dec = [r for r in rows if r["what"] == "decode"]
@@ -71,7 +71,7 @@ def test_engine_bench_keeps_to_its_budget(tmp_path: Path) -> None:
 def test_latency_rehearsal(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     out = tmp_path / "latency.json"
-    assert main(["latency", "--model", "tiny-random", "--device", "cpu", "--positions", "3", "--budget-s", "120",
+    assert main(["latency", "--model", "tiny-random", "--device", "cpu", "--positions", "3", "--budget-s", "900",
                  "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     for kind in ("single-line", "next-edit"):
