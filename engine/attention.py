@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engine import cpu_gemm
+from engine.cpu import gemm as cpu_gemm
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causa
 
     ``is_causal`` with S > T (a cached prefix before the queries' own keys): query i sees keys
     ``<= S - T + i`` (causal aligned at the bottom right, what a KV cache means). Prefill-sized calls
-    on a CPU (``ONEDNN_T``+ queries) run their GEMMs through oneDNN where `engine.cpu_gemm` found that
+    on a CPU (``ONEDNN_T``+ queries) run their GEMMs through oneDNN where `engine.cpu.gemm` found that
     exact and faster."""
     if (cpu_gemm.ENABLED and is_causal and mask is None and q.shape[2] >= ONEDNN_T and q.device.type == "cpu"
             and q.dtype == torch.float32 and _cpu_flash is not None):

@@ -3,7 +3,8 @@
 ``engine`` (while the base uploads, random weights: no checkpoint needed): per model shape — the default's
 (``smollm2-135m``) and a 7B dLLM's (``Dream-org/Dream-Coder-v0-Instruct-7B``) — diffusion vs AR decoding of
 the same weights after 2K and 32K-token prompts, with CUDA graphs on and off, and the prefill cold vs warm
-(`engine.bench`'s measurements), inside ``--budget-s`` (what does not fit is listed as skipped). Weights
+(the measurements of `edit-server bench engine`, which lives above the engine), inside ``--budget-s`` (what
+does not fit is listed as skipped). Weights
 are made on the meta device and materialised on the target device in the target dtype, so a 7B model takes
 its bf16 bytes on the GPU (15 GB) and nothing on the host.
 
@@ -23,13 +24,168 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.bench_common import model_bytes, random_engine
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
-__all__ = ["main", "model_bytes", "random_engine"]
 SHAPES = {"default": "smollm2-135m", "7b": "Dream-org/Dream-Coder-v0-Instruct-7B", "tiny": "tiny"}
 log = logging.getLogger(__name__)
+
+
+def random_engine(shape: str, device: str = "auto", dtype: str = "auto", *, seed: int = 0,
+                  cuda_graphs: bool | None = None, fast_cpu: bool | None = None, model: Any = None) -> Engine:
+    """An `Engine` over seeded random weights of ``shape`` (a preset or registry name), built on the meta
+    device and materialised once, on ``device`` in ``dtype`` (no host copy, no fp32 detour). ``model``: reuse
+    these weights (another engine over the same model, e.g. CUDA graphs off)."""
+    import torch
+
+    from engine.engine import Engine
+    from engine.model import Transformer
+    from engine.specs import _random_args, resolve_device, resolve_dtype
+    from engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.byte_level()
+    args, label = _random_args(shape, tok)
+    if model is None:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+        with torch.device("meta"):
+            model = Transformer(args, init=False)
+        model = model.to(dtype=dt).to_empty(device=dev)
+        with torch.no_grad():
+            for _, buf in model.named_buffers():
+                buf.zero_()
+        model.init_random(seed)
+    return Engine(model, tok, name="tiny-random" if shape == "tiny" else f"random:{shape}", cuda_graphs=cuda_graphs,
+                  fast_cpu=fast_cpu, meta={"label": f"random weights (benchmarks), {label}", "seed": seed})
+
+
+def model_bytes(shape: str, dtype_bytes: int = 2) -> int:
+    """Bytes of ``shape``'s weights (built on the meta device: nothing is allocated)."""
+    import torch
+
+    from engine.model import Transformer
+    from engine.specs import _random_args
+    from engine.tokenizer import Tokenizer
+
+    args, _ = _random_args(shape, Tokenizer.byte_level())
+    with torch.device("meta"):
+        m = Transformer(args, init=False)
+    return sum(p.numel() for p in m.parameters()) * dtype_bytes
+
+
+# ---- measurements (the same as `edit-server bench engine`'s, which lives above the engine) ----------------
+CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
+    """Merge two sorted lists into one sorted list."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        if a[i] <= b[j]:
+            out.append(a[i])
+            i += 1
+        else:
+            out.append(b[j])
+            j += 1
+    return out + a[i:] + b[j:]
+
+
+'''
+
+
+def prompt_ids(eng: Engine, n: int, salt: int = 0) -> list[int]:
+    ids: list[int] = []
+    unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)
+    while len(ids) < n:
+        ids.extend(unit)
+    return ids[:n]
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine(device: Any) -> dict[str, Any]:
+    import os
+    import platform
+
+    import torch
+
+    info: dict[str, Any] = {"device": str(device), "torch": torch.__version__, "python": platform.python_version(),
+                            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                            "cpu": platform.processor()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def peak_memory(device: Any) -> dict[str, float]:
+    import resource
+
+    import torch
+
+    out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.type == "cuda":
+        out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return out
+
+
+def ar_ms(eng: Engine, prompt: list[int], n: int) -> float:
+    """Greedy left-to-right decoding of ``n`` tokens, one per forward over a KV cache: decode ms."""
+    import torch
+
+    from engine.caches.prefix import KVCache
+
+    m, dev = eng.model, eng.device
+    with torch.no_grad():
+        kv = KVCache.for_model(eng.args, 1, len(prompt) + n, getattr(eng, "kv_dtype", eng.dtype), dev)
+        logits = m(torch.tensor([prompt], device=dev), cache=kv, is_causal=True, logits_slice=slice(-1, None))
+        kv.length = len(prompt)
+        sync(dev)
+        t = time.perf_counter()
+        for _ in range(n):
+            logits = m(torch.tensor([[int(logits[0, -1].argmax())]], device=dev), cache=kv, offset=kv.length)
+            kv.length += 1
+        sync(dev)
+    return (time.perf_counter() - t) * 1e3
+
+
+def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) -> dict[str, Any]:
+    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens."""
+    from engine.types import CanvasSpec, SamplerConfig
+
+    prompt = prompt_ids(eng, n_prompt)
+    ar_ms(eng, prompt, 2)  # warm-up
+    ar = ar_ms(eng, prompt, n_tokens)
+    eng.generate(prompt, CanvasSpec(eng.block_size), SamplerConfig(threshold=0.0))  # warm-up
+    r = eng.generate(prompt, CanvasSpec(n_tokens, stop_at_end=False), SamplerConfig(threshold=threshold,
+                                                                                    window="block"))
+    dec = r.timings["decode_ms"]
+    return {"ar": {"tokens": n_tokens, "decode_ms": round(ar, 2), "tokens_per_s": round(n_tokens / ar * 1e3, 1)},
+            "diffusion": {"threshold": threshold, "tokens": len(r.tokens), "steps": r.steps, "forwards": r.forwards,
+                          "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3), "decode_ms": round(dec, 2),
+                          "tokens_per_s": round(len(r.tokens) / dec * 1e3, 1), "speedup_vs_ar": round(ar / dec, 3)}}
+
+
+def bench_prefill(eng: Engine, contexts: list[int]) -> list[dict[str, Any]]:
+    """Prefill cold (empty cache) vs warm (the same prompt after a 1-token edit at its end)."""
+    from engine.types import CanvasSpec
+
+    spec, rows = CanvasSpec(eng.block_size), []
+    eng.generate(prompt_ids(eng, 64), spec)  # warm-up
+    for n in contexts:
+        eng.cache.clear()
+        prompt = prompt_ids(eng, n)
+        cold = eng.generate(prompt, spec, cache_key=f"bench:{n}")
+        alt = [t for t in eng.tokenizer.encode("xy") if t != prompt[-1]][0]
+        warm = eng.generate(prompt[:-1] + [alt], spec, cache_key=f"bench:{n}")
+        c, w = cold.timings["prefill_ms"], warm.timings["prefill_ms"]
+        rows.append({"context": n, "cold_ms": round(c, 2), "warm_ms": round(w, 2),
+                     "recomputed": warm.prompt_tokens - warm.cached_tokens, "speedup": round(c / max(w, 1e-6), 1)})
+    eng.cache.clear()
+    return rows
 
 
 class Report:
@@ -61,8 +217,6 @@ class Report:
 def run_engine(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from engine.bench import bench_decoding, bench_prefill, peak_memory
-    from engine.bench_common import machine
     from engine.specs import resolve_device
 
     dev = resolve_device(a.device)
@@ -92,14 +246,14 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
                 if rep.elapsed() > a.budget_s:
                     rep.skip(f"{shape} graphs={g} prompt={n}: out of budget")
                     continue
-                d = bench_decoding(eng, n, a.tokens, [a.threshold], 1, ("block",))
+                d = bench_decoding(eng, n, a.tokens, a.threshold)
                 rep.add({"shape": shape, "what": "decode", "cuda_graphs": eng.graphs is not None,
-                         "graphs_asked": g, "prompt": n, "ar": d["ar"], "diffusion": d["diffusion"][0]})
+                         "graphs_asked": g, "prompt": n, **d})
                 eng.cache.clear()
             if g == graphs[0]:
                 ctx = [n for n in prompts if rep.elapsed() < a.budget_s]
                 if ctx:
-                    rep.add({"shape": shape, "what": "prefill", "rows": bench_prefill(eng, ctx, 1)})
+                    rep.add({"shape": shape, "what": "prefill", "rows": bench_prefill(eng, ctx)})
                 eng.cache.clear()
         rep.add({"shape": shape, "what": "memory", **peak_memory(dev)})
         del first, eng, model
@@ -109,7 +263,6 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_latency(a: argparse.Namespace) -> dict[str, Any]:
-    from engine.bench_common import machine
     from engine.engine import Engine
     from engine.templates import EditPrompt, FimPrompt
     from engine.textdiff import unified_diff

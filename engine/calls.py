@@ -10,14 +10,19 @@ stop tokens and DreamOn's expand token. A format that cannot serve a call raises
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
-from engine.decode import resolve
+from engine.decoding.echo import echo_for_edit, echo_for_fim
+from engine.decoding.policy import resolve
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
-from engine.types import CanvasSpec, GenerateRequest, GenerateResult
+from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
+
+if TYPE_CHECKING:
+    from engine.decoding.steps import StepRunner
 
 
 @dataclass
@@ -26,7 +31,7 @@ class FormatRequest(GenerateRequest):
 
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
-    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.expand)
+    expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -51,8 +56,8 @@ def line_room(prompt: FimPrompt) -> int:
     return max(8, max(LINE_FLOOR, longest) + LINE_SLACK - len(line))
 
 
-def call_request(eng: Any, c: Call) -> FormatRequest:
-    b = eng._block(c.sampler)
+def call_request(eng: StepRunner, c: Call) -> FormatRequest:
+    b = eng.block(c.sampler)
     cfg = resolve(c.sampler, eng.sampler)
     fmt: PromptFormat = eng.format
     if isinstance(c, InfillCall):
@@ -61,16 +66,20 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
         scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
             line.expandtabs(4).lstrip(" "))
         lines = None if c.single_line else c.max_lines
+        echo = echo_for_fim(c.prompt.prefix, c.prompt.suffix, c.prompt.path, c.single_line)
+        deadline = None if c.single_line or not c.budget_ms else time.monotonic() + c.budget_ms / 1e3
         if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
             spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines,
-                              stop_loops=not c.single_line)
+                              stop_loops=not c.single_line, echo=echo, deadline=deadline)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
                               scope_indent=scope, max_lines=lines, stop_loops=not c.single_line,
-                              max_chars=line_room(c.prompt) if c.single_line else None)
+                              max_chars=line_room(c.prompt) if c.single_line else None, echo=echo,
+                              deadline=deadline)
     else:
         lay = fmt.edit(c.prompt, b)
-        spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True)
+        spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True,
+                          echo=echo_for_edit(c.prompt.region, c.prompt.after, c.prompt.path))
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")
@@ -78,16 +87,17 @@ def call_request(eng: Any, c: Call) -> FormatRequest:
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 
 
-def call_result(eng: Any, c: Call, res: GenerateResult) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult:
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
-            res.text = eng._text(res.tokens, c.single_line)
+            res.text = eng.text(res.tokens, c.single_line)
             res.finish_reason = "length"
         return res
     cur = eng.tokenizer.special.cursor
     keep = [i for i, t in enumerate(res.tokens) if t != cur]
     res.tokens = [res.tokens[i] for i in keep]
     res.confidences = [res.confidences[i] for i in keep]
-    res.text = eng._text(res.tokens, False)
+    text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
+    res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
     return res

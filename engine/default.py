@@ -5,16 +5,16 @@ checks the adapter's special-token ids against the tokenizer, merges the adapter
 rows) and sets the block-diffusion args (attention, shifted logits, block size) from the adapter JSON.
 
 ``fast_cpu=True`` (what `Engine.load("default")` asks for on a CPU) returns the model already in the
-int8 layout of `engine.fastcpu`, from the merged-model cache (`engine.merged_cache`) when it holds
+int8 layout of `engine.cpu.fastcpu`, from the merged-model cache (`engine.caches.merged`) when it holds
 this adapter + base, else built and saved there for the next start.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from engine import options
 from engine.checkpoint import LoadedCheckpoint
 
 log = logging.getLogger(__name__)
@@ -26,13 +26,14 @@ ADAPTER = WEIGHTS / "default"
 def load_default(adapter: Path | None = None, base: Path | None = None, *,
                  fast_cpu: bool = False) -> LoadedCheckpoint:
     """Base + adapter, merged. ``adapter``: path without suffix (default ``$EDIT_SERVER_ADAPTER`` or
-    ``engine/weights/default``). ``fast_cpu``: in the `engine.fastcpu` int8 layout, cached."""
+    ``engine/weights/default``). ``fast_cpu``: in the `engine.cpu.fastcpu` int8 layout, cached."""
     if adapter is None:
-        adapter = Path(os.environ.get("EDIT_SERVER_ADAPTER") or ADAPTER)  # env: evaluate a run's adapter
+        adapter = Path(options.env().adapter or ADAPTER)  # env: evaluate a run's adapter
     adapter = Path(adapter)
     if not fast_cpu:
         return _merged(adapter, base)
-    from engine import fastcpu, merged_cache
+    from engine.caches import merged as merged_cache
+    from engine.cpu import fastcpu
     from engine.loading.base import GGUF_NAME, default_cache_dir
 
     def sources() -> list[Path]:
@@ -70,10 +71,10 @@ def release_memory() -> None:
 
 
 def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:
-    """``ck`` with its state dict in the `engine.fastcpu` int8 layout (``meta["layout"]`` says so)."""
+    """``ck`` with its state dict in the `engine.cpu.fastcpu` int8 layout (``meta["layout"]`` says so)."""
     import torch
 
-    from engine import fastcpu
+    from engine.cpu import fastcpu
     from engine.model import Transformer
 
     with torch.device("meta"):
@@ -107,6 +108,6 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     label = meta.get("label", "adapter")
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
             "validation": meta.get("validation", {}).get("last"), "fim_layout": meta.get("fim_layout"),
-            "fast_cpu": True}  # pass@1 measured with engine.fastcpu (docs/QUALITY.md): use it on a CPU
+            "fast_cpu": True}  # pass@1 measured with engine.cpu.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)

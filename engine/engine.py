@@ -3,10 +3,10 @@
 Calls are rendered in the loaded model's own prompt format (`engine.calls`, `engine.formats`: our
 native layout for the default model; in-place canvases with the suffix after them for
 bidirectional models; DreamOn's variable-length span). Decoding is block diffusion. Block-causal
-models (`engine.blocks`): the prompt is prefilled (reusing the longest cached token prefix of the
+models (`engine.decoding.blocks`): the prompt is prefilled (reusing the longest cached token prefix of the
 same ``cache_key``), then the canvas is denoised block by block, several requests in one forward
 per step; blocks start at the canvas (our adapters) or tile the sequence from position 0 (SDAR,
-Fast-dLLM v2, LLaDA2.0: ``block_align = "absolute"``). Bidirectional models (`engine.bidir`: Dream /
+Fast-dLLM v2, LLaDA2.0: ``block_align = "absolute"``). Bidirectional models (`engine.decoding.bidir`: Dream /
 LLaDA …) run all requests batched, recomputing everything at each block start and, with
 ``approx_cache`` on, reusing the stale prefix+suffix KV inside a block (Fast-dLLM dual cache).
 """
@@ -17,33 +17,31 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from engine import cpu_gemm, fastcpu
 from engine.api import ByComplete, Call
 from engine.attention import attention_path
-from engine.bidir import decode_bidirectional
-from engine.blocks import OffsetDenoiser, decode_blocks, prefill, take_slot
-from engine.cache import KVCache, PrefixCache, Slot, prefix_budget
+from engine.caches.prefix import PrefixCache, Slot, prefix_budget
 from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
-from engine.decode import (
-    WindowDecoder,
-    default_sampler,
-    resolve,
-    scope_rule,
-    want_fast_cpu,
-)
-from engine.expand import ExpandCanvas
+from engine.cpu import fastcpu
+from engine.cpu import gemm as cpu_gemm
+from engine.decoding.bidir import decode_bidirectional
+from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
+from engine.decoding.expand import ExpandCanvas
+from engine.decoding.graphs import StepGraphs, want_graphs
+from engine.decoding.policy import default_sampler, resolve, want_fast_cpu
+from engine.decoding.sampler import Denoiser
+from engine.decoding.steps import Job, PrefillHook, StepItem
+from engine.decoding.stops import scope_rule
+from engine.decoding.window import WindowDecoder
 from engine.formats import FormatNotSupported
-from engine.graphs import StepGraphs, want_graphs
 from engine.model import Transformer
-from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
 from engine.tokenizer import Tokenizer
 from engine.types import (
@@ -59,30 +57,7 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
-# on a CPU at most 1,536 per forward: a smaller activation peak (the 1 GB RSS goal), a 1,920-token cold
-# prefill of the default model 1,456 -> 1,378 ms, next-edit re-prefills (1,243-1,552 tokens) unchanged.
-# 1,280 made cold prefill faster still (1,175 ms) but a 1,436-token re-prefill 855 -> 1,030 ms (AMD EPYC,
-# 2 threads; docs/PERFORMANCE.md, session 7)
-CPU_PREFILL_CHUNK = 1536
-
-
-@dataclass
-class _Job:
-    prompt: list[int]
-    den: Denoiser | ExpandCanvas
-    cache_key: str | None
-    abort: AbortSignal | None
-    on_step: StepCallback | None
-    after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
-    lead: list[int] = field(default_factory=list)  # absolute blocks: the prompt's partial last block
-    base: int = 0  # prompt tokens committed to the KV cache by the prefill
-    slot: Slot | None = None
-    kv: KVCache | None = None
-    ctx: int = 0
-    last_hidden: Tensor | None = None
-    cached: int = 0
-    forwards: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
+CPU_PREFILL_CHUNK = 1536  # on a CPU: a smaller activation peak, as fast (docs/PERFORMANCE.md, session 7)
 
 
 class Engine(ByComplete):
@@ -96,7 +71,8 @@ class Engine(ByComplete):
         self.name = name
         self.meta = dict(meta or {})
         self.approx_cache = approx_cache
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # one request (or reward) at a time
+        self.prefill_hook: PrefillHook | None = None  # engine.decoding.steps: how a variant prefills
         self._newline_ids: frozenset[int] | None = None
         sp = tokenizer.special  # never generated: prompt markers, ids the tokenizer lacks (padding)
         self._suppress = (sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history, sp.region_start,
@@ -105,14 +81,14 @@ class Engine(ByComplete):
         self.device, self.dtype = p.device, p.dtype
         params = self.args.param_count()
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
-            fastcpu.convert(model)  # int8 weights, fused layers (engine/fastcpu.py)
+            fastcpu.convert(model)  # int8 weights, fused layers (engine/cpu/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
-        # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu_gemm)
+        # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu.gemm)
         gemm = cpu_gemm.configure() if self.device.type == "cpu" else None
         if cache_bytes is None:
             cache_bytes = prefix_budget(self.args, self.kv_dtype, self.device)
         self.cache = PrefixCache(cache_bytes)
-        # captured decode steps over pooled KV arenas (engine.graphs): dense models on CUDA
+        # captured decode steps over pooled KV arenas (engine.decoding.graphs): dense models on CUDA
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
         # used for requests without a sampler; its None fields are filled for those with one
@@ -155,7 +131,7 @@ class Engine(ByComplete):
         args = ckpt.args
         if not args.special_tokens:
             args.special_tokens = ckpt.tokenizer.special.as_dict()
-        if ckpt.meta.get("layout") == fastcpu.FORMAT:  # already int8 (engine.fastcpu): CPU only
+        if ckpt.meta.get("layout") == fastcpu.FORMAT:  # already int8 (engine.cpu.fastcpu): CPU only
             if dev.type != "cpu":
                 raise ValueError(f"{ckpt.name}: the {fastcpu.FORMAT} layout runs on a CPU only")
             model = fastcpu.skeleton(args)
@@ -216,92 +192,17 @@ class Engine(ByComplete):
             return []
         return self._run(list(requests), list(on_step or [None] * len(requests)))
 
-    # ---- internals ---------------------------------------------------------------------------
-    def _block(self, cfg: SamplerConfig | None) -> int:
+    # ---- the step interface (engine.decoding.steps.StepRunner) ------------------------------------------
+    def block(self, cfg: SamplerConfig | None) -> int:
         if self.args.attention == "block_causal":
             return self.args.block_size  # fixed by training
         return (cfg or SamplerConfig()).block_size
 
-    def _text(self, ids: list[int], single_line: bool) -> str:
+    def text(self, ids: list[int], single_line: bool) -> str:
         text = self.tokenizer.decode_content(ids)
         return text.split("\n", 1)[0] if single_line else text
 
-    def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> _Job:
-        if not req.prompt_tokens:
-            raise ValueError("generate needs at least one prompt token")
-        cfg = resolve(req.sampler, self.sampler)
-        sp = self.tokenizer.special
-        after = list(req.after) if isinstance(req, FormatRequest) else []
-        stops = req.stop_ids if isinstance(req, FormatRequest) else frozenset()
-        expand = req.expand_id if isinstance(req, FormatRequest) else None
-        if (after or expand is not None) and self.args.attention != "bidirectional":
-            raise FormatNotSupported("in-place / variable-length canvases need a bidirectional model")
-        newlines = self.newline_ids if req.canvas.single_line else ()
-        den: Denoiser | ExpandCanvas
-        if expand is not None:
-            den = ExpandCanvas(req.canvas, cfg, mask_id=sp.mask, expand_id=expand, end_ids=sp.end_ids | stops,
-                               newline_ids=newlines, suppress_ids=self._suppress)
-            return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
-        scope = req.canvas.scope_indent
-        kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
-                                  block_size=self._block(cfg), suppress_ids=self._suppress,
-                                  stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
-                                                       self._loop_reference(req), req.canvas.max_chars))
-        if self.args.attention == "block_causal" and self.args.block_align == "absolute":
-            cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
-            den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
-        else:
-            den = Denoiser(req.canvas, cfg, **kw)
-        return _Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
-
-    @torch.no_grad()
-    def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
-        with self._lock:
-            t0 = time.perf_counter()
-            jobs = [self._job(r, h) for r, h in zip(reqs, hooks, strict=True)]
-            if self.args.attention == "block_causal":
-                try:
-                    for j in jobs:
-                        self._prefill(j)
-                    t1 = time.perf_counter()
-                    blocks = [j for j in jobs if j.den.cfg.window in (None, "block")]
-                    for j in jobs:  # window mode: one at a time, the same result as alone
-                        if j.den.cfg.window not in (None, "block"):
-                            WindowDecoder(self, j).run()
-                    if blocks:
-                        self._decode_block_causal(blocks)
-                    t2 = time.perf_counter()
-                finally:  # the prompt KV stays valid even if decoding failed
-                    for j in jobs:
-                        if j.slot is not None:
-                            self._release(j)
-                for j in jobs:
-                    j.timings["decode_ms"] = (t2 - t1) * 1e3
-            else:
-                t1 = time.perf_counter()
-                decode_bidirectional(self, jobs)  # batched: one forward per step (engine.bidir)
-                for j in jobs:
-                    j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
-            total = (time.perf_counter() - t0) * 1e3
-            out = []
-            for j in jobs:
-                ids, confs = j.den.output()
-                j.timings["total_ms"] = total
-                out.append(GenerateResult(
-                    text=self._text(ids, j.den.spec.single_line), tokens=ids, confidences=confs,
-                    steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
-                    cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
-            return out
-
-    def _loop_reference(self, req: GenerateRequest) -> str | None:
-        """The text a canvas with ``stop_loops`` may repeat without stopping: the prompt's (and the
-        suffix after an in-place canvas)."""
-        if not req.canvas.stop_loops:
-            return None
-        after = list(req.after) if isinstance(req, FormatRequest) else []
-        return self.tokenizer.decode_content([*req.prompt_tokens, *after])
-
-    def _emit(self, j: _Job, unmasked: int) -> None:
+    def emit(self, j: Job, unmasked: int) -> None:
         if j.on_step is None:
             return
         canvas = list(j.den.canvas)
@@ -309,14 +210,11 @@ class Engine(ByComplete):
                             text=self.tokenizer.decode(canvas), unmasked=unmasked,
                             remasked=len(j.den.last_remasked)))
 
-    def _step_logits(self, j: _Job, h_block: Tensor, prev: Tensor | None) -> int:
-        """Unmask from hidden states of the current block (T, dim); ``prev`` = hidden state of
-        the position before the block (shifted models). Rows: the masked positions, plus the
-        decided ones when the sampler may remask them (`Denoiser.logit_rows`)."""
-        return self._step_many([(j, h_block, prev)])[0]
-
-    def _step_many(self, items: Sequence[tuple[_Job, Tensor, Tensor | None]]) -> list[int]:
-        """`_step_logits` for several jobs with one LM-head matmul (its weights read once per step)."""
+    def step(self, items: Sequence[StepItem]) -> list[int]:
+        """Unmask from hidden states of each job's current block (T, dim), with one LM-head matmul (its
+        weights read once per step); ``prev`` = hidden state of the position before the block (shifted
+        models). Rows: the masked positions, plus the decided ones when the sampler may remask them
+        (`Denoiser.logit_rows`)."""
         rows, hs = [], []
         for j, h_block, prev in items:
             cand = j.den.logit_rows()
@@ -331,29 +229,114 @@ class Engine(ByComplete):
         for (j, _, _), cand in zip(items, rows, strict=True):
             n = j.den.step(logits[at:at + len(cand)], cand) if logits is not None and cand else 0
             at += len(cand)
-            self._emit(j, n)
+            self.emit(j, n)
             out.append(n)
         return out
 
-    # -- block-causal: exact prefix cache ------------------------------------------------------
-    def _prefill(self, j: _Job) -> None:
-        prefill(self, j, min(PREFILL_CHUNK, CPU_PREFILL_CHUNK) if self.device.type == "cpu" else PREFILL_CHUNK)
-
-    def _slot_key(self, j: _Job) -> str | None:
+    def slot_key(self, j: Job) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
         if not j.cache_key:
             return None
         return j.cache_key + ("#edit" if self.tokenizer.special.region_start in j.prompt else "#fim")
 
-    def _take_slot(self, j: _Job, need: int) -> Slot:
-        return take_slot(self, j, need)
+    def take_slot(self, j: Job, need: int) -> Slot:
+        slot = cached_slot(self, j, need)
+        return slot if self.prefill_hook is None else self.prefill_hook.take_slot(j, slot)
 
-    def _release(self, j: _Job) -> None:
+    # ---- internals ---------------------------------------------------------------------------
+    def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> Job:
+        if not req.prompt_tokens:
+            raise ValueError("generate needs at least one prompt token")
+        cfg = resolve(req.sampler, self.sampler)
+        sp = self.tokenizer.special
+        after = list(req.after) if isinstance(req, FormatRequest) else []
+        stops = req.stop_ids if isinstance(req, FormatRequest) else frozenset()
+        expand = req.expand_id if isinstance(req, FormatRequest) else None
+        if (after or expand is not None) and self.args.attention != "bidirectional":
+            raise FormatNotSupported("in-place / variable-length canvases need a bidirectional model")
+        newlines = self.newline_ids if req.canvas.single_line else ()
+        den: Denoiser | ExpandCanvas
+        if expand is not None:
+            den = ExpandCanvas(req.canvas, cfg, mask_id=sp.mask, expand_id=expand, end_ids=sp.end_ids | stops,
+                               newline_ids=newlines, suppress_ids=self._suppress)
+            return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
+        scope = req.canvas.scope_indent
+        kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
+                                  block_size=self.block(cfg), suppress_ids=self._suppress,
+                                  stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
+                                                       self._loop_reference(req), req.canvas.max_chars,
+                                                       req.canvas.echo, req.canvas.deadline))
+        if self.args.attention == "block_causal" and self.args.block_align == "absolute":
+            cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
+            den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
+        else:
+            den = Denoiser(req.canvas, cfg, **kw)
+        return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
+
+    @torch.no_grad()
+    def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
+        with self.lock:
+            t0 = time.perf_counter()
+            jobs = [self._job(r, h) for r, h in zip(reqs, hooks, strict=True)]
+            if self.args.attention == "block_causal":
+                try:
+                    for j in jobs:
+                        self._prefill(j)
+                    t1 = time.perf_counter()
+                    blocks = [j for j in jobs if j.den.cfg.window in (None, "block")]
+                    for j in jobs:  # window mode: one at a time, the same result as alone
+                        if j.den.cfg.window not in (None, "block"):
+                            WindowDecoder(self, j).run()
+                    if blocks:
+                        decode_blocks(self, blocks)
+                    t2 = time.perf_counter()
+                finally:  # the prompt KV stays valid even if decoding failed
+                    for j in jobs:
+                        if j.slot is not None:
+                            self._release(j)
+                for j in jobs:
+                    j.timings["decode_ms"] = (t2 - t1) * 1e3
+            else:
+                t1 = time.perf_counter()
+                decode_bidirectional(self, jobs)  # batched: one forward per step (engine.decoding.bidir)
+                for j in jobs:
+                    j.timings.update(prefill_ms=0.0, decode_ms=(time.perf_counter() - t1) * 1e3)
+            total = (time.perf_counter() - t0) * 1e3
+            out = []
+            for j in jobs:
+                ids, confs = j.den.output()
+                j.timings["total_ms"] = total
+                text = self.text(ids, j.den.spec.single_line)
+                cut = getattr(j.den, "cut_chars", None)  # a stop rule's exact character cut
+                out.append(GenerateResult(
+                    text=text if cut is None else text[:cut], tokens=ids, confidences=confs,
+                    steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
+                    cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
+            return out
+
+    def _loop_reference(self, req: GenerateRequest) -> str | None:
+        """The text a canvas with ``stop_loops`` may repeat without stopping: the prompt's (and the
+        suffix after an in-place canvas)."""
+        if not req.canvas.stop_loops:
+            return None
+        after = list(req.after) if isinstance(req, FormatRequest) else []
+        return self.tokenizer.decode_content([*req.prompt_tokens, *after])
+
+    # -- block-causal: exact prefix cache ------------------------------------------------------
+    def _prefill(self, j: Job) -> None:
+        chunk = min(PREFILL_CHUNK, CPU_PREFILL_CHUNK) if self.device.type == "cpu" else PREFILL_CHUNK
+
+        def run(job: Job) -> None:
+            prefill(self, job, chunk)
+
+        if self.prefill_hook is None:
+            run(j)
+        else:
+            self.prefill_hook.prefill(j, run)
+
+    def _release(self, j: Job) -> None:
         assert j.slot is not None and j.kv is not None
         j.kv.length = j.base
-        key = self._slot_key(j)
+        key = self.slot_key(j)
         if key:
             self.cache.put(key, j.slot)
-
-    def _decode_block_causal(self, jobs: list[_Job]) -> None:
-        decode_blocks(self, jobs)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.attention import attend
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 from engine.config import ModelArgs
 
 
@@ -262,7 +262,7 @@ class Transformer(nn.Module):
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         if positions.is_cuda and torch.cuda.is_current_stream_capturing():
-            need = 1  # engine.graphs sized the table before capturing (no host sync in a graph)
+            need = 1  # engine.decoding.graphs sized the table before capturing (no host sync in a graph)
         else:
             need = int(positions.max().item()) + 1 if positions.numel() else 1
         dev = positions.device

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.attention import bd3lm_layout, bd3lm_logit_index
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 from engine.loading.stacked import AlignedEngine
 from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim
 from engine.types import GenerateResult
@@ -135,7 +135,7 @@ class RewardScorer:
         target = canvas_for([t for t in completion if t != cur], sp.eom, sp.pad, bs, self.pad_to_block)
         gen = torch.Generator().manual_seed(self.seed)
         masked, weight = draw_noise(len(target), bs, gen, self.t_min)
-        with eng._lock:
+        with eng.lock:
             t0 = time.perf_counter()
             found = eng.cache.best(cache_key, prompt) if cache_key else None  # the engine's slot, in place
             slot = found[0] if found is not None and found[0].tokens == list(prompt) else None

@@ -90,12 +90,33 @@ class CanvasSpec:
     # this many columns (tabs = 4), or that follows two blank lines (the cursor's block ended)
     scope_indent: int | None = None
     max_lines: int | None = None  # multi-line: stop once the output holds this many lines
-    # stop at the first loop the prompt does not hold (`engine.decode.loop_cut`; finish "loop"): the gate
+    # stop at the first loop the prompt does not hold (`engine.decoding.stops.loop_cut`; finish "loop"): the gate
     # cuts a completion there and drops a rewrite, so nothing after it is ever shown
     stop_loops: bool = False
     # single line: stop once the output is this many characters long (`engine.calls.line_room`: the line
     # would outgrow the longest line of the code around it; finish "long")
     max_chars: int | None = None
+    # what the output must not re-type, and where it stops being code (`engine.decoding.echo`; finish "suffix",
+    # "repeat", "prose", "region"); None: no such rule
+    echo: Echo | None = None
+    # ``time.monotonic()`` past which a multi-line canvas stops with its finished lines (finish "budget")
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class Echo:
+    """What `engine.decoding.echo.echo_cut` compares a canvas' text with (built by ``echo_for_fim`` /
+    ``echo_for_edit``): stripped lines, never the whole prompt."""
+
+    suffix_lines: tuple[str, ...] = ()  # the next non-blank lines after the canvas
+    line_rest: str = ""  # a single line: the rest of the cursor's line
+    prefix_lines: tuple[str, ...] = ()  # the recent non-blank lines before the cursor (copied runs)
+    header: str = ""  # the enclosing def / class line
+    line_prefix: str = ""  # the cursor's line up to the cursor (the first output line continues it)
+    code: bool = True  # a code file: fences and prose are cut
+    in_string: bool = False  # the canvas starts inside a triple-quoted string or block comment
+    region_tail: tuple[str, ...] = ()  # a rewrite: the old region's last non-blank lines
+    region_lines: int = 0  # ... and how many non-blank lines it has
 
 
 class AbortSignal:
@@ -112,8 +133,10 @@ class AbortSignal:
         return self._event.is_set()
 
 
-FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up"]
-STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long")  # set by a stop rule (engine.decode)
+FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up", "suffix",
+                       "repeat", "prose", "region", "budget"]
+STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long", "suffix", "repeat", "prose", "region",
+                                             "budget")  # set by a stop rule (engine.decoding.stops)
 
 
 

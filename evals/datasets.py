@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine import options
 
 SPLITS: dict[str, str] = {
     "single-line": "HumanEval-SingleLineInfilling.jsonl.gz",
@@ -36,7 +37,7 @@ class InfillTask:
 
 def shared_dir() -> Path:
     """``$EDIT_SERVER_SHARED`` or ``<repo>/../shared``."""
-    env = os.environ.get("EDIT_SERVER_SHARED")
+    env = options.env().shared
     if env:
         return Path(env)
     return Path(__file__).resolve().parent.parent.parent / "shared"

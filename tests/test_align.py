@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.cli import main
+from edit_server.cli import align, align_common, main
 from edit_server.core.settings import Settings
-from edit_server.selectivity import align, align_common, thresholds
+from edit_server.selectivity import thresholds
 from edit_server.selectivity.feedback import FeedbackStore
 
 

@@ -1,4 +1,4 @@
-"""Batched decoding of bidirectional models (engine.bidir): one forward per step for every live request,
+"""Batched decoding of bidirectional models (engine.decoding.bidir): one forward per step for every live request,
 and each request's result equal, token for token, to what it gives alone."""
 
 from __future__ import annotations

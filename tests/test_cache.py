@@ -8,10 +8,10 @@ import torch
 import engine.engine as engine_mod
 from engine import CanvasSpec, Engine, SamplerConfig
 from engine.attention import block_causal_mask
-from engine.cache import KVCache, PrefixCache, Slot, common_prefix
+from engine.caches.prefix import KVCache, PrefixCache, Slot, common_prefix
 from engine.config import preset
+from engine.decoding.sampler import Denoiser
 from engine.model import Transformer
-from engine.sampler import Denoiser
 from engine.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -233,7 +233,7 @@ def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest
 
     with monkeypatch.context() as m:
         if window == "block":
-            m.setattr(eng, "_decode_block_causal", boom)
+            m.setattr(engine_mod, "decode_blocks", boom)
         else:
             m.setattr(engine_mod.WindowDecoder, "run", boom)
         with pytest.raises(RuntimeError, match="out of memory"):
@@ -245,7 +245,7 @@ def test_engine_failure_keeps_the_cached_prompt(eng: Engine, monkeypatch: pytest
 def test_prefix_budget_holds_a_pinned_context_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU: 384 MiB (the 1 GB RSS goal). CUDA: 40 % of free memory, never less than one slot of min(max_seq_len, 32K)
     tokens (Dream-Coder-7B's shape: 28 layers, 4 KV heads of 128, bf16 → 1.75 GiB)."""
-    from engine.cache import prefix_budget
+    from engine.caches.prefix import prefix_budget
     from engine.config import ModelArgs
 
     args = ModelArgs(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4,
@@ -260,7 +260,7 @@ def test_prefix_budget_holds_a_pinned_context_on_cuda(monkeypatch: pytest.Monkey
 
 
 def test_prefix_budget_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cache import prefix_budget
+    from engine.caches.prefix import prefix_budget
     from engine.config import ModelArgs
 
     args = ModelArgs(vocab_size=64, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, intermediate_size=32)

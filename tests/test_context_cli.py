@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from edit_server.cli import build_parser, main
+from edit_server.cli.context import parse_location, server_context
 from edit_server.context import ContextOptions
-from edit_server.context.cli import parse_location, server_context
 from edit_server.core.contexts import auto_budget
 from edit_server.core.requests import FimRequest
 from edit_server.core.settings import Settings, build_settings

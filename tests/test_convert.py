@@ -83,6 +83,6 @@ def test_inline_item_replaces_to_line_end(text: str, cursor: int, sug: str, fina
     ("a + c", ", 1)", "a + c"),
 ])
 def test_without_line_rest(sug: str, rest: str, out: str) -> None:
-    from edit_server.core.results import without_line_rest
+    from edit_server.selectivity.select import without_line_rest
 
     assert without_line_rest(sug, rest) == out

@@ -1,4 +1,4 @@
-"""engine.cpu_gemm: oneDNN for the CPU's fp32 attention GEMMs only where a probe finds it exact and faster."""
+"""engine.cpu.gemm: oneDNN for the CPU's fp32 attention GEMMs only where a probe finds it exact and faster."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import attention, cpu_gemm
+from engine import attention
 from engine.attention import attend, causal_mask
+from engine.cpu import gemm as cpu_gemm
 
 needs_setting = pytest.mark.skipif(cpu_gemm._setting() is None,
                                    reason="this PyTorch build has no oneDNN fp32-precision setting")

@@ -1,4 +1,4 @@
-"""Window decoding (engine.decode): exact vs. a no-cache recomputation, AR at width 1, prompt-lookup
+"""Window decoding (engine.decoding.window): exact vs. a no-cache recomputation, AR at width 1, prompt-lookup
 drafts change nothing, stop rules (keep, scope, give_up), the decode setting."""
 
 from __future__ import annotations
@@ -8,17 +8,10 @@ import torch
 
 from engine import CanvasSpec, Engine, FimPrompt, SamplerConfig
 from engine.api import InfillCall, RewriteCall
-from engine.decode import (
-    Lookup,
-    lines_cut,
-    loop_cut,
-    parse_decode,
-    resolve,
-    scope_cut,
-    scope_rule,
-    text_stop,
-)
-from engine.sampler import Denoiser
+from engine.decoding.policy import parse_decode, resolve
+from engine.decoding.sampler import Denoiser
+from engine.decoding.stops import lines_cut, loop_cut, scope_cut, scope_rule, text_stop
+from engine.decoding.window import Lookup
 from engine.templates import EditPrompt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -94,7 +87,7 @@ def test_width_one_is_autoregressive_and_drafts_change_nothing(eng: Engine) -> N
 
 def test_single_line_drafts_stop_at_the_line_end(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single-line canvas never verifies draft tokens after a newline (the answer is cut there)."""
-    from engine.decode import WindowDecoder
+    from engine.decoding.window import WindowDecoder
 
     nl = min(eng.newline_ids)
     seen: list[list[int]] = []
@@ -279,7 +272,8 @@ def test_canvases_stop_at_a_loop(eng: Engine, monkeypatch: pytest.MonkeyPatch) -
     assert r.text.count("compute") == 1 and r.steps < len(eng.tokenizer.encode(line * 12)) // 4
     f = eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=120, sampler=cfg)
     assert f.finish_reason == "loop" and f.text.count("compute") == 1
-    held = eng.rewrite(EditPrompt("def f():\n", region, line * 12, 0), sampler=cfg)  # the suffix holds it
+    # the text after the region holds it (not as its first line: that would end the rewrite, engine.decoding.echo)
+    held = eng.rewrite(EditPrompt("def f():\n", region, "# tail\n" + line * 12, 0), sampler=cfg)
     assert held.finish_reason != "loop" and held.text.count("compute") > 3
     [call] = eng.complete([RewriteCall(EditPrompt("def f():\n", region, "", 0), sampler=cfg)])
     assert call.finish_reason == "loop"

@@ -8,9 +8,9 @@ import pytest
 from engine import EditPrompt, Engine, FimPrompt
 from engine.api import InfillCall, RewriteCall
 from engine.calls import call_request
+from engine.decoding.sampler import Denoiser
 from engine.formats import FormatNotSupported, for_model
 from engine.formats.native import NativeFormat
-from engine.sampler import Denoiser
 from engine.templates import edit_canvas_length, render_edit, render_fim
 from engine.types import CanvasSpec, SamplerConfig
 from tests.dllm_util import DREAM, DREAM_INSTRUCT, ForwardCounter, scripted_engine, tid, tiny_engine

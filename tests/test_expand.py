@@ -1,4 +1,4 @@
-"""DreamOn's variable-length canvas (engine.expand) through the engine, on a scripted model whose
+"""DreamOn's variable-length canvas (engine.decoding.expand) through the engine, on a scripted model whose
 logits the test chooses: ``<|expand|>`` turns a mask into two, the end token deletes itself and every
 mask after it, and the output is the span the sequence ends up holding."""
 
@@ -11,7 +11,7 @@ import torch
 
 from engine import FimPrompt
 from engine.api import InfillCall
-from engine.expand import INITIAL_MASKS, ExpandCanvas
+from engine.decoding.expand import INITIAL_MASKS, ExpandCanvas
 from engine.types import CanvasSpec, SamplerConfig
 from tests.dllm_util import DREAMON, scripted_engine, tid
 

@@ -1,4 +1,4 @@
-"""engine.fastcpu: the int8 / fused-layer CPU path computes what the float model computes."""
+"""engine.cpu.fastcpu: the int8 / fused-layer CPU path computes what the float model computes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import copy
 import pytest
 import torch
 
-from engine import CanvasSpec, EditPrompt, Engine, FimPrompt, SamplerConfig, fastcpu
+from engine import CanvasSpec, EditPrompt, Engine, FimPrompt, SamplerConfig
 from engine.attention import causal_mask
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 from engine.config import preset
+from engine.cpu import fastcpu
 from engine.model import Transformer
 from engine.tokenizer import Tokenizer
 

@@ -79,7 +79,7 @@ def test_align_stage_start_kill_collect_resume_export(tmp_path: Path) -> None:
     # -- window 1: align on the (random) tiny model, killed mid-KTO -----------------------------------
     w1 = tmp_path / "gpu1"
     receive(w1, [up])
-    assert (w1 / "boot" / "code" / "edit_server" / "selectivity" / "align_kto.py").is_file()
+    assert (w1 / "boot" / "code" / "edit_server" / "cli" / "align_kto.py").is_file()
     assert len(list((w1 / "boot" / "align" / "feedback").glob("*.sqlite3"))) == 1
     t_start = time.time()
     pid = align.start(w1, PLAN, env=env)["pid"]

@@ -1,4 +1,4 @@
-"""The captured decode step (engine.graphs): over a pooled KV arena, with per-row positions as tensors
+"""The captured decode step (engine.decoding.graphs): over a pooled KV arena, with per-row positions as tensors
 and an in-graph key mask, it gives token for token what the eager step gives — block-causal (canvas
 and absolute blocks, alone and batched, rows dropping out) and bidirectional (dual cache). On the CPU
 the static step runs without capture (`capture=False`); with CUDA the same checks run captured."""
@@ -10,8 +10,8 @@ import torch
 
 from engine import FimPrompt
 from engine.api import InfillCall
+from engine.decoding.graphs import CAP_MIN, StepGraphs, want_graphs
 from engine.engine import Engine
-from engine.graphs import CAP_MIN, StepGraphs, want_graphs
 from engine.types import CanvasSpec, GenerateRequest, SamplerConfig
 from tests.dllm_util import DREAM, tiny_engine
 
@@ -66,7 +66,7 @@ def test_arena_rows_capacity_and_compaction() -> None:
     g = graphed(eng)
     a = eng.args
     src = [torch.randn(1, a.n_kv_heads, 40, a.head_dim) for _ in range(3)]
-    from engine.cache import KVCache
+    from engine.caches.prefix import KVCache
 
     caches = [KVCache._from([s.clone() for _ in range(a.n_layers)], [s.clone() for _ in range(a.n_layers)], 40)
               for s in src]

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.cli import main
-from edit_server.selectivity import align_data, gate, kto_gate
-from edit_server.selectivity.align_common import Outcome, fit, save
+from edit_server.cli import align_data, main
+from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.core import worker
+from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
 from engine.engine import Engine
 from engine.reward import Reward
@@ -109,7 +110,7 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
     adapter = write_stacked(tmp_path)
     calibration(adapter)
     eng = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
-    aligned, scorer = kto_gate.aligned_engine(eng, adapter)
+    aligned, scorer = worker.aligned_engine(eng, adapter)
     assert scorer is not None and aligned.info["aligned"]["adapter"] == str(adapter)
     prompt = FimPrompt("x = ", "\n", path="a.py")
     res = aligned.infill(prompt, max_tokens=8, cache_key="k")
@@ -131,13 +132,13 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
         d = kto_gate.decide("fim", "abc", [0.99] * 3, reward, enabled=True, threshold=0.5)
         assert d == gate.decide("abc", [0.99] * 3, True, 0.5)
     plain = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
-    assert kto_gate.aligned_engine(plain, "off") == (plain, None)
-    assert kto_gate.aligned_engine(plain, tmp_path / "missing") == (plain, None)  # logged, not raised
+    assert worker.aligned_engine(plain, "off") == (plain, None)
+    assert worker.aligned_engine(plain, tmp_path / "missing") == (plain, None)  # logged, not raised
     plain.model.fast_cpu = "int8"  # the fused int8 CPU layout cannot take a stacked LoRA: refused, logged
-    assert kto_gate.aligned_engine(plain, adapter) == (plain, None)
-    eng2, sc2 = kto_gate.load_engine("tiny-random", "cpu", adapter)  # the serving loader: fp32 + adapter
+    assert worker.aligned_engine(plain, adapter) == (plain, None)
+    eng2, sc2 = worker.load_engine("tiny-random", "cpu", kto=adapter)  # the serving loader: fp32 + adapter
     assert sc2 is not None and eng2.info["aligned"]["adapter"] == str(adapter)
-    eng3, sc3 = kto_gate.load_engine("tiny-random", "cpu", "off")
+    eng3, sc3 = worker.load_engine("tiny-random", "cpu", kto="off")
     assert sc3 is None and "aligned" not in eng3.info
 
 
@@ -240,8 +241,8 @@ def test_align_data_cli_reports_counts(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
-    from edit_server.selectivity.align_common import problem_of
-    from edit_server.selectivity.align_measure import at_coverage, auroc, gate_rows
+    from edit_server.cli.align_common import problem_of
+    from edit_server.cli.align_measure import at_coverage, auroc, gate_rows
 
     scores, labels = [0.9, 0.8, 0.3, 0.2], [True, False, True, False]
     assert at_coverage(scores, labels, 0.5) == 0.5 and at_coverage(scores, labels, 0.25) == 1.0
@@ -255,7 +256,7 @@ def test_measure_metrics_compare_gates_at_equal_coverage() -> None:
 
 
 def test_gates_at_equal_coverage_count_precision_acceptance_and_no_edit_silence() -> None:
-    from edit_server.selectivity.align_measure import coverage_rows, shown_metrics
+    from edit_server.cli.align_measure import coverage_rows, shown_metrics
 
     # 5 cases: 2 right, 1 half right, 2 no-edit (one with a suggestion, one silent)
     items = [{"kind": "fim", "has": True, "ok": True, "share": 1.0, "confidence": 0.9, "reward": 0.1},
@@ -310,7 +311,7 @@ def test_align_measure_runs_held_out_cases_before_and_after(tmp_path: Path,
     after = [x for x in res["case_items"][2:] if x["has"]]
     assert res["cost"]["n"] == len(after) and res["cost"]["cached"] == len(after)
     assert "accepted/shown" in capsys.readouterr().out
-    from edit_server.selectivity.align_measure import read_heldout_cases
+    from edit_server.cli.align_measure import read_heldout_cases
 
     assert read_heldout_cases([fixtures], set(), language="markdown") == ([], 0)
     assert len(read_heldout_cases([fixtures], set(), limit=3, language="python")[0]) == 3
@@ -341,9 +342,9 @@ def test_the_server_worker_scores_with_the_aligned_adapter(tmp_path: Path) -> No
     """Settings gate.kto → the worker loads the aligned engine, every outcome carries the implicit
     reward, and the pipeline's show/hide decision is the reward's."""
     from edit_server.core.requests import FimRequest
-    from edit_server.core.results import fim_result
     from edit_server.core.settings import Gate, Settings
     from edit_server.core.worker import EngineWorker, Job
+    from edit_server.selectivity.select import fim_result
 
     adapter = write_stacked(tmp_path)
     calibration(adapter)

@@ -7,11 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
+from edit_server.cli.align_common import Outcome, fit, save
 from edit_server.core.requests import FimRequest
-from edit_server.core.results import fim_result
 from edit_server.core.settings import Gate, Settings, resolve
 from edit_server.selectivity import kto_gate
-from edit_server.selectivity.align_common import Outcome, fit, save
+from edit_server.selectivity.select import fim_result
 from engine.reward import Reward
 
 
@@ -71,7 +71,7 @@ def test_target_precision_is_range_validated_and_camel_cased() -> None:
 
 def test_top_layers_default_is_8_in_the_cli_and_the_trainer(tmp_path: Path) -> None:
     """A model with more than 8 layers gets LoRA on its last 8 only unless ``--top-layers 0`` asks for all."""
-    from edit_server.selectivity.align_kto import register_cli
+    from edit_server.cli.align_kto import register_cli
     from engine.train.kto.trainer import KtoConfig, train_kto
     from tests.test_kto import synthetic_set
 

@@ -77,14 +77,18 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
 @pytest.mark.parametrize(("rule", "allowed", "banned"), [
     ("only edit_server/lsp/ speaks LSP", _under("edit_server/lsp"), _under("pygls", "lsprotocol", "pytest_lsp")),
     ("aiohttp: the HTTP app, the remote transport, the HTTP bench",
-     lambda f: f in ("edit_server/http/app.py", "engine/remote/transport.py", "edit_server/bench_http.py"),
+     lambda f: f in ("edit_server/http/app.py", "engine/remote/transport.py", "edit_server/cli/bench_http.py"),
      _under("aiohttp")),
-    ("engine/ never imports edit_server/", lambda f: not f.startswith("engine/"), _under("edit_server")),
-    ("serving never imports engine/train/ (only the trainer and the offline `align` CLI do)",
-     lambda f: f.startswith(("engine/train/", "edit_server/selectivity/align")), _under("engine.train")),
-    ("the serving path never imports the offline align CLI",
-     lambda f: not f.startswith(("edit_server/core/", "edit_server/lsp/", "edit_server/http/", "edit_server/context/")),
-     lambda t: t.startswith("edit_server.selectivity.align")),
+    ("engine/ never imports edit_server/ or evals/", lambda f: not f.startswith("engine/"),
+     _under("edit_server", "evals")),
+    ("serving never imports engine/train/ (only the trainer and the offline `align` CLI on top do)",
+     lambda f: f.startswith(("engine/train/", "edit_server/cli/align")), _under("engine.train")),
+    ("serving never imports evals/ or the front ends on top (edit_server/cli/)",
+     lambda f: f.startswith(("edit_server/cli/", "evals/")) or f == "edit_server/__main__.py",
+     _under("evals", "edit_server.cli")),
+    ("evals/ drives the server as a client: of edit_server it imports only the one LSP client",
+     lambda f: not f.startswith("evals/"),
+     lambda t: t.startswith("edit_server") and not _under("edit_server.lsp.client")(t)),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
     ok, bad = _uses(allowed, banned)
@@ -133,10 +137,69 @@ def test_no_import_cycle_at_import_time() -> None:
 
 def test_no_import_cycle_through_functions() -> None:
     """Imports inside functions (lazy: start-up time, optional dependencies) form no cycle either: what two
-    modules share lives in a third that imports neither (``engine/bench_common.py``, ``http/common.py``,
-    ``selectivity/align_common.py``). Imports only for type checking are not followed."""
+    modules share lives in a third that imports neither (``edit_server/cli/bench_common.py``, ``http/common.py``,
+    ``cli/align_common.py``). Imports only for type checking are not followed."""
     graph = _graph(functions=True)
-    assert "engine.bench_batch" in graph["engine.bench"]  # a function-level import is seen
-    assert "edit_server.lsp.server" not in graph["edit_server.lsp.suggest"]  # TYPE_CHECKING only: not an edge
-    assert "edit_server.lsp.server" in _imports(SOURCES["edit_server.lsp.suggest"])  # … though it is there
+    assert "edit_server.cli.bench_batch" in graph["edit_server.cli.bench_engine"]  # a function-level import is seen
+    assert "edit_server.core.pipeline" in _imports(SOURCES["edit_server.lsp.suggest"])  # TYPE_CHECKING: seen
+    assert "edit_server.lsp.suggest" in graph["edit_server.lsp.server"]
     assert _cycles(graph) == []
+
+
+def test_no_import_cycle_even_for_type_checking() -> None:
+    """Not even the imports made only for type checking close a circle: a module that needs its caller's
+    type names a Protocol of its own (``lsp/suggest.py``'s ``Host``) instead of importing the caller."""
+    graph = {m: {t for t in _imports(p) if t in SOURCES and t != m and not m.startswith(t + ".")}
+             for m, p in SOURCES.items()}
+    assert _cycles(graph) == []
+
+
+ENGINE_NAMES = ("eng", "engine", "runner", "j", "job", "jobs")
+
+
+def _engine_typing_faults(tree: ast.AST) -> list[str]:
+    """Parameters naming the engine or its jobs typed ``Any``, and calls into an engine's private members
+    (``eng._step``): the decoding strategies see the engine through `engine.decoding.steps.StepRunner`."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for a in [*node.args.args, *node.args.kwonlyargs]:
+                if a.arg in ENGINE_NAMES and a.annotation is not None and "Any" in ast.unparse(a.annotation):
+                    out.append(f"{node.name}({a.arg}: {ast.unparse(a.annotation)}) line {node.lineno}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id in ENGINE_NAMES and node.attr.startswith("_") and not node.attr.startswith("__"):
+            out.append(f"{node.value.id}.{node.attr} line {node.lineno}")
+    return out
+
+
+def test_no_any_typed_engine_callbacks() -> None:
+    assert _engine_typing_faults(ast.parse("def f(eng: Any, j: list[Any]) -> None:\n    eng._step()\n")) == [
+        "f(eng: Any) line 1", "f(j: list[Any]) line 1", "eng._step line 2"]
+    faults = {_rel(m): f for m, p in SOURCES.items() if m.startswith("engine.")
+              and (f := _engine_typing_faults(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert faults == {}
+
+
+# Layers, bottom to top; an import never points to a higher layer. engine/train/ is a side branch of the
+# engine (offline): the serving layer must not use it (the rule above), the front ends on top may.
+LAYERS: tuple[tuple[str, Rule], ...] = (
+    ("engine", lambda m: m.startswith("engine") and not m.startswith("engine.train")),
+    ("engine.train", _under("engine.train")),
+    ("serving", lambda m: m.startswith("edit_server") and not _under("edit_server.cli", "edit_server.__main__")(m)),
+    ("evals", _under("evals")),
+    ("front ends (edit_server/cli/)", _under("edit_server.cli", "edit_server.__main__")),
+)
+
+
+def _layer(module: str) -> int:
+    return next(i for i, (_, inside) in enumerate(LAYERS) if inside(module))
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    """engine -> engine/train -> serving (edit_server/{core,context,lsp,http,selectivity}) -> evals (a client
+    of the server: of serving it imports only the LSP client) -> the front ends on top (CLIs, benchmarks,
+    demo, the offline align commands)."""
+    assert _layer("edit_server.cli.align_kto") == 4 and _layer("edit_server.lsp.client") == 2
+    up = [f"{_rel(m)} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+          for m, p in SOURCES.items() for t in sorted(_imports(p)) if t in SOURCES and _layer(t) > _layer(m)]
+    assert up == []

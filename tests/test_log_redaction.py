@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from edit_server.cli_serve import RedactingFilter
+from edit_server.cli.logs import RedactingFilter
 
 KEY = "AKIA" + "QWERTYUIOPASDFGH"
 

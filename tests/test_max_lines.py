@@ -9,9 +9,9 @@ import msgspec
 
 from edit_server.core.contexts import max_lines
 from edit_server.core.requests import FimRequest
-from edit_server.core.results import fim_result
 from edit_server.core.settings import Settings, build_settings
 from edit_server.core.worker import Job, engine_call
+from edit_server.selectivity.select import fim_result
 from engine.templates import FimPrompt
 
 CPU = SimpleNamespace(info={"device": "cpu"})

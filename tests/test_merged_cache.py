@@ -1,4 +1,4 @@
-"""engine.merged_cache + default.to_fast: a saved int8 model loads back exactly; keys follow sources."""
+"""engine.caches.merged + default.to_fast: a saved int8 model loads back exactly; keys follow sources."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import Engine, FimPrompt, fastcpu, merged_cache
+from engine import Engine, FimPrompt
+from engine.caches import merged as merged_cache
+from engine.cpu import fastcpu
 from engine.default import to_fast
 from engine.specs import random_checkpoint
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention import attend, bd3lm_layout, bd3lm_logit_index, block_causal_mask, causal_mask
-from engine.cache import KVCache
+from engine.caches.prefix import KVCache
 from engine.config import ModelArgs, preset
 from engine.model import Transformer
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import AbortSignal, CanvasSpec, Engine, FimPrompt, SamplerConfig
-from engine.sampler import Denoiser, choose_tokens, select_positions
+from engine.decoding.sampler import Denoiser, choose_tokens, select_positions
 
 V, MASK, END, NL = 16, 15, 14, 13
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engine import CanvasSpec, Engine, SamplerConfig
-from engine.remask import pick_remask, token_confidence
-from engine.sampler import Denoiser
+from engine.decoding.remask import pick_remask, token_confidence
+from engine.decoding.sampler import Denoiser
 from engine.types import StepEvent
 from tests.test_sampler import END, MASK, V, rows
 

@@ -13,11 +13,11 @@ import pytest
 from edit_server.core import contexts
 from edit_server.core.contexts import auto_budget, make_context
 from edit_server.core.requests import EditRequest, FimRequest, TextEdit
-from edit_server.core.results import diff_edits, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import Configure, EngineWorker, Job
 from edit_server.selectivity.feedback import FeedbackStore
+from edit_server.selectivity.select import diff_edits, skip_reason
 from engine.api import EngineAPI, OneByOne
 from engine.types import GenerateResult
 
@@ -271,7 +271,8 @@ def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
 
     def jobs() -> list[Job]:
         out: list[Job] = [Job(f"doc{i}", FimRequest(f"doc{i}", f"/w/d{i}.py", t, 1, len(t) - 1),
-                              Settings(max_tokens=16)) for i, t in enumerate(texts)]
+                              Settings(max_tokens=16, multiline_budget_ms=60_000))  # no time cut: exact
+                         for i, t in enumerate(texts)]
         out.append(Job("edit", EditRequest("edit", "/w/e.py", edit_text, 1, 12), Settings()))
         return out
 

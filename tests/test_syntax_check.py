@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 
+from edit_server.cli.align_common import Outcome, fit, save
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
-from edit_server.core.results import diff_edits, edit_result, fim_result
 from edit_server.core.settings import Gate, Settings
 from edit_server.lsp.features import hidden_reason
 from edit_server.selectivity import gate, kto_gate, syntax_check
-from edit_server.selectivity.align_common import Outcome, fit, save
+from edit_server.selectivity.select import diff_edits, edit_result, fim_result
 from engine.templates import EditPrompt
 
 PY = "import os\n\n\ndef g(a):\n    y = a\n    |\n    return y\n\n\ndef h():\n    pass\n"

@@ -232,7 +232,7 @@ class ContextBuilder(Workspace):
     def _shared_sections(self, path: str, history: Sequence[src.HunkLike], budget: int) -> StickyFim | None:
         """The document's sticky FIM build when its sections may serve a next edit too: same budget,
         other files' history and git diff, still young. The edit prompt then starts with the FIM
-        prompt's sections, so the engine reuses their KV (engine.blocks.take_slot)."""
+        prompt's sections, so the engine reuses their KV (engine.decoding.blocks.take_slot)."""
         old = self._sticky_build(path)
         if old is None or not old.fresh(budget, others_key(history, path), self._git_diff(path),
                                         self.options.sticky_ttl_s):

@@ -21,6 +21,8 @@ from engine.tokens import TokenizerLike
 log = logging.getLogger(__name__)
 
 CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (docs/PERFORMANCE.md)
+CPU_MULTILINE_BUDGET_MS = 1200  # the empty-line goal: p50 1 s / p95 2 s on a 2-core CPU (docs/PERFORMANCE.md)
+GPU_MULTILINE_BUDGET_MS = 2000
 CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)
 CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
 
@@ -49,6 +51,13 @@ def max_lines(settings: Settings, engine: EngineAPI | None) -> int | None:
     if settings.max_lines:
         return settings.max_lines
     return CPU_AUTO_MAX_LINES if on_cpu(engine) else None
+
+
+def multiline_budget_ms(settings: Settings, engine: EngineAPI | None) -> int:
+    """ms a multi-line completion may take: the setting, or (0 = auto) 1,200 on a CPU, 2,000 elsewhere."""
+    if settings.multiline_budget_ms:
+        return settings.multiline_budget_ms
+    return CPU_MULTILINE_BUDGET_MS if on_cpu(engine) else GPU_MULTILINE_BUDGET_MS
 
 
 def context_options(settings: Settings, engine: EngineAPI | None) -> ContextOptions:

@@ -29,11 +29,11 @@ from edit_server.core.requests import (
     InlineAnswer,
     Suggestion,
 )
-from edit_server.core.results import edit_result, fim_result, skip_reason
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
+from edit_server.selectivity.select import edit_result, fim_result, skip_reason
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.types import GenerateResult, StepCallback
@@ -228,18 +228,13 @@ class Pipeline:
         """A FIM prompt the client built itself (HTTP front end): same worker, gate and feedback. The
         suggestion comes back even when the gate hides it (``show`` False: the front end sends nothing).
         ``on_step``: called on the worker thread after each denoising step."""
-        text = prompt.prefix + prompt.suffix
-        req = FimRequest(key, prompt.path, text, 0, len(prompt.prefix), True)
         settings = msgspec.structs.replace(self.settings, max_tokens=max_tokens)  # the client's, capped by it
-        return await self._fim(req, prompt, key, settings, on_step)
+        return await self._fim(fim_request(key, prompt), prompt, key, settings, on_step)
 
     async def rewrite_prompt(self, key: str, prompt: EditPrompt,
                              on_step: StepCallback | None = None) -> EditAnswer | None:
         """An edit prompt the client built itself (HTTP front end)."""
-        start = len(prompt.before)
-        text = prompt.before + prompt.region + prompt.after
-        req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
-        return await self._edit(req, EditBuilt(prompt, start, start + len(prompt.region)), key, on_step)
+        return await self._edit(*edit_request(key, prompt), key, on_step)
 
     async def engine_call(self, key: str, prompt: FimPrompt | EditPrompt, max_tokens: int = 64,
                           single_line: bool = False) -> GenerateResult | None:
@@ -247,15 +242,11 @@ class Pipeline:
         own result through the same worker (queue, batching, supersede by ``key``, abort on cancel) — no
         gate, no feedback: the caller's decide. None: superseded or cancelled."""
         if isinstance(prompt, FimPrompt):
-            text = prompt.prefix + prompt.suffix
-            req: FimRequest | EditRequest = FimRequest(key, prompt.path, text, 0, len(prompt.prefix), True)
             settings = msgspec.structs.replace(self.settings, max_tokens=max_tokens)
-            job = Job(key, req, settings, prompt, single_line=single_line)
+            job = Job(key, fim_request(key, prompt), settings, prompt, single_line=single_line)
         else:
-            start = len(prompt.before)
-            text = prompt.before + prompt.region + prompt.after
-            req = EditRequest(key, prompt.path, text, 0, start + prompt.cursor)
-            job = Job(key, req, self.settings, EditBuilt(prompt, start, start + len(prompt.region)))
+            req, built = edit_request(key, prompt)
+            job = Job(key, req, self.settings, built)
         out = await self._run(job)
         return out.result if out is not None else None
 
@@ -271,13 +262,7 @@ class Pipeline:
         if sug is None:
             self._report(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
             return None
-        self._report(sug)
-        r = out.result
-        sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
-        if sug.show:
-            self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
-            self.feedback.offered(sug.id, "fim", uri, sug.score, prompt=out.built, completion=out.text,
-                                  shown_text=sug.text)
+        self._offer(sug, out, uri, out.built)
         return sug
 
     async def _edit(self, req: EditRequest, built: EditBuilt | None, uri: str,
@@ -290,10 +275,30 @@ class Pipeline:
         sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward)
         if sug is None:
             return None
+        self._offer(sug, out, uri, out.built.prompt)
+        return EditAnswer(sug, edits, req.text, req.version)
+
+    def _offer(self, sug: Suggestion, out: Outcome, uri: str, prompt: Built | EditPrompt) -> None:
+        """Either kind, after selection: reported (status, hidden reason), sized, and offered to feedback
+        when shown."""
         self._report(sug)
         r = out.result
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:
-            self.feedback.offered(sug.id, "edit", uri, sug.score, prompt=out.built.prompt, completion=out.text,
+            if sug.kind == "fim":
+                self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
+            self.feedback.offered(sug.id, sug.kind, uri, sug.score, prompt=prompt, completion=out.text,
                                   shown_text=sug.text)
-        return EditAnswer(sug, edits, req.text, req.version)
+
+
+def fim_request(key: str, prompt: FimPrompt) -> FimRequest:
+    """The request of a FIM prompt a client built itself (the cursor between prefix and suffix)."""
+    return FimRequest(key, prompt.path, prompt.prefix + prompt.suffix, 0, len(prompt.prefix), True)
+
+
+def edit_request(key: str, prompt: EditPrompt) -> tuple[EditRequest, EditBuilt]:
+    """The request of an edit prompt a client built itself, and the region it names."""
+    start = len(prompt.before)
+    text = prompt.before + prompt.region + prompt.after
+    return EditRequest(key, prompt.path, text, 0, start + prompt.cursor), EditBuilt(prompt, start,
+                                                                                   start + len(prompt.region))

@@ -11,10 +11,10 @@ in the ``Authorization`` header only and never logged.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 from edit_server.core.settings import Remote, Settings
+from engine import options
 from engine.api import EngineAPI
 from engine.remote import RemoteConfig, RemoteEngine
 
@@ -25,7 +25,7 @@ def api_key(remote: Remote) -> str:
     if remote.api_key:
         return remote.api_key
     if remote.api_key_env:
-        key = os.environ.get(remote.api_key_env, "")
+        key = options.named(remote.api_key_env)
         if not key:
             log.warning("remote.apiKeyEnv: %s is not set; requests go without a key", remote.api_key_env)
         return key

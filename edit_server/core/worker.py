@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -19,21 +18,26 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edit_server.core.contexts import Context, make_context, max_lines
+from edit_server.core.contexts import Context, make_context, max_lines, multiline_budget_ms
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
-from edit_server.core.results import is_single_line
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
+from edit_server.selectivity.select import is_single_line
+from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import AbortSignal, GenerateResult, StepCallback
 
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from engine.reward import RewardScorer
+
 log = logging.getLogger(__name__)
 StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
 ProgressFn = Callable[[int, int, str], None]  # (done bytes, total bytes, message) while a model downloads
-FACTORY_ENV = "EDIT_SERVER_ENGINE_FACTORY"  # "module:callable(spec, device)", for tests and embedding
+FACTORY_ENV = options.ENGINE_FACTORY  # "module:callable(spec, device)", for tests and embedding
 
 
 @dataclass
@@ -100,12 +104,12 @@ class Outcome:
         return list(self.result.confidences)
 
 
-def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto: str = "off"
-                ) -> tuple[EngineAPI, Any]:
+def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto: str | Path | None = "off"
+                ) -> tuple[EngineAPI, RewardScorer | None]:
     """(engine, reward scorer or None). A hub id downloads with ``progress``; otherwise the engine
     loads as ``Engine.load`` does (the CPU fast path for the default model), with the KTO-aligned
     adapter stacked on it when ``kto`` names one ("" = the current local version)."""
-    factory = os.environ.get(FACTORY_ENV)
+    factory = options.env().engine_factory
     if factory:
         mod, _, fn = factory.partition(":")
         return getattr(importlib.import_module(mod), fn)(spec, device), None
@@ -116,18 +120,42 @@ def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto:
         from engine.specs import load_checkpoint_spec
 
         eng = Engine.from_checkpoint(load_checkpoint_spec(spec, progress=progress), device=device)
-        return kto_gate.aligned_engine(eng, kto)
-    return kto_gate.load_engine(spec, device, kto)
+        return aligned_engine(eng, kto)
+    # with an adapter the engine keeps plain fp32 linear layers (``fast_cpu=False``: the int8 CPU layout fuses
+    # them, a stacked LoRA cannot wrap it); without one it loads exactly as before
+    path = kto_gate.adapter_path(kto)
+    if path is None or not Path(f"{path}.safetensors").is_file():
+        return Engine.load(spec, device=device), None
+    return aligned_engine(Engine.load(spec, device=device, fast_cpu=False), path)
+
+
+def aligned_engine(eng: Engine, adapter: str | Path | None = "") -> tuple[EngineAPI, RewardScorer | None]:
+    """(engine, reward scorer): ``eng`` with the aligned adapter stacked on it, and its
+    `engine.reward.RewardScorer`; ``(eng, None)`` when there is no adapter (``adapter`` "" = the
+    current local version, None / "off" = none) or it does not fit the model (logged)."""
+    path = kto_gate.adapter_path(adapter)
+    if path is None:
+        return eng, None
+    try:
+        from engine.loading.stacked import AlignedEngine
+        from engine.reward import RewardScorer
+
+        aligned = AlignedEngine.from_engine(eng, path)
+        return aligned, RewardScorer(aligned)
+    except Exception:  # a broken or mismatched adapter must not take serving down
+        log.warning("aligned adapter %s not used; confidence gate", path, exc_info=True)
+        return eng, None
 
 
 def engine_call(job: Job, built: Built, engine: EngineAPI | None = None) -> Call:
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
-        one = job.single_line if job.single_line is not None else is_single_line(job.req)
+        one = job.single_line if job.single_line is not None else is_single_line(job.req, job.settings.multiline)
         return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=one,
                           cache_key=job.key, abort=job.abort, on_step=job.on_step,
-                          max_lines=None if one else max_lines(job.settings, engine))
+                          max_lines=None if one else max_lines(job.settings, engine),
+                          budget_ms=None if one else multiline_budget_ms(job.settings, engine))
     assert isinstance(built, EditBuilt)
     return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
 
@@ -363,9 +391,9 @@ class EngineWorker:
                 continue
             t = r.timings or {}  # per-request numbers for support at INFO: sizes and timings, no text
             log.info("%s %s: %d prompt tokens (%d cached), %d steps, %d forwards, %s; prefill %.0f ms, "
-                     "decode %.0f ms, batch %d", j.kind, j.key, r.prompt_tokens, r.cached_tokens, r.steps,
-                     r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
-                     len(built))
+                     "decode %.0f ms, batch %d, %d tokens", j.kind, j.key, r.prompt_tokens, r.cached_tokens,
+                     r.steps, r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
+                     len(built), len(r.tokens))
             self._settle(j, Outcome(b, r, len(built), self._reward(j, b, r)))
 
     def _reward(self, job: Job, built: Built, r: GenerateResult) -> Any:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -45,11 +44,12 @@ from edit_server.http import common, handlers, handlers_engine, handlers_mercury
 from edit_server.http.auth import KeyRing, RateLimiter, retry_after
 from edit_server.http.common import Ctx, Reply, Stream
 from edit_server.http.metrics import MeteredEngine, Registry
+from engine import options
 from engine.api import EngineAPI
 
 log = logging.getLogger(__name__)
 
-TOKEN_ENV = "EDIT_SERVER_HTTP_TOKEN"
+TOKEN_ENV = options.HTTP_TOKEN
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 PIPELINE: web.AppKey[Pipeline] = web.AppKey("pipeline", Pipeline)
 STATE: web.AppKey[dict[str, Any]] = web.AppKey("state", dict)
@@ -234,7 +234,7 @@ def make_app(settings: Settings | None = None, *, engine: EngineAPI | None = Non
 
 def serve(host: str, port: int, settings: Settings) -> int:
     """Serve HTTP until interrupted (blocking); the model loads in the background. Returns an exit code."""
-    token = os.environ.get(TOKEN_ENV) or None
+    token = options.env().http_token or None
     app = make_app(settings, token=token, bind_host=host)
     if host not in LOOPBACK:
         log.warning("binding to %s: the endpoints are reachable from other machines%s", host,

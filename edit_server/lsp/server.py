@@ -185,11 +185,12 @@ class EditServer(LanguageServer):
         if self.loop is None or self.loop.is_closed():  # not started, or shut down while the model loaded
             return
         try:
-            self.loop.call_soon_threadsafe(self._status, state, message)
+            self.loop.call_soon_threadsafe(self.status_now, state, message)
         except RuntimeError:  # closed between the check and the call: nobody is listening any more
             pass
 
-    def _status(self, state: str, message: str) -> None:
+    def status_now(self, state: str, message: str) -> None:
+        """On the loop: the status notification (``$/editServer/status`` and Copilot's)."""
         self.state, self.message = state, message
         self.protocol.notify(STATUS, {"state": state, "message": message})
         kind = {"error": "Error", "degraded": "Warning"}.get(state, "Normal")
@@ -224,7 +225,7 @@ class EditServer(LanguageServer):
             else:
                 self.work_done_progress.report(self._download_token,
                                                lsp.WorkDoneProgressReport(message=message, percentage=pct))
-        self._status("loading", f"{message} ({pct}%)")
+        self.status_now("loading", f"{message} ({pct}%)")
 
     def stop(self) -> None:
         """shutdown / exit / signal / end of input: stop the engine, settle feedback (idempotent)."""

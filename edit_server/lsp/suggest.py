@@ -5,7 +5,7 @@ an ``error`` status, never a crash."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
@@ -14,9 +14,19 @@ from edit_server.core.requests import InlineAnswer
 from edit_server.lsp import convert
 
 if TYPE_CHECKING:
-    from edit_server.lsp.server import EditServer
+    from edit_server.core.pipeline import Pipeline
 
 log = logging.getLogger("edit_server.lsp.server")
+
+
+class Host(Protocol):
+    """What the handlers need of the server (``lsp/server.py``'s ``EditServer`` is one): its pipeline, and
+    the status notification, sent from the event loop."""
+
+    @property
+    def pipeline(self) -> Pipeline | None: ...
+
+    def status_now(self, state: str, message: str) -> None: ...
 
 
 def validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
@@ -35,13 +45,13 @@ def validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
     return uri, version, line, ch
 
 
-def engine_failed(ls: EditServer, e: Exception) -> None:
+def engine_failed(ls: Host, e: Exception) -> None:
     """Engine failure: no suggestion + a status notification, never a crash (details in the log)."""
     log.error("generation failed: %s", e)
-    ls._status("error", f"generation failed: {e}")
+    ls.status_now("error", f"generation failed: {e}")
 
 
-async def fim_answer(ls: EditServer, params: Any, invoked: bool) -> InlineAnswer | None:
+async def fim_answer(ls: Host, params: Any, invoked: bool) -> InlineAnswer | None:
     """The pipeline's FIM suggestion at ``params``' position (inline completion and completion)."""
     p = ls.pipeline
     doc = p.docs.get(params.text_document.uri) if p is not None else None
@@ -55,7 +65,7 @@ async def fim_answer(ls: EditServer, params: Any, invoked: bool) -> InlineAnswer
         return None
 
 
-async def inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
+async def inline_completion(ls: Host, params: lsp.InlineCompletionParams
                              ) -> lsp.InlineCompletionList | None:
     ans = await fim_answer(ls, params, params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Invoked)
     if ans is None:
@@ -65,7 +75,7 @@ async def inline_completion(ls: EditServer, params: lsp.InlineCompletionParams
     return lsp.InlineCompletionList(items=[item])
 
 
-async def inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) -> dict[str, Any]:
+async def inline_edit(ls: Host, args: tuple[str, int | None, int, int]) -> dict[str, Any]:
     uri, _version, line, ch = args
     p = ls.pipeline
     doc = p.docs.get(uri) if p is not None else None
@@ -83,7 +93,7 @@ async def inline_edit(ls: EditServer, args: tuple[str, int | None, int, int]) ->
     return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score) for e in ans.edits]}
 
 
-async def completion(ls: EditServer, params: lsp.CompletionParams) -> lsp.CompletionList | None:
+async def completion(ls: Host, params: lsp.CompletionParams) -> lsp.CompletionList | None:
     """The FIM suggestion as one completion item (`convert.completion_item`); incomplete, so clients ask
     again as the user types (answered from the suggestion cache while they type what it predicted)."""
     invoked = params.context is None or params.context.trigger_kind == lsp.CompletionTriggerKind.Invoked

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import time
 from concurrent.futures import Future
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edit_server.selectivity.dbwriter import DbWriter
+from engine import options
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,7 @@ TERMINAL = {"accepted", "rejected", "expired"}
 
 
 def default_db_path() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "edit-server" / "feedback.sqlite3"
+    return options.env().data_home() / "edit-server" / "feedback.sqlite3"
 
 
 @dataclass

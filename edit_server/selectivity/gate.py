@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.decode import loop_cut
+from engine.decoding.echo import echo_cut, echo_for_fim
+from engine.decoding.stops import loop_cut
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -39,8 +40,49 @@ def single_line_mode(line_suffix: str) -> bool:
     return any(not (c.isspace() or c in _CLOSERS or c in "\"':;,") for c in line_suffix)
 
 
+BLOCK_OPENERS = (":", "{", "(", "[", "=>")  # a line ending so opens a block, a literal or an argument list
+_DOC_OR_COMMENT = re.compile(r'^\s*("""|\'\'\'|#|//|/\*|\*)')
+
+
+def _columns(line: str) -> int:
+    t = line.expandtabs(4)
+    return len(t) - len(t.lstrip())
+
+
+def block_expected(prefix: str, suffix: str) -> bool:
+    """Whether a user at this cursor (nothing but closers right of it) expects a block rather than one line
+    (Copilot's "empty block start"): the line before the cursor ends with an opener (``def f(x):``,
+    ``items = [``), or the cursor is on a blank line under an opener — past a docstring or comments — whose
+    block is still empty (the next code line is not indented deeper than the opener's line)."""
+    head = prefix.rsplit("\n", 1)[-1]
+    if head.strip():
+        return head.rstrip().endswith(BLOCK_OPENERS)
+    above = prefix.split("\n")[:-1][-60:]
+    opener = None
+    in_doc = False
+    for ln in reversed(above):
+        s = ln.strip()
+        if not s:
+            continue
+        if s.endswith(('"""', "'''")) and (s.count('"""') + s.count("'''")) % 2 == 1 and not in_doc:
+            in_doc = True  # the end of a docstring: skip to its start
+            continue
+        if in_doc:
+            if s.startswith(('"""', "'''")) or (s.count('"""') + s.count("'''")) % 2 == 1:
+                in_doc = False
+            continue
+        if _DOC_OR_COMMENT.match(ln) and not s.endswith(BLOCK_OPENERS):
+            continue  # a one-line docstring or a comment under the header
+        opener = ln
+        break
+    if opener is None or not opener.rstrip().endswith(BLOCK_OPENERS):
+        return False
+    nxt = next((ln for ln in suffix.split("\n")[1:80] if ln.strip()), None)
+    return nxt is None or _columns(nxt) <= _columns(opener)
+
+
 def _cut_loop(text: str, reference: str) -> str:
-    """``text`` up to the end of the first occurrence of its first loop (`engine.decode.loop_cut`: what
+    """``text`` up to the end of the first occurrence of its first loop (`engine.decoding.stops.loop_cut`: what
     the decoder stops at too), keeping repetitions ``reference`` holds."""
     cut = loop_cut(text, reference)
     return text if cut is None else text[:cut]
@@ -99,7 +141,7 @@ def _cut_at_scope_end(text: str, line_prefix: str) -> str:
     return text
 
 
-def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
+def clean_fim(text: str, prefix: str, suffix: str, single_line: bool, path: str = "") -> str:
     """Post-process a FIM completion; returns "" when nothing useful is left."""
     text = text.replace("\r\n", "\n")
     line_prefix = prefix.rsplit("\n", 1)[-1]
@@ -107,6 +149,9 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool) -> str:
     if single_line:
         text = text.split("\n", 1)[0]
     text = _cut_loop(text, prefix + suffix)
+    echo = echo_cut(text if single_line else text + "\n", echo_for_fim(prefix, suffix, path, single_line))
+    if echo is not None:  # re-types the suffix / the prefix, or prose: where the decoder stops too
+        text = text[:echo[0]]
     text = _normalise_indent(text, line_prefix, prefix)
     text = _cut_at_scope_end(text, line_prefix)
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
@@ -164,7 +209,7 @@ def decide(text: str, confidences: list[float], enabled: bool, threshold: float,
 
 def clean_edit(old_region: str, new_region: str, reference: str | None = None) -> str:
     """Post-process a rewritten region: same line endings, final newline kept. A rewrite that falls
-    into a loop (`engine.decode.loop_cut`, repetitions ``reference`` — the document, else the old
+    into a loop (`engine.decoding.stops.loop_cut`, repetitions ``reference`` — the document, else the old
     region — does not hold) is no edit: cut there, it would delete the rest of the region."""
     new_region = new_region.replace("\r\n", "\n")
     if loop_cut(new_region, old_region.replace("\r\n", "\n") if reference is None else reference) is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from edit_server.selectivity import gate
 from edit_server.selectivity.thresholds import threshold_for
+from engine import options
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ _VERSION = re.compile(r"^kto-v(\d+)\.safetensors$")
 
 # ---- versioned adapters ----------------------------------------------------------------------
 def adapters_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "edit-server" / "adapters"
+    return options.env().data_home() / "edit-server" / "adapters"
 
 
 def versions(d: Path | None = None) -> list[int]:
@@ -122,37 +121,12 @@ def calibration_for(adapter: str | Path) -> RewardCalibration | None:
     return _CAL[key]
 
 
-# ---- serving hooks ---------------------------------------------------------------------------
-def aligned_engine(eng: Any, adapter: str | Path | None = "") -> tuple[Any, Any]:
-    """(engine, reward scorer): ``eng`` with the aligned adapter stacked on it, and its
-    `engine.reward.RewardScorer`; ``(eng, None)`` when there is no adapter (``adapter`` "" = the
-    current local version, None / "off" = none) or it does not fit the model (logged)."""
-    path = current_adapter() if adapter == "" else (None if adapter in (None, "off") else Path(adapter))
-    if path is None:
-        return eng, None
-    try:
-        from engine.loading.stacked import AlignedEngine
-        from engine.reward import RewardScorer
-
-        aligned = AlignedEngine.from_engine(eng, path)
-        return aligned, RewardScorer(aligned)
-    except Exception:  # a broken or mismatched adapter must not take serving down
-        log.warning("aligned adapter %s not used; confidence gate", path, exc_info=True)
-        return eng, None
+def adapter_path(adapter: str | Path | None) -> Path | None:
+    """The aligned adapter a setting names: "" = the current local version, None / "off" = none."""
+    return current_adapter() if adapter == "" else (None if adapter in (None, "off") else Path(adapter))
 
 
-def load_engine(spec: str, device: str, adapter: str | Path | None = "") -> tuple[Any, Any]:
-    """Load ``spec`` for serving with the aligned adapter when there is one: (engine, scorer or None).
-    With an adapter the engine keeps plain fp32 linear layers (``fast_cpu=False``: the int8 CPU
-    layout fuses them, a stacked LoRA cannot wrap it); without one it loads exactly as before."""
-    from engine import Engine
-
-    path = current_adapter() if adapter == "" else (None if adapter in (None, "off") else Path(adapter))
-    if path is None or not Path(f"{path}.safetensors").is_file():
-        return Engine.load(spec, device=device), None
-    return aligned_engine(Engine.load(spec, device=device, fast_cpu=False), path)
-
-
+# ---- the decision ------------------------------------------------------------------------------
 def decide(kind: str, text: str, confidences: list[float], reward: Any, *, enabled: bool,
            threshold: float, target_precision: float = 0.0, rule: str | None = None) -> gate.Decision:
     """The show/hide decision: on the reward (``engine.reward.Reward``) when an aligned adapter with a

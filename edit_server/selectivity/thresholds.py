@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from engine import options
 
 if TYPE_CHECKING:  # msgspec is not needed to fit or read thresholds (`align` runs on the GPU image without it)
     from edit_server.core.settings import Settings
@@ -19,8 +20,7 @@ _CACHE: dict[tuple[str, float], dict[str, float]] = {}
 
 
 def default_calibration_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "edit-server" / "gate.json"
+    return options.env().config_home() / "edit-server" / "gate.json"
 
 
 def load_thresholds(path: str | Path) -> dict[str, float]:

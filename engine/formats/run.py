@@ -9,13 +9,16 @@ engine raises `FormatNotSupported` for them on block-causal ones.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.formats import Layout
 from engine.types import CanvasSpec, GenerateResult, SamplerConfig
 
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
-def cut_at_stops(engine: Any, res: GenerateResult, stops: frozenset[int], single_line: bool) -> GenerateResult:
+
+def cut_at_stops(engine: Engine, res: GenerateResult, stops: frozenset[int], single_line: bool) -> GenerateResult:
     """Truncate ``res`` before the first stop token (finish reason "end")."""
     for i, t in enumerate(res.tokens):
         if t in stops:
@@ -27,7 +30,7 @@ def cut_at_stops(engine: Any, res: GenerateResult, stops: frozenset[int], single
     return res
 
 
-def run_layout(engine: Any, lay: Layout, *, max_tokens: int | None = None, single_line: bool = False,
+def run_layout(engine: Engine, lay: Layout, *, max_tokens: int | None = None, single_line: bool = False,
                sampler: Any = None, cache_key: str | None = None, abort: Any = None,
                on_step: Any = None) -> GenerateResult:
     if lay.in_place:

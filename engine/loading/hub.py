@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
 import re
 import sys
 import threading
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.loading.common import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -80,14 +80,15 @@ def parse_hub_spec(spec: str) -> HubSpec | None:
 def offline() -> bool:
     import huggingface_hub.constants as c
 
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE or bool(c.HF_HUB_OFFLINE)
+    return options.env().hf_hub_offline.lower() in _TRUE or bool(c.HF_HUB_OFFLINE)
 
 
 def cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    o = options.env()
+    if o.hf_hub_cache:
+        return Path(o.hf_hub_cache).expanduser()
+    if o.hf_home:
+        return Path(o.hf_home).expanduser() / "hub"
     return Path("~/.cache/huggingface/hub").expanduser()
 
 
@@ -148,7 +149,7 @@ class _Tracker:
         self.last = 0.0
         self.active: dict[int, int] = {}
         self.lock = threading.Lock()
-        disable = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").lower() in _TRUE
+        disable = options.env().hf_hub_disable_progress_bars.lower() in _TRUE
         self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"Downloading {label}",
                         file=sys.stderr, disable=disable, mininterval=0.5)
 
@@ -214,11 +215,11 @@ class _Tracker:
 
 # ---- fetching ----------------------------------------------------------------------------------
 def _token() -> str | None:
-    return os.environ.get("HF_TOKEN") or None
+    return options.env().hf_token or None
 
 
 def _endpoint() -> str | None:
-    return os.environ.get("HF_ENDPOINT") or None
+    return options.env().hf_endpoint or None
 
 
 def _not_cached(spec: HubSpec, root: Path, why: str) -> CheckpointError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,9 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from engine.cache import Slot, common_prefix
-from engine.engine import Engine, _Job
+from engine.caches.prefix import Slot, common_prefix
+from engine.decoding.steps import Job
+from engine.engine import Engine
 from engine.loading.adapter import AdapterError, load_adapter
 
 FORMAT = "edit-server-kto/1"
@@ -206,6 +207,7 @@ class AlignedEngine(Engine):
         self.kto_meta = dict(kto_meta)
         self.adapter = adapter
         self.info["aligned"] = {"adapter": adapter, "label": kto_meta.get("label", "KTO adapter")}
+        self.prefill_hook = ReferencePrefill(self)
 
     @classmethod
     def from_engine(cls, eng: Engine, adapter: Path | str) -> AlignedEngine:
@@ -215,7 +217,7 @@ class AlignedEngine(Engine):
         if eng.args.attention != "block_causal":
             raise AdapterError("a stacked KTO adapter needs a block-causal model")
         if getattr(eng.model, "fast_cpu", None):
-            raise AdapterError("the int8 CPU layout (engine.fastcpu) has fused layers a stacked LoRA cannot "
+            raise AdapterError("the int8 CPU layout (engine.cpu.fastcpu) has fused layers a stacked LoRA cannot "
                                "wrap: load the engine with fast_cpu=False")
         tensors, meta = load_stacked(Path(adapter))
         check_stacks_on(meta, eng.meta, str(adapter))
@@ -226,24 +228,31 @@ class AlignedEngine(Engine):
                    meta=eng.meta, cache_bytes=eng.cache.budget, approx_cache=eng.approx_cache,
                    **({"sampler": eng.sampler} if hasattr(eng, "sampler") else {}))
 
-    def _take_slot(self, j: _Job, need: int) -> Slot:
+
+class ReferencePrefill:
+    """`engine.decoding.steps.PrefillHook` of the aligned engine: the reference (LoRA off) encodes the prompt, the
+    policy (LoRA on) its last token."""
+
+    def __init__(self, eng: AlignedEngine) -> None:
+        self.eng = eng
+
+    def take_slot(self, j: Job, slot: Slot) -> Slot:
         """The engine's cached slot (or one seeded from a donor), minus a last row that may hold
         policy KV: a cached prompt that is a strict prefix of this one ends in such a row."""
-        slot = super()._take_slot(j, need)
         n = len(slot.tokens)
         if 0 < n < len(j.prompt) and common_prefix(slot.tokens, j.prompt) == n:
             slot.tokens = slot.tokens[:-1]
         return slot
 
-    def _prefill(self, j: _Job) -> None:
-        n = len(j.prompt)
-        with self.lora.use(False):
-            super()._prefill(j)
+    def prefill(self, j: Job, run: Callable[[Job], None]) -> None:
+        eng, n = self.eng, len(j.prompt)
+        with eng.lora.use(False):
+            run(j)
         assert j.kv is not None and j.slot is not None
         with torch.no_grad():
             j.kv.length = n - 1
-            ids = torch.tensor([[j.prompt[-1]]], device=self.device)
-            h = self.model(ids, offset=n - 1, cache=j.kv, logits_slice=slice(0, 0))
+            ids = torch.tensor([[j.prompt[-1]]], device=eng.device)
+            h = eng.model(ids, offset=n - 1, cache=j.kv, logits_slice=slice(0, 0))
             j.kv.length = n
         j.forwards += 1
         j.last_hidden = j.slot.last_hidden = h[0, -1]

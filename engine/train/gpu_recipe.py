@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.train.recipe import COLLECT_PART, KEEP_DIR, PACK_DIR, ROOT, UPLOAD_LIMIT, MiB, default_work
 
 CONFIG = ROOT / "engine" / "train" / "configs" / "gpu_smollm2.json"
@@ -55,7 +55,7 @@ def _sets(items: list[str]) -> dict[str, Any]:
 
 def humaneval_dir() -> Path:
     """``<shared>/data/humaneval-infilling``, found as `evals.datasets.shared_dir` finds it."""
-    return Path(os.environ.get("EDIT_SERVER_SHARED") or ROOT.parent / "shared") / "data" / "humaneval-infilling"
+    return Path(options.env().shared or ROOT.parent / "shared") / "data" / "humaneval-infilling"
 
 
 def run_pack(a: argparse.Namespace) -> dict[str, Any]:

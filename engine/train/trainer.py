@@ -394,9 +394,9 @@ def _git_pairs(cfg: TrainConfig) -> list:
 def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, device: torch.device,
                 corpus: Corpus) -> dict[str, Any]:
     last = summary["val"][-1] if summary["val"] else {}
-    label = cfg.label or (f"{'CPU smoke' if device.type == 'cpu' else 'GPU'} adapter ({summary['steps']} steps, "
-                          f"val loss {last.get('loss', float('nan')):.3f})")
     trained_on = (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    label = cfg.label or (f"{'CPU smoke' if device.type == 'cpu' else trained_on.removeprefix('NVIDIA ')} adapter "
+                          f"({summary['steps']} steps, val loss {last.get('loss', float('nan')):.3f})")
     return {
         "format": "edit-server-lora/1", **meta, "special_tokens": tok.special.as_dict(),
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from edit_server.bench_lsp import renames, sites, split_point
-from edit_server.bench_lsp_report import KINDS, format_table
 from edit_server.cli import build_parser
+from edit_server.cli.bench_lsp import renames, sites, split_point
+from edit_server.cli.bench_lsp_report import KINDS, format_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

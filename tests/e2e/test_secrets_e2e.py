@@ -67,7 +67,7 @@ def test_log_records_pass_the_redaction(tmp_path: Path, level: str) -> None:
     import argparse
     import logging
 
-    from edit_server.cli_serve import setup_logging
+    from edit_server.cli.logs import setup_logging
 
     fmts = formats(random.Random(11))
     log = tmp_path / "x.log"

@@ -22,8 +22,9 @@ uploaded per command including the working tree, ≤ 8 files of ≤ 16 MiB back,
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from engine import options
 
 MiB = 1 << 20
 UPLOAD_LIMIT = 64 * MiB  # per device command: working tree + carried paths
@@ -38,4 +39,4 @@ PACK_DIR = ROOT / "runs" / "gpu-pack"
 
 def default_work() -> Path:
     """The GPU machine's work dir: outside the repository copy, which each command re-syncs."""
-    return Path(os.environ.get("EDIT_SERVER_GPU_WORK") or Path.home() / "edit-server-gpu")
+    return Path(options.env().gpu_work or Path.home() / "edit-server-gpu")

@@ -1,0 +1,157 @@
+"""Output selection: engine output -> suggestion, one stage for both kinds (pure functions).
+
+`select` takes an `Output` (what the engine wrote for a span of the document: the cursor for a FIM
+completion, the editable region for a next edit) through cut -> clean -> diff -> syntax check -> decide:
+the line cap (engines that do not stop there themselves), the gate's filters (`gate.clean_fim` /
+`gate.clean_edit`), the edits against the document, the syntax errors they would introduce
+(`syntax_check`), and the show/hide decision (`kto_gate.decide`: the implicit reward when there is one,
+else the confidence score against the calibrated threshold). `fim_result` / `edit_result` state the two
+kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
+from edit_server.core.settings import Settings
+from edit_server.selectivity import gate, kto_gate, syntax_check
+from edit_server.selectivity.thresholds import gate_threshold
+from engine.decoding.stops import lines_cut
+
+
+def skip_reason(req: FimRequest, settings: Settings) -> str | None:
+    """Why an inline completion request should not reach the model (None = go ahead)."""
+    if not settings.inline_completion.enabled:
+        return "disabled"
+    line_start = req.text.rfind("\n", 0, req.offset) + 1
+    line_end = req.text.find("\n", req.offset)
+    line_end = len(req.text) if line_end < 0 else line_end
+    if not req.invoked and not gate.should_auto_trigger(
+            req.text[line_start:req.offset], req.text[req.offset:line_end], settings.auto_trigger_max_right):
+        return "auto-trigger rule"
+    return None
+
+
+def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:
+    """One line (mid-line; and with ``multiline`` "auto" an automatic trigger where no block is expected:
+    `gate.block_expected`) or several (``multiline`` "never": always one)."""
+    line_end = req.text.find("\n", req.offset)
+    if multiline == "never" or gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end]):
+        return True
+    if multiline == "always" or req.invoked:
+        return False
+    return not gate.block_expected(req.text[: req.offset], req.text[req.offset :])
+
+
+def without_line_rest(suggestion: str, line_rest: str) -> str:
+    """A one-line suggestion that ends by re-typing the rest of the cursor's line (``a + b, 1)`` before
+    ``, 1)``) without that rest: a FIM suggestion is an insertion at the cursor (front ends show it with
+    the rest of the line after it). Only when the rest has a word character: ``foo()`` before ``)`` may
+    close a call of its own."""
+    rest = line_rest.strip()
+    if "\n" in suggestion or not re.search(r"\w", rest):
+        return suggestion
+    body = suggestion.rstrip()
+    if len(body) > len(rest) and body.endswith(rest):
+        body = body[: -len(rest)]
+        return body if body.strip() else ""
+    return suggestion
+
+
+def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
+    """Minimal edits turning ``old`` into ``new`` (line hunks, refined to characters), at ``base``."""
+    if old == new:
+        return []
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    starts = [0]
+    for ln in a:
+        starts.append(starts[-1] + len(ln))
+    edits: list[TextEdit] = []
+    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        s, e = starts[i1], starts[i2]
+        o, n = old[s:e], "".join(b[j1:j2])
+        p = 0  # refine to the changed characters inside the hunk
+        while p < min(len(o), len(n)) and o[p] == n[p]:
+            p += 1
+        q = 0
+        while q < min(len(o), len(n)) - p and o[len(o) - 1 - q] == n[len(n) - 1 - q]:
+            q += 1
+        edits.append(TextEdit(base + s + p, base + e - q, n[p : len(n) - q]))
+    return edits
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the engine wrote (``new``, its per-token ``confidences``, the aligned model's ``reward``) for
+    ``document[start:end]`` (FIM: the cursor, ``start == end``; edit: the editable region)."""
+
+    kind: Literal["fim", "edit"]
+    path: str
+    document: str
+    start: int
+    end: int
+    new: str
+    confidences: list[float]
+    reward: Any = None
+    single_line: bool = False  # FIM: a single-line completion
+    max_lines: int | None = None  # FIM: the line cap of a multi-line one
+
+
+def cut(o: Output) -> str:
+    """The line cap, for engines that do not stop at it themselves (remote, fakes)."""
+    c = lines_cut(o.new, o.max_lines) if o.kind == "fim" and o.max_lines and not o.single_line else None
+    return o.new if c is None else o.new[:c]
+
+
+def clean(o: Output, new: str) -> str:
+    """The gate's filters: FIM trims what the document already holds around the cursor; an edit whose
+    region fell into a loop keeps the old region."""
+    doc = o.document
+    if o.kind == "edit":
+        return gate.clean_edit(doc[o.start:o.end], new, doc)
+    cleaned = gate.clean_fim(new, doc[:o.start], doc[o.start:], o.single_line, o.path)
+    line_end = doc.find("\n", o.start)
+    return without_line_rest(cleaned, doc[o.start:len(doc) if line_end < 0 else line_end])
+
+
+def diff(o: Output, new: str) -> list[TextEdit]:
+    """The edits ``new`` makes to the document (FIM: one insertion at the cursor, none when empty)."""
+    if o.kind == "fim":
+        return [TextEdit(o.start, o.start, new)] if new else []
+    return diff_edits(o.document[o.start:o.end], new, o.start)
+
+
+def select(o: Output, settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes."""
+    new = clean(o, cut(o))
+    edits = diff(o, new)
+    if not edits:
+        return None, []
+    enabled = settings.gate.enabled
+    rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
+                                   fim=o.kind == "fim") if enabled else None
+    d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled,
+                        threshold=gate_threshold(settings, o.kind),
+                        target_precision=settings.gate.kto_target_precision, rule=rule)
+    return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason), edits
+
+
+def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
+               reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
+    """The FIM suggestion from the engine's text, or None."""
+    return select(Output("fim", req.path, req.text, req.offset, req.offset, text, confidences, reward,
+                         is_single_line(req, settings.multiline), max_lines), settings)[0]
+
+
+def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
+                settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The next edit from the engine's new region, and its edits."""
+    return select(Output("edit", req.path, req.text, built.region_start, built.region_end, new_region,
+                         confidences, reward), settings)

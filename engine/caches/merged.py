@@ -1,0 +1,115 @@
+"""The default model, merged and quantised once, kept on disk for the next start.
+
+Building the CPU model costs, every start: parsing the base (or its converted copy), merging the
+LoRA adapter into 135 M weights, then quantising them to int8 (`engine.cpu.fastcpu`) — seconds on a
+2-core CPU and a peak of ~1.5 GB (fp32 copies). The result is small (int8, ~150 MB), so it is saved
+as one safetensors file plus a JSON sidecar (model args, tokenizer, provenance) under
+``~/.cache/edit-server/merged/`` and loaded from there next time: no merge, no quantisation, no
+fp32 copy. The file name carries a key of everything it was built from (adapter files, base file,
+format versions); anything else is a miss, and writing a new entry removes the stale ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine import options
+from engine.checkpoint import LoadedCheckpoint
+from engine.config import ModelArgs
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+ENV_DIR = options.MERGED_CACHE  # a directory, or "off"
+
+
+def cache_dir() -> Path | None:
+    o = options.env()
+    if o.merged_cache == "off":
+        return None
+    if o.merged_cache:
+        return Path(o.merged_cache)
+    return o.cache_home() / "edit-server" / "merged"
+
+
+def _stat(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def key(sources: list[Path], layout: str) -> str:
+    """Hash of the source files' identity (name, size, mtime), the layout and this module's version."""
+    from engine.cpu import fastcpu
+
+    ident = {"version": VERSION, "layout": layout, "fastcpu": fastcpu.FORMAT,
+             "torch": ".".join(torch.__version__.split(".")[:2]),
+             "sources": [_stat(p) for p in sources]}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def paths(name: str, k: str) -> tuple[Path, Path] | None:
+    d = cache_dir()
+    if d is None:
+        return None
+    return d / f"{name}-{k}.safetensors", d / f"{name}-{k}.json"
+
+
+def load(name: str, k: str) -> LoadedCheckpoint | None:
+    """The cached checkpoint (state dict in its saved layout), or None on a miss / unreadable entry."""
+    where = paths(name, k)
+    if where is None or not where[0].is_file() or not where[1].is_file():
+        return None
+    try:
+        from safetensors.torch import load_file
+        from tokenizers import Tokenizer as HFTokenizer
+
+        from engine.tokenizer import Tokenizer
+        from engine.tokens import SpecialIds
+
+        side = json.loads(where[1].read_text(encoding="utf-8"))
+        # fresh (allocator-aligned) copies: tensors at arbitrary file offsets crash the int8 kernel
+        state = {n: t.clone() for n, t in load_file(str(where[0])).items()}
+        args = ModelArgs.from_dict(side["args"])
+        tok = Tokenizer(HFTokenizer.from_str(side["tokenizer"]),
+                        SpecialIds.from_mapping(side["special_tokens"], source=str(where[1])))
+        meta = {**side["meta"], "merged_cache": str(where[0])}
+        return LoadedCheckpoint(args, state, tok, side["name"], meta)
+    except Exception as e:  # noqa: BLE001 - a broken entry is rebuilt, never fatal
+        log.warning("merged-model cache %s unreadable (%s); rebuilding it", where[0], e)
+        return None
+
+
+def save(name: str, k: str, ck: LoadedCheckpoint) -> Path | None:
+    """Write ``ck`` (atomically: temp files renamed) and drop older entries of ``name``."""
+    where = paths(name, k)
+    if where is None:
+        return None
+    from safetensors.torch import save_file
+
+    d = where[0].parent
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        side = {"name": ck.name, "args": dataclasses.asdict(ck.args), "special_tokens": ck.tokenizer.special.as_dict(),
+                "tokenizer": ck.tokenizer.hf.to_str(), "meta": ck.meta}
+        with tempfile.TemporaryDirectory(prefix=".tmp-", dir=d) as tmp:
+            st, js = Path(tmp) / where[0].name, Path(tmp) / where[1].name
+            save_file({n: t.contiguous() for n, t in ck.state_dict.items()}, str(st))
+            js.write_text(json.dumps(side, default=str), encoding="utf-8")
+            os.replace(st, where[0])
+            os.replace(js, where[1])
+        for old in d.glob(f"{name}-*"):
+            if old not in where:
+                old.unlink(missing_ok=True)
+        return where[0]
+    except OSError as e:
+        log.warning("could not write the merged-model cache in %s: %s", d, e)
+        return None

@@ -1,0 +1,136 @@
+"""Stop rules: where an output stops, one definition for the decoder (the denoiser's stop rule,
+`scope_rule`) and the output selection (the gate's loop cut, the line cap): the cursor's scope, a line
+cap, a loop the prompt does not hold, a single line that outgrows the code around it; and (`engine.decoding.echo`)
+a middle that re-types what is there or turns to prose, a rewrite past its region, the time budget."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from engine.decoding.echo import budget_cut, echo_cut
+from engine.types import Echo, FinishReason
+
+
+def _columns(line: str) -> int:
+    n = 0
+    for c in line:
+        if c == " ":
+            n += 1
+        elif c == "\t":
+            n += 4
+        else:
+            break
+    return n
+
+
+def scope_cut(text: str, base: int) -> int | None:
+    """Character offset where a multi-line completion leaves the cursor's block: the start of the
+    first non-blank line after the first that is indented less than ``base`` columns or follows
+    two blank lines (the gate's cut, ``selectivity.gate``); None while it has not."""
+    pos = text.find("\n")
+    blanks = 0
+    while pos >= 0:
+        start = pos + 1
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if line.strip():
+            if _columns(line) < base or blanks >= 2:
+                return start
+            blanks = 0
+        elif end >= 0:
+            blanks += 1
+        pos = end
+    return None
+
+
+def lines_cut(text: str, max_lines: int) -> int | None:
+    """Character offset after the ``max_lines``-th line's newline (the output's last line ends there);
+    None while the text has fewer line ends."""
+    pos = -1
+    for _ in range(max_lines):
+        pos = text.find("\n", pos + 1)
+        if pos < 0:
+            return None
+    return pos
+
+
+# a unit of 1-40 characters repeated 4+ times in a row
+_LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
+LOOP_MIN_CHARS = 16  # an inline loop spans at least this many characters
+LOOP_WORD_CHARS = 2  # ... and its unit holds this many word characters (not "----", "0, ", "aaaa")
+LOOP_LINES = 3  # the same non-blank line this many times in a row
+
+
+def loop_cut(text: str, reference: str = "") -> int | None:
+    """Character offset after the first occurrence of the earliest loop in ``text`` that ``reference``
+    (the code the model was shown: the prompt, the old region) does not contain, or None.
+
+    A loop is the same non-blank line `LOOP_LINES` times in a row (complete lines: the last may still
+    grow), or a unit of 1-40 characters with `LOOP_WORD_CHARS`+ word characters repeated 4+ times over
+    `LOOP_MIN_CHARS`+ characters ("cfg: Config, cfg: Config, ...", "self.self.self.self."). Separators,
+    runs of one character and number lists are code, not loops; so is any repetition the reference
+    holds. The gate cuts a completion there (`selectivity.gate`) and the decoder stops there
+    (`scope_rule`): what follows a loop is never shown."""
+    cuts: list[int] = []
+    lines, pos, run = text.split("\n")[:-1], 0, 0
+    for i, ln in enumerate(lines):
+        run = run + 1 if i and ln.strip() and ln == lines[i - 1] else 1
+        if run == LOOP_LINES and (ln + "\n") * LOOP_LINES not in reference:
+            first = pos - (LOOP_LINES - 1) * (len(ln) + 1)
+            cuts.append(first + len(ln) + 1)
+            break
+        pos += len(ln) + 1
+    for m in _LOOP.finditer(text):
+        unit = m.group(1)
+        if (len(m.group(0)) >= LOOP_MIN_CHARS and sum(c.isalnum() or c == "_" for c in unit) >= LOOP_WORD_CHARS
+                and m.group(0) not in reference):
+            cuts.append(m.start() + len(unit))
+            break
+    return min(cuts) if cuts else None
+
+
+def text_stop(text: str, scope: int | None, max_lines: int | None, loops: str | None = None,
+              max_chars: int | None = None, echo: Echo | None = None, deadline: float | None = None
+              ) -> tuple[int, FinishReason] | None:
+    """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop, the character
+    cap, a re-typed or prose line (``echo``: `engine.decoding.echo.echo_cut`) and the time budget
+    (``deadline``: the finished lines), with its kind; None: none reached."""
+    long = max_chars if max_chars is not None and len(text) > max_chars else None
+    cuts: list[tuple[int, FinishReason]]
+    cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
+                                (None if not max_lines else lines_cut(text, max_lines), "scope"),
+                                (None if loops is None else loop_cut(text, loops), "loop"),
+                                (long, "long")) if c is not None]
+    for extra in (None if echo is None else echo_cut(text, echo), budget_cut(text, deadline)):
+        if extra is not None:
+            cuts.append(extra)
+    return min(cuts) if cuts else None
+
+
+def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
+               loops: str | None = None, max_chars: int | None = None, echo: Echo | None = None,
+               deadline: float | None = None) -> Callable[[list[int]], tuple[int, FinishReason, int] | None] | None:
+    """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap, the first
+    loop, ``max_chars`` characters, a re-typed / prose line or the budget's last finished line, its kind,
+    the cut's character offset in their text), or None; no rule when nothing is asked for. ``loops``: stop
+    at loops that this reference text (the prompt's) does not hold."""
+    if base is None and not max_lines and loops is None and max_chars is None and echo is None and deadline is None:
+        return None
+
+    def rule(ids: list[int]) -> tuple[int, FinishReason, int] | None:
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, deadline)
+        if stop is None:
+            return None
+        cut, kind = stop
+        if cut <= 0:
+            return 0, kind, 0
+        lo, hi = 1, len(ids)  # smallest k whose text covers the cut
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(decode(ids[:mid])) >= cut:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo, kind, cut
+    return rule
