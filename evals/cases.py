@@ -10,6 +10,8 @@ from typing import Literal
 
 import msgspec
 
+from evals.metrics import normalize_ws  # re-exported: evals.replay and older callers import it from here
+
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
     ".ts": "typescript", ".tsx": "typescriptreact", ".rs": "rust", ".go": "go", ".java": "java",
@@ -132,11 +134,6 @@ def apply_to_files(files: dict[str, str], edits: Sequence[Edit]) -> dict[str, st
     for path in {e.path for e in edits}:
         out[path] = apply_edits(files.get(path, ""), [e for e in edits if e.path == path])
     return out
-
-
-def normalize_ws(text: str) -> str:
-    """Whitespace-normalised text: trailing spaces per line dropped, blank lines dropped."""
-    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
 
 
 def common_prefix(a: str, b: str) -> int:

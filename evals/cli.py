@@ -74,11 +74,14 @@ def _clean_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Bad input or a server that fails to start: one clear line on stderr and exit code 1."""
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
-        from evals.lsp_client import LspError
-
         try:
             return fn(args)
-        except (LspError, ValueError, FileNotFoundError) as e:
+        except Exception as e:
+            # an LspError can only come from a runner that imported the LSP client: the engine runner
+            # (and the GPU image, which has no pygls/lsprotocol) never imports it
+            lsp = sys.modules.get("evals.lsp_client")
+            if not isinstance(e, (ValueError, FileNotFoundError)) and not (lsp and isinstance(e, lsp.LspError)):
+                raise
             print(f"edit-server eval: error: {e}", file=sys.stderr)
             return 1
     return run

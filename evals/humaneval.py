@@ -10,14 +10,18 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evals.cases import normalize_ws
 from evals.datasets import InfillTask
-from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
+from evals.metrics import normalize_ws
 from evals.sandbox import Limits, run_python
 from evals.store import ResultStore
 
+if TYPE_CHECKING:
+    from evals.lsp_client import LspClient
+
+# the LSP client (pygls, lsprotocol) is imported only by the LSP runner: the engine runner must run on
+# the GPU image, which has neither (`python -m evals humaneval-infill`, tests/test_evals_minimal_image.py)
 log = logging.getLogger(__name__)
 WHOLE_LINE_SPLITS = ("single-line", "multi-line")  # holes are whole lines: the editor has an empty line
 
@@ -123,6 +127,8 @@ def completion_edit(text: str, offset: int, result: Any) -> tuple[int, int, str,
     items = result.get("items", []) if isinstance(result, dict) else (result or [])
     if not items:
         return None
+    from evals.lsp_client import offset_of
+
     item = items[0]
     ins = item.get("insertText", "")
     if isinstance(ins, dict):  # StringValue (snippet)
@@ -143,6 +149,8 @@ def command_score(item: dict[str, Any]) -> float | None:
 
 async def _start(model: str, device: str, root: Path, log_path: Path, timeout: float,
                  init_extra: dict[str, Any]) -> LspClient:
+    from evals.lsp_client import LspClient, server_command, warm_up
+
     client = LspClient(server_command(model, device), cwd=root, stderr_path=log_path)
     opts = {"model": model, "device": device, "gate": {"enabled": False}, "debounceMs": 0, **init_extra}
     await client.start(root, opts, timeout=timeout)
@@ -153,6 +161,8 @@ async def _start(model: str, device: str, root: Path, log_path: Path, timeout: f
 
 async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root: Path,
                    timeout: float) -> dict[str, Any]:
+    from evals.lsp_client import utf16_position
+
     gap = "\n" if split in WHOLE_LINE_SPLITS else ""
     text = task.prompt + gap + task.suffix
     offset = len(task.prompt)

@@ -8,6 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def normalize_ws(text: str) -> str:
+    """Whitespace-normalised text: trailing spaces per line dropped, blank lines dropped."""
+    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
+
+
 def percentile(xs: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in [0, 100]); None for no data."""
     if not xs:

@@ -25,11 +25,22 @@ def _table(rows: dict[str, dict[str, Any]], cols: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _plot_latency(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
+def _pyplot() -> Any:
+    """matplotlib's pyplot (Agg), or None where it is not installed: the report is written without plots."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_latency(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    plt = _pyplot()
+    if plt is None:
+        return
 
     lat = [r["latency_ms"] for r in records if r.get("latency_ms") is not None]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -43,10 +54,9 @@ def _plot_latency(records: Sequence[dict[str, Any]], path: Path, title: str) -> 
 
 
 def _plot_sweep(sweep: list[dict[str, float]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
+    if plt is None:
+        return
 
     fig, ax = plt.subplots(figsize=(5, 4))
     if sweep:

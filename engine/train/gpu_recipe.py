@@ -2,13 +2,20 @@
 
     pack      (here)  code + tokenizer + wheels + data + recipe, and the base, in upload folders (runs/gpu-pack/upN)
     receive   (GPU)   take upload folders' parts; install each file once all its parts are there
-    start     (GPU)   the detached job: corpus → wait for the base → train (resumes) → eval
+    start     (GPU)   the detached job: corpus → wait for the base → train (resumes) → eval → latency;
+                      --window-start now-S --budget-s B --train-end-s T: fit the schedule to the window
+    bench     (GPU)   detached engine bench on random weights (engine.bench_gpu engine) while the base uploads
     status            one JSON line: phase, step, loss, tokens/s, ETA, newest checkpoint
     poll      (GPU)   keep the machine busy for --wait seconds (status lines), collecting each new checkpoint
     stop      (GPU)   checkpoint + export after the current step; the job then evaluates
     collect   (GPU)   newest checkpoint in ≤ 15 MiB parts + sha256 manifest, status.json, log tail
     keep      (here)  verify collected parts, store them under engine/weights/gpu-ckpt (committable)
-    resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start
+    restore   (GPU)   verify + join kept/collected parts under the job (which reads them once the base is
+                      complete); --extend: the job warm-restarts from them
+    resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start; --extend: a warm
+                      restart (new warmup + cosine over the steps this window fits) instead of an exact resume
+    plan      (here)  the whole window: each device command, its carry, expected seconds, cumulative time
+    record    (here)  a collected run's measured seconds per step → recipe/throughput.json (first per kind)
     export    (here)  a checkpoint's adapter → engine/weights/default.{safetensors,json}
 
 The alignment stage (`recipe.align`; KTO after training, or on the shipped adapter):
@@ -85,10 +92,65 @@ def run_poll(a: argparse.Namespace) -> dict[str, Any]:
         if time.time() - last >= a.every:
             print(json.dumps(st), flush=True)
             last = time.time()
-        if not st["running"] or time.time() - t0 >= a.wait:
+        if not (st["running"] or bench_running(a.work)) or time.time() - t0 >= a.wait:
             break
         time.sleep(min(2.0, max(0.1, a.wait - (time.time() - t0))))
     return collect(a.work, a.to) if a.to else status(a.work)
+
+
+def bench_running(work: Path) -> bool:
+    from engine.train.recipe.job import alive, read_json
+
+    return alive((read_json(Path(work) / "bench" / "job.json") or {}).get("pid"), b"bench_gpu")
+
+
+def window_args(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    g = sp.add_argument_group("window", "the GPU window this job runs in (`plan` prints these)")
+    g.add_argument("--window-start", help="the window's start: now-S (S seconds ago) or an epoch time")
+    g.add_argument("--budget-s", type=float, help="the window's device time (status' budget_left_s)")
+    g.add_argument("--train-end-s", type=float, help="training ends this long after the window's start")
+    g.add_argument("--eval-s", type=float, help="seconds for the job's HumanEval sample after training")
+    g.add_argument("--latency-s", type=float, help="seconds for the trained default's GPU latency rows")
+    return sp
+
+
+def window_from(a: argparse.Namespace) -> dict[str, Any] | None:
+    from engine.train.recipe.window import parse_start
+
+    if not a.window_start:
+        return None
+    return {"start": parse_start(a.window_start), "budget_s": a.budget_s, "train_end_s": a.train_end_s,
+            "eval_s": a.eval_s, "latency_s": a.latency_s}
+
+
+def run_plan(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe.pack import tree_bytes
+    from engine.train.recipe.window import Costs, estimate_uploads, format_plan, pack_uploads, plan_window
+
+    tree = a.tree_bytes if a.tree_bytes is not None else tree_bytes()
+    uploads = pack_uploads(a.pack) or estimate_uploads(tree)
+    resume_from, carry, prep = None, 0, ""
+    if a.resume_from and Path(a.resume_from).is_dir():
+        from engine.train.recipe.collect import verify
+
+        src = Path(verify(Path(a.resume_from))["_dir"]).resolve()  # the newest intact ckpt-NNNNNN
+        inside = src.is_relative_to(ROOT)
+        resume_from = str(src.relative_to(ROOT)) if inside else str(src)
+        if not inside or resume_from.startswith(("runs/", ".devcarry/")):  # not in the tree: carried once
+            carry = sum(p.stat().st_size for p in src.iterdir() if p.is_file())
+            if not resume_from.startswith(".devcarry/"):
+                prep = f"rm -rf .devcarry/resume && mkdir -p .devcarry && cp -r {src} .devcarry/resume"
+                resume_from = ".devcarry/resume"
+    costs = Costs(**{k: v for k, v in (("bench_s", a.bench_s), ("eval_s", a.eval_s), ("gap_s", a.gap_s))
+                     if v is not None})
+    plan = plan_window(a.budget_s, a.kind, uploads, tree, resume_from=resume_from, resume_carry=carry,
+                       parts=tuple(a.parts.split(",")), costs=costs)
+    plan["prepare"] = prep
+    if not a.json:
+        print(("here, first: " + prep + "\n") if prep else "", end="")
+        print(format_plan(plan))
+        return {}
+    return plan
 
 
 def align_plan(a: argparse.Namespace) -> dict[str, Any]:
@@ -191,8 +253,28 @@ def main(argv: list[str] | None = None) -> int:
                    help="an eval report directory for the alignment stage's KTO data")
     r = work(sub.add_parser("receive", help="take upload folders' parts (GPU)"))
     r.add_argument("dirs", nargs="*", type=Path)
-    s = work(sub.add_parser("start", help="launch the detached job (GPU)"))
+    s = window_args(work(sub.add_parser("start", help="launch the detached job (GPU)")))
     s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    b = work(sub.add_parser("bench", help="detached engine bench on random weights (GPU)"))
+    b.add_argument("--budget-s", type=float, default=90.0)
+    b.add_argument("--shapes", default="", help="engine.bench_gpu --shapes (default: its own)")
+    b.add_argument("--prompts", default="", help="engine.bench_gpu --prompts (default: its own, 2K and 32K)")
+    pl = sub.add_parser("plan", help="print the whole GPU window (here)")
+    pl.add_argument("--budget-s", type=float, default=900.0, help="status' budget_left_s")
+    pl.add_argument("--kind", default="nvidia-h200", help="status' kind")
+    pl.add_argument("--pack", type=Path, default=PACK_DIR)
+    pl.add_argument("--tree-bytes", type=int, help="working-tree bytes (default: measured with git)")
+    pl.add_argument("--from", dest="resume_from", default=str(KEEP_DIR),
+                    help="a kept checkpoint to extend (default engine/weights/gpu-ckpt; '' for a fresh run)")
+    pl.add_argument("--parts", default="train,bench,latency",
+                    help="most important first: train, bench, latency, kto (dropped from the end if short)")
+    pl.add_argument("--bench-s", type=float)
+    pl.add_argument("--eval-s", type=float)
+    pl.add_argument("--gap-s", type=float)
+    pl.add_argument("--json", action="store_true")
+    rc = sub.add_parser("record", help="a collected run's seconds per step → recipe/throughput.json (here)")
+    rc.add_argument("src", type=Path, help="a collected folder (status.json)")
+    rc.add_argument("--force", action="store_true")
     work(sub.add_parser("status", help="one JSON line"))
     q = work(sub.add_parser("poll", help="stay busy --wait s (status lines), then collect to --to"))
     q.add_argument("--wait", type=float, default=240.0)
@@ -206,10 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("src", type=Path)
     e.add_argument("--to", type=Path, default=KEEP_DIR)
     e.add_argument("--force", action="store_true")
-    u = work(sub.add_parser("resume", help="join kept/collected parts into the work dir, then start (GPU)"))
+    r2 = work(sub.add_parser("restore", help="join kept/collected parts into the work dir, no start (GPU)"))
+    r2.add_argument("--from", dest="src", type=Path, default=KEEP_DIR)
+    r2.add_argument("--force", action="store_true")
+    r2.add_argument("--extend", action="store_true", help="the running job warm-restarts from it")
+    u = window_args(work(sub.add_parser("resume", help="join kept/collected parts into the work dir, then start "
+                                                      "(GPU)")))
     u.add_argument("--from", dest="src", type=Path, default=KEEP_DIR)
     u.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     u.add_argument("--force", action="store_true")
+    u.add_argument("--extend", action="store_true",
+                   help="a warm restart from the checkpoint: new warmup + cosine over the steps this window fits")
     x = sub.add_parser("export", help="a checkpoint's adapter → engine/weights/default.* (here)")
     x.add_argument("src", type=Path)
     x.add_argument("--to", type=Path, default=ROOT / "engine" / "weights" / "default")
@@ -236,7 +325,16 @@ def main(argv: list[str] | None = None) -> int:
         elif a.stage == "receive":
             out = job.receive(a.work, a.dirs)
         elif a.stage == "start":
-            out = job.start(a.work, _sets(a.set))
+            out = job.start(a.work, _sets(a.set), window=window_from(a))
+        elif a.stage == "bench":
+            extra = [*(["--shapes", a.shapes] if a.shapes else []), *(["--prompts", a.prompts] if a.prompts else [])]
+            out = job.start_bench(a.work, a.budget_s, extra=extra)
+        elif a.stage == "plan":
+            out = run_plan(a)
+            if not out:
+                return 0
+        elif a.stage == "record":
+            out = col.record(a.src, force=a.force)
         elif a.stage == "status":
             out = job.status(a.work)
         elif a.stage == "poll":
@@ -247,8 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             out = col.collect(a.work, a.to, part_bytes=int(a.part_mib * MiB))
         elif a.stage == "keep":
             out = col.keep(a.src, a.to, force=a.force)
+            if (a.src / "status.json").is_file():  # a kind's first measured speed goes into the table
+                out["throughput"] = col.record(a.src)
+        elif a.stage == "restore":
+            out = col.restore_into(a.src, a.work, force=a.force, extend=a.extend)
         elif a.stage == "resume":
-            out = col.resume(a.src, a.work, _sets(a.set), force=a.force)
+            out = col.resume(a.src, a.work, _sets(a.set), force=a.force, extend=a.extend, window=window_from(a))
         else:
             out = {"adapter": [str(x) for x in col.export(a.src, a.to)]}
     except (job.RecipeError, col.PartsError, ValueError, OSError) as err:

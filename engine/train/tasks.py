@@ -14,7 +14,12 @@ from engine.templates import FimPrompt, canvas_target, render_fim
 from engine.tokens import TokenizerLike
 from engine.train.syntax_spans import random_syntax_span
 
-FIM_SPANS = ("chars", "line", "lines", "syntax")
+FIM_SPANS = ("chars", "line", "lines", "syntax")  # what a plain "fim" draws from
+# "block" (mix kind "fim:block"): 1-16 WHOLE lines from a line start, the last newline included, then eom —
+# HumanEval's multi-line holes (1-17 lines, median 5) and whole-line holes. The other spans stop inside a
+# line ("line", "chars", most "syntax") or draw 2-8 lines and drop what outgrows the canvas, so the H200
+# adapter (step 900) never learned to end a long multi-line middle.
+BLOCK_LINES = 16
 
 
 @dataclass
@@ -70,6 +75,8 @@ def pick_span(text: str, lang: str, how: str, rng: random.Random, max_chars: int
     starts = [0]
     for ln in lines:
         starts.append(starts[-1] + len(ln))
+    if how == "block":
+        return block_span(lines, starts, rng)
     if how in ("line", "lines"):
         cand = [i for i, ln in enumerate(lines) if ln.strip()]
         if not cand:
@@ -88,6 +95,33 @@ def pick_span(text: str, lang: str, how: str, rng: random.Random, max_chars: int
     return a, min(len(text), a + n)
 
 
+def block_span(lines: list[str], starts: list[int], rng: random.Random) -> tuple[int, int] | None:
+    """1..BLOCK_LINES whole lines (skewed short, like HumanEval's multi-line holes) from a non-blank line's
+    start through the end of its last line's newline."""
+    cand = [i for i, ln in enumerate(lines) if ln.strip() and ln.endswith("\n")]
+    if not cand:
+        return None
+    i = rng.choice(cand)
+    n = min(BLOCK_LINES, 1 + int(rng.expovariate(1 / 4.5)))
+    j = min(len(lines), i + n)
+    while j > i + 1 and not lines[j - 1].endswith("\n"):
+        j -= 1
+    return starts[i], starts[j]
+
+
+def fit_block(tok: TokenizerLike, text: str, a: int, b: int, limit: int) -> tuple[int, int] | None:
+    """Drop whole lines from the end of the block ``text[a:b]`` until its tokens fit ``limit`` (a long block
+    is kept as its head, not thrown away: throwing away biases the mix to short middles)."""
+    while b > a:
+        if len(tok.encode(text[a:b])) <= limit:
+            return a, b
+        nl = text.rfind("\n", a, b - 1)
+        if nl < 0:
+            return None
+        b = nl + 1
+    return None
+
+
 def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Random, budget: Budget,
              how: str | None = None, layout: str | None = None) -> Example | None:
     how = how or rng.choice(FIM_SPANS)
@@ -96,11 +130,18 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
     if span is None or span[1] <= span[0]:
         return None
     a, b = span
+    if how == "block":
+        fit = fit_block(tok, text, a, b, budget.max_canvas - 1)
+        if fit is None:
+            return None
+        a, b = fit
     middle = text[a:b]
     mid_ids = tok.encode(middle)
     if len(mid_ids) + 1 > budget.max_canvas:
         return None
     canvas = canvas_length(len(mid_ids), budget, rng)
+    if how == "block" and rng.random() < 0.5:  # a canvas much longer than the block: end it early
+        canvas = max(canvas, budget.max_canvas)
     # the prompt order is the server's: FimPrompt's default layout unless a caller asks for another
     fim_kw = {"layout": layout} if layout else {}
     room = budget.max_len - canvas - 16 - len(tok.encode(path))

@@ -79,6 +79,9 @@ class TrainConfig:
     label: str = ""
     fim_layout: str = DEFAULT_FIM_LAYOUT  # FIM prompt order (engine.templates); the adapter's metadata names it
     max_minutes: float = 0.0  # > 0: stop (checkpoint + export) when the wall-clock budget is spent
+    deadline: float = 0.0  # > 0: stop (checkpoint + export) before this wall-clock time (epoch s: a GPU window's)
+    fit_deadline: bool = False  # at the end of warmup: `steps` := what ends the cosine by `deadline` at the measured speed
+    schedule_start: int = 0  # warm restart: warmup + cosine run from this step to `steps` (a later window's extension)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -118,9 +121,9 @@ class ExampleStream:
                 ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
             else:
                 d = self.rng.choice(self.docs)
-                if kind == "fim":
+                if kind == "fim" or kind.startswith("fim:"):  # "fim:block": one span kind (tasks.FIM_SPANS)
                     ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget,
-                                  layout=self.fim_layout)
+                                  how=kind[4:] or None, layout=self.fim_layout)
                 elif kind == "edit":
                     ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget)
                 elif kind == "noedit":
@@ -190,11 +193,21 @@ def pick_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
 
 # ---- loop ----------------------------------------------------------------------------------
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup then cosine decay to ``min_lr_ratio``; a factor on the base rate."""
+    """Linear warmup then cosine decay to ``min_lr_ratio``; a factor on the base rate. A warm restart
+    (``schedule_start`` > 0) runs a new warmup + cosine from that step to ``steps``."""
+    step -= cfg.schedule_start
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
-    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.schedule_start - cfg.warmup)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
+
+
+def fit_steps(step: int, seconds_left: float, per_step: float, steps: int, *, safety: float = 0.97) -> int:
+    """The schedule's last step when ``seconds_left`` remain at ``per_step`` seconds a step (at least one
+    more step; ``steps`` itself when the speed is unknown)."""
+    if per_step <= 0:
+        return steps
+    return step + max(1, int(seconds_left * safety / per_step))
 
 
 @torch.no_grad()
@@ -258,6 +271,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     if ckpt is not None:
         state, rngs = restore(ckpt, model, opt)
         check_resumable(cfg, state, corpus)
+        for g, rate in zip(opt.param_groups, (cfg.lr, cfg.lr, cfg.embed_lr), strict=False):
+            g["base_lr"] = rate  # a warm restart's new rates (an exact resume's are the checkpoint's)
         start, history, vals = int(state["step"]), state["history"], state["val"]
         tokens_before, seconds_before = int(state["tokens"]), float(state["seconds"])
         stream.rng.setstate(rng_from_json(state["stream_rng"]))
@@ -286,7 +301,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
 
     bar = _bar(cfg.steps, start, progress)
     last_save = t0
-    for step in range(start, cfg.steps):
+    step = start
+    while step < cfg.steps:  # not a range: fit_deadline may move cfg.steps at the end of warmup
         f = lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * f
@@ -309,7 +325,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         history.append({"step": step + 1, **metrics, "lr": opt.param_groups[0]["lr"], "tok_s": tps})
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['masked_acc']:.2f}", tok_s=f"{tps:.0f}")
-        out_of_time = cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60
+        per_step = (now - t0) / (step + 1 - start)
+        if cfg.fit_deadline and cfg.deadline > 0 and step + 1 == cfg.schedule_start + cfg.warmup:
+            cfg.steps = fit_steps(step + 1, cfg.deadline - time.time(), per_step, cfg.steps)
+            live.steps = bar.total = cfg.steps
+            log.info("steps fitted to the deadline: %d (%.3f s/step)", cfg.steps, per_step)
+        out_of_time = (cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60) or (
+            cfg.deadline > 0 and time.time() + per_step > cfg.deadline)
         stop = (out / "STOP").exists()
         last = step + 1 == cfg.steps or out_of_time or stop
         if (step + 1) % cfg.val_every == 0 or last:
@@ -325,15 +347,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         if out_of_time or stop:
             (out / "STOP").unlink(missing_ok=True)
             log.warning("stopping at step %d (%s)", step + 1,
-                        "STOP file" if stop else f"wall-clock budget of {cfg.max_minutes:.1f} min spent")
+                        "STOP file" if stop else "deadline reached" if cfg.deadline > 0 and not (
+                            cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60)
+                        else f"wall-clock budget of {cfg.max_minutes:.1f} min spent")
             break
+        step += 1
     bar.close()
     elapsed = time.perf_counter() - t0
     done = history[-1]["step"] if history else start
     summary = {"steps": done, "train_loss_first": history[0]["loss"] if history else None,
                "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": tokens_before + n_tok,
                "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": seconds_before + elapsed,
-               "resumed_from": start, "history": history}
+               "resumed_from": start, "run_seconds": elapsed, "run_tokens": n_tok, "history": history}
     adapter_meta = export_meta(cfg, tok, meta, summary, device, corpus)
     save_adapter(out / "adapter", model, first, adapter_meta)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

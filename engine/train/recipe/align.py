@@ -177,6 +177,28 @@ def commands(a: AlignWork, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
     return data, kto
 
 
+def measure_command(a: AlignWork, plan: dict[str, Any]) -> list[str] | None:
+    """`align measure` on the aligned adapter: HumanEval (``measure_limit`` tasks not trained on, the
+    packed data) + the held-out self-play outputs; each gate's precision at equal coverage → ``measure/``."""
+    if "measure_limit" not in plan:  # the plan asks for the report (configs/gpu_kto.json does)
+        return None
+    limit = int(plan["measure_limit"] or 0)
+    return [sys.executable, "-m", "edit_server", "align", "measure", "--adapter", str(a.kto), "--data", str(a.data),
+            "--model", plan["model"], "--device", plan.get("device", "auto"), "--threads",
+            str(plan.get("threads", 0)), "--limit", str(limit), "--coverage",
+            *[str(c) for c in plan.get("measure_coverage", [0.5, 0.25])], "--out", str(a.dir / "measure"),
+            "--no-progress"]
+
+
+def measure_summary(a: AlignWork) -> dict[str, Any] | None:
+    """The at-equal-coverage rows of `align measure` (confidence gate vs KTO reward gate)."""
+    for name in ("report.json", "measure.json", "summary.json"):
+        got = read_json(a.dir / "measure" / name)
+        if got:
+            return {"at_coverage": got.get("at_coverage"), "gates": got.get("gates"), "quality": got.get("quality")}
+    return None
+
+
 def run_job(work: Path) -> int:
     """The detached alignment job: (corpus) → (wait for the base) → align data → align kto (resumes) → done."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
@@ -205,6 +227,13 @@ def run_job(work: Path) -> int:
         _phase(a, "kto")
         resume = ["--resume"] if (a.ckpt / "state.json").is_file() else []
         _run([*kto_cmd, *resume], env, "align kto")
+        cmd = measure_command(a, plan)
+        if cmd and a.out(".safetensors").is_file():
+            _phase(a, "measure")  # the reward gate vs the confidence gate at equal coverage, held out
+            try:
+                _run(cmd, {**env, "EDIT_SERVER_SHARED": str(a.w.boot)}, "align measure")
+            except RecipeError as e:  # the aligned adapter is done: a failed report is logged, not fatal
+                logging.getLogger(__name__).warning("%s", e)
         _phase(a, "done")
         return 0
     except BaseException as e:  # noqa: BLE001 - the job's last word goes to phase.json
@@ -279,6 +308,7 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
         m = json.loads((d / "manifest.json").read_text())
         result["align"] = {"step": step, "dir": d.name, "parts": len(m["archive"]["parts"]),
                            "bytes": m["archive"]["size"], "final": m["final"]}
+    result["measure"] = measure_summary(a)
     (to / "align-status.json").write_text(json.dumps(result, indent=1))
     if a.log.is_file():
         with open(a.log, "rb") as f:

@@ -66,16 +66,22 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
         result["loss_curve"] = [[h["step"], round(h["loss"], 5)] for h in hist[::every]]
         result["val"] = state["val"]
     evals = {}
-    for rep in sorted((w.run / "eval").glob("*/report.json")):
-        evals[rep.parent.name] = (read_json(rep) or {}).get("summary")
+    for d in sorted(p for p in (w.run / "eval").glob("*") if p.is_dir()):
+        got = read_json(d / "report.json") or read_json(d / "partial.json") or {}
+        if got:
+            evals[d.name] = got.get("summary")
     result["eval"] = evals
+    for key, path in (("throughput", w.run / "throughput.json"), ("bench_engine", w.root / "bench" / "engine.json"),
+                      ("bench_latency", w.root / "bench" / "latency.json"), ("window", w.root / "window.json")):
+        if path.is_file():
+            result[key] = read_json(path)
     (to / "status.json").write_text(json.dumps(result, indent=1))
     if w.log.is_file():
         with open(w.log, "rb") as f:
             f.seek(max(0, w.log.stat().st_size - log_bytes))
             (to / "job.log").write_bytes(f.read())
     result["warnings"] = back_limits(to)
-    return {k: v for k, v in result.items() if k not in ("loss_curve", "val")}
+    return {k: v for k, v in result.items() if k not in ("loss_curve", "val", "bench_engine", "bench_latency")}
 
 
 def back_limits(out: Path) -> list[str]:
@@ -150,9 +156,38 @@ def restore(src: Path, work: Path, *, force: bool = False) -> Path:
 
 
 def resume(src: Path, work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
-           force: bool = False) -> dict[str, Any]:
+           force: bool = False, extend: bool = False, window: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore ``src`` into the work dir and start the job on it: exactly where it stopped, or with
+    ``extend`` a warm restart over the steps the window fits (``window``: see `recipe.window`)."""
     path = restore(src, work, force=force)
-    return {"restored": str(path), **start(work, sets, env=env)}
+    win = dict(window or {})
+    if extend:
+        win["extend_from"] = verify(src)["step"]
+    return {"restored": str(path), **({"extend_from": win["extend_from"]} if extend else {}),
+            **start(work, sets, env=env, window=win or None)}
+
+
+def restore_into(src: Path, work: Path, *, force: bool = False, extend: bool = False) -> dict[str, Any]:
+    """`restore` for a job that is already running (waiting for the base): the checkpoint, and with
+    ``extend`` the window's note that the job warm-restarts from it."""
+    from engine.train.recipe.window import write_window
+
+    path = restore(src, work, force=force)
+    out: dict[str, Any] = {"restored": str(path)}
+    if extend:
+        out["extend_from"] = write_window(work, extend_from=verify(src)["step"])["extend_from"]
+    return out
+
+
+def record(src: Path, *, force: bool = False) -> dict[str, Any]:
+    """A collected folder's measured seconds per step (``status.json``' throughput) → recipe/throughput.json."""
+    from engine.train.recipe.window import record_throughput
+
+    st = read_json(Path(src) / "status.json") or {}
+    got = st.get("throughput")
+    if not got:
+        return {"recorded": False, "why": f"{src}/status.json has no throughput (the job has not trained yet)"}
+    return {"recorded": record_throughput(got, force=force), **got}
 
 
 def export(src: Path, to: Path) -> tuple[Path, Path]:

@@ -4,8 +4,10 @@ Work dir (default ``~/edit-server-gpu``, outside the repository copy that each c
 
     parts/      received parts + manifest.json          boot/     code, vendor, site (wheels), data, recipe
     corpus/     built here from this Python's lib       run/      trainer out: ckpt/, progress.json, adapter.*,
-    job.json    pid, start time                                   summary.json, eval/<split>/report.json
-    phase.json  corpus | wait-base | train | eval | done | failed      job.log   everything the job printed
+    job.json    pid, start time                                   summary.json, eval/<split>/report.json,
+    window.json the window's clock and plan                       throughput.json (s/step on this kind)
+    bench/      engine.json, latency.json (engine.bench_gpu)
+    phase.json  corpus | wait-base | train | eval | latency | done | failed      job.log   everything the job printed
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from engine.train.recipe.parts import copy_parts, join, missing, sha256_file
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed")
-EVAL = ("import argparse, sys\nfrom evals.cli import register\np = argparse.ArgumentParser()\n"
-        "register(p.add_subparsers(dest='cmd'))\na = p.parse_args(sys.argv[1:])\nsys.exit(a.func(a))\n")
 
 
 class RecipeError(RuntimeError):
@@ -137,14 +137,19 @@ def job_env(w: Work, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start(work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
-          python: str = sys.executable) -> dict[str, Any]:
-    """Launch the job detached (setsid): it outlives the command; returns its pid."""
+          python: str = sys.executable, window: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Launch the job detached (setsid): it outlives the command; returns its pid. ``window``: the GPU
+    window's clock and plan (`recipe.window`: start, budget_s, train_end_s, eval_s, latency_s, extend_from)."""
     w = Work(work)
     if not (w.boot / "recipe.json").is_file():
         raise RecipeError(f"{w.boot / 'recipe.json'}: not received yet (run `receive` with the first upload)")
     st = status(work)
     if st["running"]:
         raise RecipeError(f"job {st['pid']} is already running (phase {st['phase']})")
+    if window:
+        from engine.train.recipe.window import write_window
+
+        write_window(w.root, **window)
     _write(w.root / "sets.json", sets or {})
     (w.run / "STOP").unlink(missing_ok=True)
     with open(w.log, "ab") as logf:
@@ -156,7 +161,7 @@ def start(work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str]
     return {"pid": proc.pid, "work": str(w.root)}
 
 
-def alive(pid: int | None) -> bool:
+def alive(pid: int | None, name: bytes = b"gpu_recipe") -> bool:
     if not pid:
         return False
     try:
@@ -168,7 +173,7 @@ def alive(pid: int | None) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"gpu_recipe" in cmd
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and name in cmd
 
 
 def status(work: Path) -> dict[str, Any]:
@@ -234,18 +239,51 @@ def build_job_corpus(w: Work, recipe: dict[str, Any]) -> dict[str, Any]:
     return index
 
 
-def job_config(w: Work, recipe: dict[str, Any], sets: dict[str, Any]) -> Any:
-    """The recipe's config — or, when a checkpoint is here, the checkpoint's — plus ``sets``."""
+def job_config(w: Work, recipe: dict[str, Any], sets: dict[str, Any], *, kind: str | None = None,
+               now: float | None = None) -> Any:
+    """The recipe's config — or, when a checkpoint is here, the checkpoint's — plus ``sets``; in a window
+    (``window.json``) with the deadline and the steps that fit it, and for the checkpoint a window extends
+    (``resume --extend``) a warm restart (`recipe.window.window_config`)."""
+    from engine.train.recipe.window import read_window, window_config
     from engine.train.train_state import latest_checkpoint, read_state
     from engine.train.trainer import TrainConfig
 
     d = dict(recipe["config"])
     ck = latest_checkpoint(w.run / "ckpt")
+    step, state = 0, None
     if ck is not None:
-        d = dict(read_state(ck)["config"])
-    d.update(sets)
+        state = read_state(ck)
+        d, step = dict(state["config"]), int(state["step"])
+    win = read_window(w.root)
+    restart = bool(win and win.get("extend_from") is not None and step == win["extend_from"] and step > 0)
+    if restart and state is not None:
+        have = (state.get("corpus") or {}).get("digest")
+        idx = read_json(w.corpus / "index.json") or {}
+        if have and idx.get("digest") and have != idx["digest"]:
+            log.warning("warm restart on another corpus (digest %s, the checkpoint's %s): same recipe, new "
+                        "machine image?", idx["digest"][:12], have[:12])
+    d = window_config(d, win, step=step, kind=kind or gpu_kind(), recipe_config=recipe["config"],
+                      restart=restart, now=now, sets=sets)
+    if restart:
+        log.info("warm restart at step %d: steps %d, warmup %d, mix %s", step, d["steps"], d["warmup"], d["mix"])
     d.update(corpus=str(w.corpus), out=str(w.run))
     return TrainConfig.from_dict(d)
+
+
+def checkpoint_config(w: Work) -> dict[str, Any] | None:
+    from engine.train.train_state import latest_checkpoint, read_state
+
+    ck = latest_checkpoint(w.run / "ckpt")
+    return None if ck is None else dict(read_state(ck)["config"])
+
+
+def gpu_kind() -> str:
+    """This machine's device kind (``nvidia-h200``, ``nvidia-h100-x1``, ...; ``cpu`` without CUDA)."""
+    import torch
+
+    from engine.train.recipe.window import device_kind
+
+    return device_kind(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu"
 
 
 def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
@@ -260,15 +298,96 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
     return target
 
 
-def run_eval(w: Work, recipe: dict[str, Any]) -> None:
+def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
+    """HumanEval-infilling on the run's adapter, each split in ``python -m evals`` (the GPU image's packages
+    suffice). ``seconds`` > 0: the splits share that budget; a split out of time is stopped and summarised
+    from the results it finished (``eval/<split>/partial.json``)."""
     ev = recipe.get("eval") or {}
-    for split in ev.get("splits", []) if ev.get("limit") else []:
-        cmd = [sys.executable, "-c", EVAL, "eval", "humaneval-infill", "--model", "default", "--split", split,
-               "--limit", str(ev["limit"]), "--out", str(w.run / "eval" / split), "--no-progress",
+    splits = list(ev.get("splits", [])) if ev.get("limit") else []
+    t_end = time.time() + seconds
+    for i, split in enumerate(splits):
+        out = w.run / "eval" / split
+        cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", "default", "--split", split,
+               "--limit", str(ev["limit"]), "--out", str(out), "--no-progress",
                "--data", str(w.boot / "data" / "humaneval-infilling")]
         env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
-        rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
-        log.info("eval %s: exit %d", split, rc)
+        left = (t_end - time.time()) / (len(splits) - i) if seconds > 0 else None
+        if left is not None and left < 5:
+            log.info("eval %s: skipped (no time left in the window)", split)
+            continue
+        try:
+            rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=left).returncode
+            log.info("eval %s: exit %d", split, rc)
+        except subprocess.TimeoutExpired:
+            log.info("eval %s: stopped after %.0f s: %s", split, left, partial_eval(out, split))
+
+
+def partial_eval(out: Path, split: str) -> dict[str, Any]:
+    """pass@1 over the finished records of a stopped eval (``results.jsonl``) → ``partial.json``."""
+    recs = []
+    for line in (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").is_file() else []:
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            continue
+    n = len(recs)
+    summary = {"split": split, "n": n, "partial": True,
+               "pass@1": sum(bool(r.get("passed")) for r in recs) / n if n else None,
+               "latency_ms_p50": sorted(r["latency_ms"] for r in recs if r.get("latency_ms") is not None)[n // 2]
+               if n else None}
+    _write(out / "partial.json", {"summary": summary})
+    return summary
+
+
+def run_latency(w: Work, seconds: float) -> None:
+    """The trained default's single-line and next-edit latency on this machine (``engine.bench_gpu latency``)."""
+    cmd = [sys.executable, "-m", "engine.bench_gpu", "latency", "--model", "default", "--budget-s",
+           str(int(seconds)), "--out", str(w.root / "bench" / "latency.json")]
+    env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
+    try:
+        rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=seconds + 30).returncode
+        log.info("latency: exit %d", rc)
+    except subprocess.TimeoutExpired:
+        log.info("latency: stopped after %.0f s", seconds + 30)
+
+
+def wait_bench(w: Work, timeout_s: float = 150.0) -> None:
+    """The detached engine bench (`bench`) has the GPU to itself: training waits for it (at most ``timeout_s``)."""
+    pid = (read_json(w.root / "bench" / "job.json") or {}).get("pid")
+    t0 = time.time()
+    while pid and alive(pid, b"bench_gpu") and time.time() - t0 < timeout_s:
+        time.sleep(1.0)
+
+
+def start_bench(work: Path, budget_s: float, *, python: str = sys.executable,
+                env: dict[str, str] | None = None, extra: list[str] | None = None) -> dict[str, Any]:
+    """Launch ``engine.bench_gpu engine`` detached (random weights: no base needed) → ``WORK/bench/engine.json``."""
+    w = Work(work)
+    d = w.root / "bench"
+    d.mkdir(parents=True, exist_ok=True)
+    code = w.boot / "code" if (w.boot / "code").is_dir() else Path.cwd()
+    with open(d / "engine.log", "ab") as logf:
+        proc = subprocess.Popen([python, "-m", "engine.bench_gpu", "engine", "--budget-s", str(int(budget_s)),
+                                 "--out", str(d / "engine.json"), *(extra or [])], cwd=code, stdout=logf,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=job_env(w, env),
+                                start_new_session=True)
+    _write(d / "job.json", {"pid": proc.pid, "started": time.time()})
+    return {"bench_pid": proc.pid}
+
+
+def record_speed(w: Work, cfg: Any, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """``run/throughput.json``: this run's seconds per step on this kind (`gpu_recipe keep` records it)."""
+    steps = summary["steps"] - summary["resumed_from"]
+    if steps <= 0 or not summary.get("run_seconds"):
+        return None
+    kind = gpu_kind()
+    rec = {"kind": kind, "s_per_step": summary["run_seconds"] / steps,
+           "tok_s": summary["run_tokens"] / summary["run_seconds"], "tokens_per_step": summary["run_tokens"] / steps,
+           "steps": steps, "measured": f"{time.strftime('%Y-%m-%d')}, steps {summary['resumed_from']}-"
+           f"{summary['steps']} (seq {cfg.seq_len}, batch {cfg.batch_size} x {cfg.grad_accum}, rank {cfg.rank})"}
+    _write(w.run / "throughput.json", rec)
+    log.info("throughput: %s", rec)
+    return rec
 
 
 def run_job(work: Path) -> int:
@@ -281,18 +400,27 @@ def run_job(work: Path) -> int:
         log.info("job %d, code %s, python %s", os.getpid(), Path(__file__).resolve().parents[3], sys.version)
         _phase(w, "corpus")
         build_job_corpus(w, recipe)
-        cfg = job_config(w, recipe, sets)
-        if cfg.model == "base" and recipe.get("base"):
+        model = {**(checkpoint_config(w) or recipe["config"]), **sets}.get("model", "base")
+        if model == "base" and recipe.get("base"):
             _phase(w, "wait-base")
             wait_base(recipe["base"]["name"])
+        wait_bench(w)
+        from engine.train.recipe.window import read_window
+
+        win = read_window(w.root) or {}
+        cfg = job_config(w, recipe, sets)  # now: the deadline fixes the steps
         _phase(w, "train")
         from engine.train.trainer import train
 
         summary = train(cfg, resume=True, progress=False)
         log.info("trained to step %d (%d tokens)", summary["steps"], summary["tokens"])
+        record_speed(w, cfg, summary)
         if cfg.model == "base":
             _phase(w, "eval")
-            run_eval(w, recipe)
+            run_eval(w, recipe, float(win.get("eval_s") or 0))
+            if win.get("latency_s"):
+                _phase(w, "latency")
+                run_latency(w, float(win["latency_s"]))
         _phase(w, "done")
         return 0
     except BaseException as e:  # noqa: BLE001 - the job's last word goes to phase.json

@@ -36,7 +36,8 @@ GPU_PYTHON = "3.12"
 GPU_WHEELS = ("tree-sitter==0.26.1", "tree-sitter-python==0.25.0", "tree-sitter-javascript==0.25.0",
               "tree-sitter-typescript==0.23.2", "tree-sitter-rust==0.24.2", "tree-sitter-go==0.25.0",
               "tree-sitter-java==0.23.5", "tree-sitter-c==0.24.2", "tree-sitter-cpp==0.23.4",
-              "tree-sitter-lua==0.5.0")
+              "tree-sitter-lua==0.5.0",
+              "msgspec==0.22.0")  # `align measure` reads held-out cases with evals.cases (msgspec)
 SOURCES = ("stdlib", "purelib", "platlib")  # resolved by sysconfig on the machine that builds the corpus
 MARGIN = 1 * MiB
 

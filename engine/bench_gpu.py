@@ -1,0 +1,342 @@
+"""The engine on a GPU inside a window: ``python -m engine.bench_gpu engine|latency`` (one JSON file each).
+
+``engine`` (while the base uploads, random weights: no checkpoint needed): per model shape — the default's
+(``smollm2-135m``) and a 7B dLLM's (``Dream-org/Dream-Coder-v0-Instruct-7B``) — diffusion vs AR decoding of
+the same weights after 2K and 32K-token prompts, with CUDA graphs on and off, and the prefill cold vs warm
+(the measurements of `edit-server bench engine`, which lives above the engine), inside ``--budget-s`` (what
+does not fit is listed as skipped). Weights
+are made on the meta device and materialised on the target device in the target dtype, so a 7B model takes
+its bf16 bytes on the GPU (15 GB) and nothing on the host.
+
+``latency`` (after training, the trained default): single-line completions and next edits typed at
+positions spread over a real file (this package's own source), p50 / p95 ms and tokens per forward.
+
+Both write their JSON after every measurement, so a command stopped at its limit still leaves what it
+measured. Every path runs on a CPU with tiny shapes (tests/test_bench_gpu.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+SHAPES = {"default": "smollm2-135m", "7b": "Dream-org/Dream-Coder-v0-Instruct-7B", "tiny": "tiny"}
+log = logging.getLogger(__name__)
+
+
+def random_engine(shape: str, device: str = "auto", dtype: str = "auto", *, seed: int = 0,
+                  cuda_graphs: bool | None = None, fast_cpu: bool | None = None, model: Any = None) -> Engine:
+    """An `Engine` over seeded random weights of ``shape`` (a preset or registry name), built on the meta
+    device and materialised once, on ``device`` in ``dtype`` (no host copy, no fp32 detour). ``model``: reuse
+    these weights (another engine over the same model, e.g. CUDA graphs off)."""
+    import torch
+
+    from engine.engine import Engine
+    from engine.model import Transformer
+    from engine.specs import _random_args, resolve_device, resolve_dtype
+    from engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.byte_level()
+    args, label = _random_args(shape, tok)
+    if model is None:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+        with torch.device("meta"):
+            model = Transformer(args, init=False)
+        model = model.to(dtype=dt).to_empty(device=dev)
+        with torch.no_grad():
+            for _, buf in model.named_buffers():
+                buf.zero_()
+        model.init_random(seed)
+    return Engine(model, tok, name="tiny-random" if shape == "tiny" else f"random:{shape}", cuda_graphs=cuda_graphs,
+                  fast_cpu=fast_cpu, meta={"label": f"random weights (benchmarks), {label}", "seed": seed})
+
+
+def model_bytes(shape: str, dtype_bytes: int = 2) -> int:
+    """Bytes of ``shape``'s weights (built on the meta device: nothing is allocated)."""
+    import torch
+
+    from engine.model import Transformer
+    from engine.specs import _random_args
+    from engine.tokenizer import Tokenizer
+
+    args, _ = _random_args(shape, Tokenizer.byte_level())
+    with torch.device("meta"):
+        m = Transformer(args, init=False)
+    return sum(p.numel() for p in m.parameters()) * dtype_bytes
+
+
+# ---- measurements (the same as `edit-server bench engine`'s, which lives above the engine) ----------------
+CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
+    """Merge two sorted lists into one sorted list."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        if a[i] <= b[j]:
+            out.append(a[i])
+            i += 1
+        else:
+            out.append(b[j])
+            j += 1
+    return out + a[i:] + b[j:]
+
+
+'''
+
+
+def prompt_ids(eng: Engine, n: int, salt: int = 0) -> list[int]:
+    ids: list[int] = []
+    unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)
+    while len(ids) < n:
+        ids.extend(unit)
+    return ids[:n]
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine(device: Any) -> dict[str, Any]:
+    import os
+    import platform
+
+    import torch
+
+    info: dict[str, Any] = {"device": str(device), "torch": torch.__version__, "python": platform.python_version(),
+                            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                            "cpu": platform.processor()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def peak_memory(device: Any) -> dict[str, float]:
+    import resource
+
+    import torch
+
+    out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.type == "cuda":
+        out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return out
+
+
+def ar_ms(eng: Engine, prompt: list[int], n: int) -> float:
+    """Greedy left-to-right decoding of ``n`` tokens, one per forward over a KV cache: decode ms."""
+    import torch
+
+    from engine.caches.prefix import KVCache
+
+    m, dev = eng.model, eng.device
+    with torch.no_grad():
+        kv = KVCache.for_model(eng.args, 1, len(prompt) + n, getattr(eng, "kv_dtype", eng.dtype), dev)
+        logits = m(torch.tensor([prompt], device=dev), cache=kv, is_causal=True, logits_slice=slice(-1, None))
+        kv.length = len(prompt)
+        sync(dev)
+        t = time.perf_counter()
+        for _ in range(n):
+            logits = m(torch.tensor([[int(logits[0, -1].argmax())]], device=dev), cache=kv, offset=kv.length)
+            kv.length += 1
+        sync(dev)
+    return (time.perf_counter() - t) * 1e3
+
+
+def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) -> dict[str, Any]:
+    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens."""
+    from engine.types import CanvasSpec, SamplerConfig
+
+    prompt = prompt_ids(eng, n_prompt)
+    ar_ms(eng, prompt, 2)  # warm-up
+    ar = ar_ms(eng, prompt, n_tokens)
+    eng.generate(prompt, CanvasSpec(eng.block_size), SamplerConfig(threshold=0.0))  # warm-up
+    r = eng.generate(prompt, CanvasSpec(n_tokens, stop_at_end=False), SamplerConfig(threshold=threshold,
+                                                                                    window="block"))
+    dec = r.timings["decode_ms"]
+    return {"ar": {"tokens": n_tokens, "decode_ms": round(ar, 2), "tokens_per_s": round(n_tokens / ar * 1e3, 1)},
+            "diffusion": {"threshold": threshold, "tokens": len(r.tokens), "steps": r.steps, "forwards": r.forwards,
+                          "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3), "decode_ms": round(dec, 2),
+                          "tokens_per_s": round(len(r.tokens) / dec * 1e3, 1), "speedup_vs_ar": round(ar / dec, 3)}}
+
+
+def bench_prefill(eng: Engine, contexts: list[int]) -> list[dict[str, Any]]:
+    """Prefill cold (empty cache) vs warm (the same prompt after a 1-token edit at its end)."""
+    from engine.types import CanvasSpec
+
+    spec, rows = CanvasSpec(eng.block_size), []
+    eng.generate(prompt_ids(eng, 64), spec)  # warm-up
+    for n in contexts:
+        eng.cache.clear()
+        prompt = prompt_ids(eng, n)
+        cold = eng.generate(prompt, spec, cache_key=f"bench:{n}")
+        alt = [t for t in eng.tokenizer.encode("xy") if t != prompt[-1]][0]
+        warm = eng.generate(prompt[:-1] + [alt], spec, cache_key=f"bench:{n}")
+        c, w = cold.timings["prefill_ms"], warm.timings["prefill_ms"]
+        rows.append({"context": n, "cold_ms": round(c, 2), "warm_ms": round(w, 2),
+                     "recomputed": warm.prompt_tokens - warm.cached_tokens, "speedup": round(c / max(w, 1e-6), 1)})
+    eng.cache.clear()
+    return rows
+
+
+class Report:
+    """The JSON report, rewritten after every measurement."""
+
+    def __init__(self, out: Path | None, head: dict[str, Any]) -> None:
+        self.out, self.data, self.t0 = out, {**head, "rows": [], "skipped": []}, time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.data["rows"].append({**row, "at_s": round(self.elapsed(), 1)})
+        self.flush()
+
+    def skip(self, what: str) -> None:
+        self.data["skipped"].append(what)
+        self.flush()
+
+    def flush(self) -> None:
+        self.data["wall_s"] = round(self.elapsed(), 1)
+        if self.out is not None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.out.with_name(self.out.name + ".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1))
+            tmp.replace(self.out)
+
+
+def run_engine(a: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from engine.specs import resolve_device
+
+    dev = resolve_device(a.device)
+    rep = Report(a.out, {"kind": "bench-gpu-engine", "machine": machine(dev), "budget_s": a.budget_s})
+    prompts = [int(x) for x in a.prompts.split(",") if x]
+    graphs = [{"on": True, "off": False}[g] for g in a.graphs.split(",") if g]
+    for key in [s for s in a.shapes.split(",") if s]:
+        shape = SHAPES.get(key, key)
+        if rep.elapsed() > a.budget_s * 0.85:
+            rep.skip(f"{shape}: out of budget")
+            continue
+        t = time.perf_counter()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
+        try:
+            first = random_engine(shape, a.device, a.dtype, cuda_graphs=graphs[0])
+        except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
+            rep.skip(f"{shape}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        rep.add({"shape": shape, "what": "load", "ms": round((time.perf_counter() - t) * 1e3, 1),
+                 "params": first.info["params"], "dtype": first.info["dtype"], **peak_memory(dev)})
+        model = first.model
+        for g in graphs:
+            eng = first if g == graphs[0] else random_engine(shape, cuda_graphs=g, model=model)
+            for n in prompts:
+                if rep.elapsed() > a.budget_s:
+                    rep.skip(f"{shape} graphs={g} prompt={n}: out of budget")
+                    continue
+                d = bench_decoding(eng, n, a.tokens, a.threshold)
+                rep.add({"shape": shape, "what": "decode", "cuda_graphs": eng.graphs is not None,
+                         "graphs_asked": g, "prompt": n, **d})
+                eng.cache.clear()
+            if g == graphs[0]:
+                ctx = [n for n in prompts if rep.elapsed() < a.budget_s]
+                if ctx:
+                    rep.add({"shape": shape, "what": "prefill", "rows": bench_prefill(eng, ctx)})
+                eng.cache.clear()
+        rep.add({"shape": shape, "what": "memory", **peak_memory(dev)})
+        del first, eng, model
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return rep.data
+
+
+def run_latency(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.engine import Engine
+    from engine.templates import EditPrompt, FimPrompt
+    from engine.textdiff import unified_diff
+
+    rep = Report(a.out, {"kind": "bench-gpu-latency", "model": a.model, "loading": True, "budget_s": a.budget_s})
+    rep.flush()  # a command stopped while the model loads still says so
+    eng = Engine.load(a.model, device=a.device, dtype=a.dtype)
+    rep.data.update(model=eng.info, machine=machine(eng.device), loading=False, load_ms=round(rep.elapsed() * 1e3, 1))
+    path = Path(a.file) if a.file else Path(__file__).with_name("templates.py")
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    code = [i for i, ln in enumerate(lines) if len(ln.strip()) > 8 and 2 <= i < len(lines) - 4]
+    picks = [code[k * len(code) // a.positions] for k in range(a.positions)] if code else []
+    eng.infill(FimPrompt(text[:starts[2]], text[starts[2]:], path=path.name), max_tokens=16, single_line=True)
+    for kind in ("single-line", "next-edit"):
+        for n, i in enumerate(picks):
+            if rep.elapsed() > a.budget_s:
+                rep.skip(f"{kind} position {n}: out of budget")
+                continue
+            ln = lines[i]
+            cut = starts[i] + len(ln) - len(ln.lstrip()) + max(1, len(ln.strip()) // 2)
+            t = time.perf_counter()
+            if kind == "single-line":
+                r = eng.infill(FimPrompt(text[:cut], text[cut:], path=path.name), max_tokens=64, single_line=True,
+                               cache_key=f"lat:{n}")
+            else:  # the user just renamed a word on this line: rewrite the lines around it
+                word = max(ln.split(), key=len)
+                new_ln = ln.replace(word, word + "_x", 1)
+                a0, b0 = starts[max(0, i - 2)], starts[min(len(lines), i + 4)]
+                region = text[a0:starts[i]] + new_ln + text[starts[i + 1]:b0]
+                hist = (unified_diff(path.name, ln, new_ln, first_line=i),)
+                r = eng.rewrite(EditPrompt(text[:a0], region, text[b0:], starts[i] - a0 + len(new_ln) - 1,
+                                           path=path.name, history=hist), cache_key=f"edit:{n}")
+            rep.add({"what": kind, "line": i + 1, "ms": round((time.perf_counter() - t) * 1e3, 1),
+                     "tokens": len(r.tokens), "forwards": r.forwards, "finish": r.finish_reason})
+    rows = rep.data["rows"]
+    for kind in ("single-line", "next-edit"):
+        ms = sorted(r["ms"] for r in rows if r["what"] == kind)
+        if ms:
+            fw = [r["tokens"] / max(1, r["forwards"]) for r in rows if r["what"] == kind]
+            rep.data[kind] = {"n": len(ms), "p50_ms": round(statistics.median(ms), 1),
+                              "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
+                              "tokens_per_forward": round(statistics.mean(fw), 3)}
+    rep.flush()
+    return rep.data
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench_gpu", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("engine", help="random weights: diffusion vs AR, 2K/32K prompts, CUDA graphs on/off")
+    e.add_argument("--shapes", default="default,7b", help=f"comma-separated: {', '.join(SHAPES)} or a preset")
+    e.add_argument("--prompts", default="2048,32768")
+    e.add_argument("--tokens", type=int, default=64)
+    e.add_argument("--threshold", type=float, default=0.9)
+    e.add_argument("--graphs", default="on,off")
+    for sp in (e, lat := sub.add_parser("latency", help="the trained default: single-line and next-edit latency")):
+        sp.add_argument("--device", default="auto")
+        sp.add_argument("--dtype", default="auto")
+        sp.add_argument("--budget-s", type=float, default=90.0)
+        sp.add_argument("--out", type=Path)
+    lat.add_argument("--model", default="default")
+    lat.add_argument("--file", help="the file typed in (default: engine/templates.py)")
+    lat.add_argument("--positions", type=int, default=12)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    data = run_engine(a) if a.what == "engine" else run_latency(a)
+    json.dump({k: v for k, v in data.items() if k != "rows"}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

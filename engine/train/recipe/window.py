@@ -1,0 +1,422 @@
+"""A GPU window, planned to the second: its clock, the schedule that fits it, warm restarts, the plan.
+
+A window is the device time one session gets (15 minutes today: the machine's start, every upload, every
+idle gap and every command count). Its clock starts when the first device command is asked for; the
+machine cannot see that moment, so the first command passes ``--window-start now-S`` (S = the plan's
+estimate of the machine's start + the first upload) and `start`/`resume` write ``WORK/window.json``::
+
+    {"start": epoch s, "budget_s": 900, "train_end_s": 760, "eval_s": 60, "latency_s": 30, "kind": "...",
+     "extend_from": 900}
+
+The job trains until ``start + train_end_s`` (`TrainConfig.deadline`), with ``steps`` fitted to that
+deadline from the kind's recorded seconds per step (``throughput.json``; refitted by the trainer at the end
+of warmup from the speed it measures), then exports, evaluates and measures latency inside the rest.
+``max_minutes`` in a window counts from the window's start, not the trainer's.
+
+A window continuing a kept checkpoint (``resume --extend``) is a *warm restart*: the checkpoint's config,
+data stream (the example RNG continues), corpus recipe and optimizer state, with a new warmup + cosine over
+the new steps (``schedule_start`` = the checkpoint's step) and the recipe's current task mix — so every
+window adds its tokens to the last instead of starting over.
+
+`plan` prints the whole window: each device command with its carry, expected seconds and cumulative time,
+from the budget (`status`' budget_left_s), the kind and the pack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.train.recipe import UPLOAD_LIMIT, MiB
+
+THROUGHPUT = Path(__file__).with_name("throughput.json")
+WINDOW = "window.json"
+# what a warm restart takes from the recipe's config (the rest is the checkpoint's: shapes, LoRA, seed, ...)
+EXTEND_KEYS = ("mix", "max_canvas", "fim_layout", "val_examples", "save_every", "save_minutes", "label",
+               "max_minutes")
+WARM_RESTART = {"warmup": 30, "lr": 5e-4, "embed_lr": 1e-3, "min_lr_ratio": 0.1}
+
+
+# ---- the kind and its speed ---------------------------------------------------------------------
+def device_kind(name: str) -> str:
+    """``torch.cuda.get_device_name()`` → the device tool's kind (``nvidia-h200``, ``nvidia-h100-x1``)."""
+    n = name.lower()
+    if "h200" in n:
+        return "nvidia-h200"
+    if "h100" in n:
+        return "nvidia-h100-x1"
+    return re.sub(r"[^a-z0-9]+", "-", n).strip("-") or "unknown"
+
+
+def table_path() -> Path:
+    """``throughput.json`` beside this module (``$EDIT_SERVER_GPU_THROUGHPUT``: another table, for tests)."""
+    return Path(os.environ.get("EDIT_SERVER_GPU_THROUGHPUT") or THROUGHPUT)
+
+
+def load_throughput(path: Path | None = None) -> dict[str, Any]:
+    return json.loads((path or table_path()).read_text())
+
+
+def seconds_per_step(kind: str, table: dict[str, Any] | None = None) -> tuple[float, bool]:
+    """(s/step of the GPU config, whether it is an estimate) for ``kind``."""
+    t = table or load_throughput()
+    e = t["kinds"].get(kind) or t["default"]
+    return float(e["s_per_step"]), bool(e.get("estimate", True))
+
+
+def record_throughput(measured: dict[str, Any], path: Path | None = None, *, force: bool = False) -> bool:
+    """Write a job's measurement (``run/throughput.json``: kind, s_per_step, tok_s, ...) into the table when
+    the kind has no entry or only an estimate (or ``force``). Returns whether it wrote."""
+    path = path or table_path()
+    t = load_throughput(path)
+    kind = measured.get("kind")
+    old = t["kinds"].get(kind)
+    if not kind or not measured.get("s_per_step") or (old and not old.get("estimate", True) and not force):
+        return False
+    t["kinds"][kind] = {"s_per_step": round(float(measured["s_per_step"]), 4),
+                        "tok_s": round(float(measured.get("tok_s") or 0)),
+                        "tokens_per_step": round(float(measured.get("tokens_per_step") or 0)),
+                        "estimate": False, "measured": measured.get("measured", "")}
+    path.write_text(json.dumps(t, indent=1) + "\n")
+    return True
+
+
+# ---- the window's clock (GPU side) ---------------------------------------------------------------
+def parse_start(spec: str, now: float | None = None) -> float:
+    """``now``, ``now-75`` (seconds before now) or an epoch time."""
+    now = time.time() if now is None else now
+    m = re.fullmatch(r"now(?:-(\d+(?:\.\d+)?))?", spec.strip())
+    if m:
+        return now - float(m.group(1) or 0)
+    return float(spec)
+
+
+def write_window(work: Path, **fields_: Any) -> dict[str, Any]:
+    """Merge ``fields_`` into ``WORK/window.json`` (the first write of a window sets its start)."""
+    p = Path(work) / WINDOW
+    old = read_window(work) or {}
+    w = {**old, **{k: v for k, v in fields_.items() if v is not None}}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(w, indent=1))
+    os.replace(tmp, p)
+    return w
+
+
+def read_window(work: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(work) / WINDOW).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def train_deadline(win: dict[str, Any], max_minutes: float = 0.0) -> float:
+    """Epoch time by which training ends: the plan's ``train_end_s``, or ``max_minutes`` after the window's
+    start (whichever is earlier)."""
+    ends = []
+    if win.get("train_end_s"):
+        ends.append(win["start"] + float(win["train_end_s"]))
+    if max_minutes > 0:
+        ends.append(win["start"] + max_minutes * 60)
+    return min(ends) if ends else 0.0
+
+
+LOAD_S = 15.0  # model load + step-0 validation before the first step (GPU, SmolLM2)
+
+
+def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, kind: str,
+                  recipe_config: dict[str, Any], restart: bool, now: float | None = None,
+                  table: dict[str, Any] | None = None, sets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trainer's config in a window: deadline + fitted steps (and, on ``restart``, the warm restart).
+
+    ``d``: the config as the job has it (the recipe's, or the checkpoint's); ``step``: the checkpoint's
+    step (0 for a fresh run); ``sets``: `start --set` overrides, applied after the warm restart's."""
+    d = dict(d)
+    if restart:  # the recipe's mix and budget (not the old window's max_minutes), new rates, new schedule
+        d.update({k: recipe_config[k] for k in EXTEND_KEYS if k in recipe_config})
+        d.update(WARM_RESTART, schedule_start=step, strict_resume=False)
+    d.update(sets or {})
+    if not win:
+        return d
+    deadline = train_deadline(win, float(d.get("max_minutes") or 0))
+    if not deadline:
+        return d
+    now = time.time() if now is None else now
+    per_step, _ = seconds_per_step(kind, table)
+    fresh = step == 0 or restart
+    d.update(deadline=deadline, max_minutes=0.0)
+    if fresh:  # a new schedule: as many steps as fit (refitted at the end of warmup)
+        n = max(1, int((deadline - now - LOAD_S) / per_step))
+        warm = int(d.get("warmup") or 0)
+        d.update(steps=step + max(n, warm + 1), fit_deadline=True)
+        d["val_every"] = max(1, n // 2 + 1)  # one validation midway, one at the end
+    return d
+
+
+# ---- the plan (here) -----------------------------------------------------------------------------
+@dataclass
+class Costs:
+    """Seconds of each part of a window. Estimates unless marked: the 2026-11-26 H200 window held the
+    machine 652 s for 601 s of commands (3 calls), so start + 3 transfers + 2 gaps took ≈ 51 s."""
+    machine_start_s: float = 60.0  # the first call's start (≈ 1 min)
+    gap_s: float = 15.0  # a reply → the next call (the caller's turn); ≤ 30 s or the machine goes back
+    upload_mib_s: float = 25.0  # transfer of the working tree + carry, per command
+    fetch_s: float = 5.0  # files back from $OUT (≤ 64 MiB)
+    receive_s: float = 3.0  # a receive of boot or base parts (copy + verify)
+    install_base_s: float = 8.0  # the last base part: join + verify + decompress 98 MB (19 s on the 2-core CPU)
+    start_s: float = 3.0  # start / resume (+ restore: join a 30 MB checkpoint) + launching the bench
+    bench_s: float = 90.0  # the detached `bench` (engine.bench_gpu engine): random weights, both shapes
+    load_s: float = LOAD_S
+    export_s: float = 8.0  # the last step's validation + checkpoint + adapter export
+    eval_s: float = 60.0  # HumanEval-infilling on the GPU (single-line, then multi-line), time-capped
+    latency_s: float = 30.0  # engine.bench_gpu latency: the trained default, single-line + next edit
+    collect_s: float = 4.0  # the final collect (checkpoint parts, status, logs, bench files)
+    margin_s: float = 30.0  # unplanned slack kept back
+    give_back_s: float = 5.0
+    poll_max_s: float = 560.0  # one poll command (≤ 10 minutes a command, with room to spare)
+    kto_min_s: float = 150.0  # a KTO slot shorter than this is not worth its data step
+    train_min_s: float = 120.0
+    train_full_s: float = 500.0  # ≈ 30M tokens on an H200: KTO shares a window only beyond this
+
+
+@dataclass
+class Step:
+    what: str
+    command: str
+    carry: list[str] = field(default_factory=list)
+    upload_bytes: int = 0
+    seconds: float = 0.0
+    start_s: float = 0.0  # window time when the command starts on the machine
+    end_s: float = 0.0  # window time when its reply is back
+    timeout_s: int = 600
+
+
+def pack_uploads(pack_dir: Path) -> list[dict[str, Any]] | None:
+    """The uploads of an existing pack (bytes and files per upload), from its manifest."""
+    man = pack_dir / "up1" / "manifest.json"
+    if not man.is_file():
+        return None
+    m = json.loads(man.read_text())
+    ups: list[dict[str, Any]] = [{"carry": str(pack_dir / f"up{u}"), "bytes": 0, "files": set()}
+                                 for u in range(1, m["uploads"] + 1)]
+    for e in m["files"]:
+        for p in e["parts"]:
+            ups[p["upload"] - 1]["bytes"] += p["size"]
+            ups[p["upload"] - 1]["files"].add(e["name"])
+    return [{**u, "files": sorted(u["files"])} for u in ups]
+
+
+def estimate_uploads(tree: int, boot: int = 3_000_000, base_xz: int = 90_400_000,
+                     limit: int = UPLOAD_LIMIT, margin: int = MiB) -> list[dict[str, Any]]:
+    """What `pack` would cut (boot first and whole, then the base) for a working tree of ``tree`` bytes."""
+    cap = limit - tree - margin
+    if cap < boot:
+        raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room for the boot bundle")
+    ups, left, room = [{"bytes": boot, "files": ["boot.tar.xz"]}], base_xz, cap - boot
+    while left > 0:
+        if room <= 0:
+            ups.append({"bytes": 0, "files": []})
+            room = cap
+        n = min(left, room)
+        ups[-1]["bytes"] += n
+        ups[-1]["files"] = sorted(set(ups[-1]["files"]) | {"base.gguf.xz"})
+        left, room = left - n, room - n
+    return [{"carry": f"runs/gpu-pack/up{i}", **u} for i, u in enumerate(ups, 1)]
+
+
+def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree: int, *,
+                resume_from: str | None = None, resume_carry: int = 0, parts: tuple[str, ...] = (
+                    "train", "bench", "latency"), costs: Costs | None = None,
+                table: dict[str, Any] | None = None, py: str = "python3 -m engine.train.gpu_recipe"
+                ) -> dict[str, Any]:
+    """Every device command of a window in order, with its carry, upload bytes and expected seconds.
+
+    ``parts``: what the window does, most important first (``train``, ``bench``, ``latency``, ``kto``);
+    what does not fit is dropped from the end and named in ``dropped``. Raises ValueError when even
+    training does not fit."""
+    c = costs or Costs()
+    per_step, estimate = seconds_per_step(kind, table)
+    want = list(parts)
+    while True:
+        try:
+            short = 0.0  # the extra poll commands' own costs come out of training: replan until it fits
+            for _ in range(6):
+                out = _plan(budget_s, kind, uploads, tree, resume_from, resume_carry, want, c, py, per_step,
+                            short=short)
+                if out["total_s"] <= budget_s - c.margin_s + 1e-6 or not out["train_end_s"]:
+                    break
+                short += out["total_s"] - (budget_s - c.margin_s)
+            if out["total_s"] > budget_s - c.margin_s + 1e-6:
+                raise _NoRoom
+            if "kto" in want and "train" in want and out["train_s"] < c.train_full_s:
+                raise _NoRoom  # training progress first: KTO only beside a full training slot
+        except _NoRoom:
+            if len(want) <= 1 or want[-1] == "train":
+                raise ValueError(f"a {budget_s:.0f} s window on {kind} has no room for training "
+                                 f"(at least {c.train_min_s:.0f} s) after its uploads") from None
+            want.pop()
+            continue
+        out.update(kind=kind, s_per_step=per_step, s_per_step_estimate=estimate, parts=want,
+                   dropped=[p for p in parts if p not in want])
+        return out
+
+
+class _NoRoom(Exception):
+    pass
+
+
+def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, resume_from: str | None,
+          resume_carry: int, parts: list[str], c: Costs, py: str, per_step: float,
+          tokens_per_step: int = 34_271, short: float = 0.0) -> dict[str, Any]:
+    steps: list[Step] = []
+    t = c.machine_start_s
+
+    def add(s: Step, first: bool = False) -> Step:
+        nonlocal t
+        if not first:
+            t += c.gap_s
+        t += s.upload_bytes / MiB / c.upload_mib_s
+        s.start_s = t
+        t += s.seconds
+        s.end_s = t
+        steps.append(s)
+        return s
+
+    train, kto = "train" in parts, "kto" in parts
+    bench, latency = "bench" in parts, "latency" in parts and train
+    # the tail after training: export, eval, latency (inside the job), the final collect + fetch,
+    # then the KTO command, the margin and the give-back
+    kto_s = c.kto_min_s if kto else 0.0
+    tail = ((c.export_s + c.eval_s + (c.latency_s if latency else 0.0)) if train else 0.0) + c.collect_s \
+        + c.fetch_s + (c.gap_s + tree / MiB / c.upload_mib_s + kto_s + c.fetch_s if kto and train else 0.0) \
+        + c.margin_s + c.gap_s + c.give_back_s
+    train_end = budget - tail - short
+    w0 = round(c.machine_start_s + (tree + uploads[0]["bytes"] + resume_carry) / MiB / c.upload_mib_s)
+    win = f"--window-start now-{w0} --budget-s {budget:.0f} --train-end-s {train_end:.0f} --eval-s " \
+          f"{c.eval_s:.0f}" + (f" --latency-s {c.latency_s:.0f}" if latency else " --latency-s 0")
+    carried = bool(resume_from and resume_carry)
+    if not train:
+        launch = ""
+    elif resume_from and not carried:  # the kept checkpoint is in the working tree: extend it at once
+        launch = f" && {py} resume --from {resume_from} --extend {win}"
+    else:
+        launch = f" && {py} start {win}"
+    # a carried checkpoint rides with the latest upload that has room for it (else a command of its own
+    # before the last); `restore` puts it under the job, which reads it only once the base is complete
+    restore_cmd = f"{py} restore --from {resume_from} --extend" if carried and train else ""
+    ride = next((i for i in range(len(uploads) - 1, 0, -1)
+                 if tree + uploads[i]["bytes"] + resume_carry <= UPLOAD_LIMIT), None) if restore_cmd else None
+    if bench:  # the bench runs while the base uploads: no longer than that (≥ 60 s: the 7B shape needs it)
+        up_s = sum(c.gap_s + (tree + u["bytes"]) / MiB / c.upload_mib_s + c.receive_s for u in uploads[1:])
+        c = replace(c, bench_s=max(60.0, min(c.bench_s, up_s + c.install_base_s)))
+    bench_cmd = f" && {py} bench --budget-s {c.bench_s:.0f}" if bench else ""
+    for i, u in enumerate(uploads):
+        last = i == len(uploads) - 1
+        if restore_cmd and ride is None and last:
+            add(Step("the kept checkpoint: restored under the waiting job (warm restart)", restore_cmd,
+                     [str(resume_from)], tree + resume_carry, c.start_s))
+        rides = restore_cmd and i == ride
+        carry = [u["carry"]] + ([str(resume_from)] if rides else [])
+        up_bytes = tree + u["bytes"] + (resume_carry if rides else 0)
+        if up_bytes > UPLOAD_LIMIT:
+            raise ValueError(f"command {i + 1} would upload {up_bytes / MiB:.1f} MiB > {UPLOAD_LIMIT / MiB:.0f} "
+                             "MiB (pack again with --tree-bytes set to the tree + what it carries)")
+        secs = c.receive_s + (c.install_base_s if last and "base.gguf.xz" in u["files"] else 0.0)
+        if i == 0:
+            cmd = f"{py} receive {u['carry']}{launch}{bench_cmd}"
+            secs += c.start_s
+            what = "boot bundle" + (" + base part" if "base.gguf.xz" in u["files"] else "") + \
+                (": receive, launch the job (corpus builds)" if train else "") + \
+                ("; bench engine runs detached" if bench else "")
+        else:
+            cmd = f"{py} receive {u['carry']}"
+            what = f"base part {i + 1}/{len(uploads)}" + (": the base is complete" if last else "")
+            if rides:
+                cmd, what, secs = f"{restore_cmd} && {cmd}", f"kept checkpoint (warm restart) + {what}", \
+                    secs + c.start_s
+        add(Step(what, cmd, carry, up_bytes, secs), first=i == 0)
+    base_at = t
+    train_s, n_steps = 0.0, 0
+    if train:
+        train_start = max(base_at, steps[0].start_s + (c.bench_s if bench else 0.0)) + c.load_s
+        train_s = train_end - train_start
+        if train_s < c.train_min_s:
+            raise _NoRoom
+        n_steps = int(train_s / per_step)
+        done = train_end + c.export_s + c.eval_s + (c.latency_s if latency else 0.0)
+        # poll until the job is done; split into ≤ poll_max_s commands, the first riding on the last upload
+        last = steps[-1]
+        wait = done - last.start_s - last.seconds
+        first_wait = min(c.poll_max_s - last.seconds, max(0.0, wait))
+        last.command += f" && {py} poll --wait {first_wait:.0f} --to $OUT"
+        last.what += "; poll: the job trains, collecting each checkpoint"
+        last.seconds += first_wait + c.collect_s
+        last.end_s = last.start_s + last.seconds + c.fetch_s
+        t = last.end_s
+        wait -= first_wait
+        n_more = -int(-wait // c.poll_max_s) if wait > 1 else 0
+        for _ in range(n_more):  # balanced: no stub command for a few seconds' remainder
+            add(Step("poll: training → export → eval → latency; collect",
+                     f"{py} poll --wait {wait / n_more:.0f} --to $OUT", [], tree, wait / n_more + c.collect_s + c.fetch_s))
+    elif bench:
+        add(Step("collect the bench report", f"{py} poll --wait {c.bench_s:.0f} --to $OUT", [], tree,
+                 c.bench_s + c.collect_s + c.fetch_s))
+    if kto:
+        adapter = "run" if train else "shipped"
+        room = budget - t - c.margin_s - c.gap_s - c.give_back_s
+        per_cmd = c.gap_s + tree / MiB / c.upload_mib_s + c.collect_s + c.fetch_s
+        n_cmd = max(1, -int(-room // (c.poll_max_s + per_cmd)))
+        # the KTO job's own time; short of the minimum the plan overruns and training is shortened
+        kto_s = max(c.kto_min_s, room - n_cmd * per_cmd)
+        first = f"{py} align-start --adapter {adapter} --set {kto_sets(kto_s)} && "
+        for k in range(n_cmd):
+            w = kto_s / n_cmd
+            add(Step(f"KTO on the {adapter} adapter: self-play → align kto → calibration (reward gate vs "
+                     "confidence gate)" if k == 0 else "KTO: poll + collect",
+                     f"{first if k == 0 else ''}{py} align-poll --wait {w:.0f} --to $OUT", [], tree,
+                     w + c.collect_s + c.fetch_s))
+    add(Step("give the machine back (device tool: give_back)", "give_back", [], 0, c.give_back_s))
+    total = t
+    gaps = [round(b.start_s - a.end_s - b.upload_bytes / MiB / c.upload_mib_s, 1)
+            for a, b in zip(steps, steps[1:], strict=False)]
+    return {"budget_s": budget, "tree_bytes": tree, "total_s": round(total, 1), "spare_s": round(budget - total, 1),
+            "train_end_s": round(train_end, 1) if train else None, "train_s": round(train_s, 1),
+            "steps": n_steps, "tokens": n_steps * tokens_per_step, "max_gap_s": max(gaps) if gaps else 0.0,
+            "commands": [s.__dict__ for s in steps]}
+
+
+def kto_sets(seconds: float) -> str:
+    """`align-start --set` values that fit the KTO stage into ``seconds`` (estimates: self-play ≈ 0.15 s a
+    sample, a KTO step of 16 ≈ 0.4 s on an H200, model loads ≈ 20 s; then `align measure`: the reward gate's
+    precision vs the confidence gate's at equal coverage on held-out HumanEval + self-play)."""
+    usable = max(0.0, seconds - 40)
+    selfplay = int(max(48, usable * 0.45 / 0.15))
+    held = max(16, selfplay // 4)
+    steps = int(max(10, usable * 0.45 / 0.4))
+    measure = int(min(50, max(10, usable * 0.1 / 0.6)))  # HumanEval tasks for the gate report (≈ 0.6 s each)
+    return (f"selfplay={selfplay} heldout_selfplay={held} kto.steps={steps} kto.save-every={max(5, steps // 4)} "
+            f"kto.eval-every={max(5, steps // 2)} kto.max-minutes={max(1.0, usable * 0.4 / 60):.1f} "
+            f"measure_limit={measure}")
+
+
+def format_plan(p: dict[str, Any]) -> str:
+    lines = [f"window: {p['budget_s']:.0f} s on {p['kind']} ({p['s_per_step']} s/step"
+             f"{', an estimate' if p['s_per_step_estimate'] else ''}); working tree {p['tree_bytes'] / MiB:.1f} MiB",
+             f"parts: {', '.join(p['parts'])}" + (f"  (dropped: {', '.join(p['dropped'])})" if p["dropped"] else ""),
+             "", f"{'#':>2} {'start':>6} {'secs':>6} {'end':>6} {'up MiB':>7}  command"]
+    for i, s in enumerate(p["commands"], 1):
+        lines.append(f"{i:>2} {s['start_s']:>6.0f} {s['seconds']:>6.0f} {s['end_s']:>6.0f} "
+                     f"{s['upload_bytes'] / MiB:>7.1f}  {s['what']}")
+        if s["command"] != "give_back":
+            lines.append(f"{'':>30}run(command=\"{s['command']}\", carry={s['carry']}, timeout_s={s['timeout_s']})")
+    lines += ["", f"total {p['total_s']:.0f} s of {p['budget_s']:.0f} (spare {p['spare_s']:.0f} s, the margin not "
+              f"counted); longest idle gap {p['max_gap_s']:.0f} s (the machine goes back after 30 s)"]
+    if p["train_end_s"]:
+        lines.append(f"training: until {p['train_end_s']:.0f} s into the window, ≈ {p['train_s']:.0f} s = "
+                     f"{p['steps']} steps ≈ {p['tokens'] / 1e6:.1f}M tokens")
+    return "\n".join(lines)

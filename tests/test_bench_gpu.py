@@ -1,0 +1,79 @@
+"""`engine.bench_gpu` (issue 23 §2: every window measures the engine on the GPU), rehearsed on the CPU with
+tiny shapes: the code path needs no CUDA; a 7B shape is sized on the meta device, never allocated here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.bench_gpu import main, model_bytes, random_engine
+from engine.engine import Engine
+from engine.model import Transformer
+
+GiB = 1 << 30
+
+
+def test_random_engine_builds_on_meta_and_matches_the_seeded_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str] = []
+    init = Transformer.__init__
+
+    def spy(self: Transformer, *a: object, **k: object) -> None:
+        init(self, *a, **k)  # type: ignore[arg-type]
+        built.append(next(self.parameters()).device.type)
+
+    monkeypatch.setattr(Transformer, "__init__", spy)
+    eng = random_engine("tiny", "cpu", "fp32")
+    assert built == ["meta"]  # the skeleton holds no memory: the weights are made once, on the device
+    ref = Engine.load("random:tiny", device="cpu", dtype="fp32")
+    a, b = eng.model.state_dict(), ref.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    bf = random_engine("tiny", "cpu", "bf16")
+    assert {p.dtype for p in bf.model.parameters()} == {torch.bfloat16}
+    shared = random_engine("tiny", cuda_graphs=False, model=eng.model)
+    assert shared.model is eng.model
+
+
+def test_the_7b_shape_fits_an_h100_in_bf16() -> None:
+    n = model_bytes("Dream-org/Dream-Coder-v0-Instruct-7B")  # meta device: nothing allocated
+    assert 14 * GiB < n < 16 * GiB
+    kv_32k = 28 * 2 * 4 * 128 * 32768 * 2  # layers x (k, v) x kv heads x head dim x tokens x bf16
+    assert n + 2 * kv_32k < 70 * GiB  # the H100's ~78 GiB, with room for activations and graphs
+    assert model_bytes("smollm2-135m") < 300e6
+
+
+def test_engine_bench_rehearsal(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    out = tmp_path / "engine.json"
+    assert main(["engine", "--shapes", "tiny", "--prompts", "48", "--tokens", "8", "--device", "cpu",
+                 "--budget-s", "900", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    rows = d["rows"]
+    dec = [r for r in rows if r["what"] == "decode"]
+    assert [r["graphs_asked"] for r in dec] == [True, False]  # the same weights, CUDA graphs on then off
+    for r in dec:
+        assert r["ar"]["tokens"] == 8 and r["diffusion"]["tokens"] == 8 and r["prompt"] == 48
+        assert r["cuda_graphs"] is False  # a CPU has none
+    assert any(r["what"] == "prefill" for r in rows) and rows[0]["what"] == "load"
+    assert d["skipped"] == [] and d["machine"]["device"] == "cpu"
+
+
+def test_engine_bench_keeps_to_its_budget(tmp_path: Path) -> None:
+    out = tmp_path / "engine.json"
+    assert main(["engine", "--shapes", "tiny,tiny", "--prompts", "32", "--tokens", "4", "--device", "cpu",
+                 "--budget-s", "0", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert len(d["skipped"]) >= 2 and not any(r["what"] == "decode" for r in d["rows"])
+
+
+def test_latency_rehearsal(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    out = tmp_path / "latency.json"
+    assert main(["latency", "--model", "tiny-random", "--device", "cpu", "--positions", "3", "--budget-s", "900",
+                 "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    for kind in ("single-line", "next-edit"):
+        assert d[kind]["n"] == 3 and d[kind]["p50_ms"] > 0 and d[kind]["tokens_per_forward"] > 0
+    assert {r["what"] for r in d["rows"]} == {"single-line", "next-edit"}
