@@ -14,6 +14,7 @@ LLaDA …) run all requests batched, recomputing everything at each block start 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -33,8 +34,10 @@ from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.decode import (
+    ENV,
     WindowDecoder,
     default_sampler,
+    parse_decode,
     resolve,
     scope_rule,
     want_fast_cpu,
@@ -116,8 +119,11 @@ class Engine(ByComplete):
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
         # used for requests without a sampler; its None fields are filled for those with one
-        self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"
-                                                        and self.args.block_align == "canvas"))
+        base = default_sampler(self.device, self.args.attention == "block_causal"
+                               and self.args.block_align == "canvas")
+        if self.meta.get("decode") and not os.environ.get(ENV, "").strip():  # the checkpoint's own (AR: window 1)
+            base = replace(base, **parse_decode(str(self.meta["decode"])))
+        self.sampler = resolve(sampler, base)
         self.format = pick_format(tokenizer, self.meta, self.args)  # engine.formats: FIM / edit prompts
         self.info: dict[str, Any] = {
             "model": name, "label": self.meta.get("label", name), "device": str(self.device),
