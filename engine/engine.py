@@ -45,6 +45,7 @@ from engine.decode import (
 from engine.expand import ExpandCanvas
 from engine.formats import FormatNotSupported
 from engine.graphs import StepGraphs, want_graphs
+from engine.loading.ar_base import is_ar_base
 from engine.model import Transformer
 from engine.sampler import Denoiser
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
@@ -151,6 +152,11 @@ class Engine(ByComplete):
             if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
                 eng.warm_up()
             return eng
+        if is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): int8 on a CPU by default
+            from engine.loading.ar_base import FAST_CPU_DEFAULT, load_ar_base
+
+            fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": FAST_CPU_DEFAULT}, resolve_device(device), None)
+            return cls.from_checkpoint(load_ar_base(spec, fast_cpu=fast), device=device, dtype=dtype, **kw)
         return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
 
     @classmethod

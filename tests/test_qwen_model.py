@@ -49,10 +49,12 @@ def cached(tiny: tuple[Path, torch.nn.Module], tmp_path_factory: pytest.TempPath
     return cache, spec
 
 
-def _ar_ck(cached: tuple[Path, base.PartedBase], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def _ar_ck(cached: tuple[Path, base.PartedBase], monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+           merged: Path | None = None, **kw: bool):
     cache, spec = cached
     monkeypatch.setitem(base.PARTED, spec.name, spec)
-    return load_ar_base(spec.name, cache)
+    monkeypatch.setenv("EDIT_SERVER_MERGED_CACHE", str(merged or cache / "merged"))
+    return load_ar_base(spec.name, cache, **kw)
 
 
 def test_quantized_qwen2_gguf_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
@@ -149,3 +151,23 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
         assert len(want) >= 3 and res.tokens == want, (prefix, res.tokens, want)
         again = eng.complete([InfillCall(prompt, max_tokens=12, cache_key="doc")])[0]  # prefix KV reused
         assert again.tokens == want
+
+
+def test_layouts_are_cached_and_int8_runs(cached: tuple[Path, base.PartedBase], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import Engine, fastcpu
+
+    first = _ar_ck(cached, monkeypatch, tmp_path)
+    assert "merged_cache" not in first.meta
+    again = _ar_ck(cached, monkeypatch, tmp_path)  # the merged-model cache, same weights, tokenizer and registry row
+    assert again.meta["merged_cache"].endswith(".safetensors") and again.meta["registry"] == "qwen2.5-coder-0.5b"
+    assert all(torch.equal(again.state_dict[k], v) for k, v in first.state_dict.items())
+    assert again.tokenizer.special == first.tokenizer.special and again.tokenizer.encode("def re") == [
+        Qw.TOKENS.index("def"), Qw.TOKENS.index("Ġre")]
+    fast = _ar_ck(cached, monkeypatch, tmp_path, fast_cpu=True)
+    assert fast.meta["layout"] == fastcpu.FORMAT
+    assert _ar_ck(cached, monkeypatch, tmp_path, fast_cpu=True).meta["merged_cache"].endswith(".safetensors")
+    eng = Engine.from_checkpoint(fast, device="cpu")
+    assert eng.info["fast_cpu"] == fastcpu.FORMAT and eng.format.name == "qwen-fim"
+    res = eng.infill(FimPrompt("def re", "ret"), max_tokens=8)
+    assert res.tokens and res.forwards >= 1

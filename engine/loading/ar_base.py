@@ -9,20 +9,25 @@ registry name (`engine.registry.AR_MODELS`: its own FIM format and end tokens) a
 left to right (window 1) with prompt-lookup drafts, which are verified causally and so give the same
 tokens as plain one-token-per-forward decoding.
 
-Weights stay float32 (exactly the file's dequantized values) unless ``$EDIT_SERVER_FASTCPU=1`` asks for
-the int8 CPU path (`engine.fastcpu`).
+On a CPU `Engine.load` asks for the int8 layout of `engine.fastcpu` (``FAST_CPU_DEFAULT``; a 0.5B model
+in float32 reads 2.5 GB of weights per decoded token); ``$EDIT_SERVER_FASTCPU=0`` keeps float32, exactly
+the file's dequantized values. Either layout is built once and kept in the merged-model cache
+(`engine.merged_cache`, keyed by the GGUF's name / size / mtime): parsing the 151,936-token vocabulary and
+dequantizing take about a minute on the 2-core CPU, the cached copy loads in seconds.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from engine.checkpoint import LoadedCheckpoint
 
 log = logging.getLogger(__name__)
 
 AR_DECODE = "spec=8,ar"  # engine.decode.parse_decode: window 1, drafts of up to 8 tokens
+FAST_CPU_DEFAULT = True  # the int8 CPU layout unless asked otherwise (docs/QUALITY.md: agreement measured)
 
 
 def is_ar_base(spec: str) -> bool:
@@ -31,15 +36,38 @@ def is_ar_base(spec: str) -> bool:
     return spec.strip().lower() in PARTED
 
 
-def load_ar_base(name: str, cache_dir: str | Path | None = None) -> LoadedCheckpoint:
+def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bool = False,
+                 use_cache: bool = True) -> LoadedCheckpoint:
+    """``fast_cpu``: in the `engine.fastcpu` int8 layout. ``use_cache``: through the merged-model cache."""
+    from engine import fastcpu, merged_cache
     from engine.loading.base import fetch_parted, parted_base
+
+    spec = parted_base(name.strip().lower())
+    path = fetch_parted(spec, cache_dir)
+    tag = f"{spec.name}.{'int8' if fast_cpu else 'fp32'}"
+    k = merged_cache.key([path], fastcpu.FORMAT if fast_cpu else "gguf-float32")
+    if use_cache:
+        hit = merged_cache.load(tag, k)
+        if hit is not None:
+            log.info("%s from the merged-model cache: %s", spec.name, hit.meta.get("merged_cache"))
+            return hit
+    ck = _from_gguf(spec, path)
+    if fast_cpu:
+        from engine.default import release_memory, to_fast
+
+        ck = to_fast(ck)
+        release_memory()
+    if use_cache and merged_cache.save(tag, k, ck) is not None:
+        log.info("%s cached in the merged-model cache", tag)
+    return ck
+
+
+def _from_gguf(spec: Any, path: Path) -> LoadedCheckpoint:
     from engine.loading.gguf_file import load_gguf
     from engine.registry import lookup
 
-    spec = parted_base(name.strip().lower())
     entry = lookup(spec.name)
     assert entry is not None, spec.name  # every parted base has a registry row (tests check it)
-    path = fetch_parted(spec, cache_dir)
     ck = load_gguf(path)
     args = ck.args
     args.attention, args.shifted_logits = entry.attention, entry.shifted_logits  # causal prompt, AR canvas
