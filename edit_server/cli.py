@@ -20,6 +20,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("train", "engine.train.cli"),
     ("eval", "evals.cli"),
     ("align", "edit_server.selectivity.align"),
+    ("models", "engine.tiers"),
 ]
 BENCH: list[str] = ["engine.bench", "edit_server.context.bench", "edit_server.bench_lsp",
                     "edit_server.bench_http"]

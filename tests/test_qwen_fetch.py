@@ -124,3 +124,19 @@ def test_pinned_parted_bases() -> None:
     for b in (q05, q15):
         assert len(b.sha256) == 64 and int(b.sha256, 16) >= 0
     assert base.parted_path("qwen2.5-coder-0.5b", "/c") == Path("/c/Qwen2.5-Coder-0.5B-Instruct.gguf")
+
+
+def test_models_lists_every_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from edit_server.cli import main
+    from engine.registry import AR_MODELS, MODELS
+
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = [r["model"] for r in rows]
+    assert names[:3] == ["default", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert {e.name for e in (*MODELS, *AR_MODELS)} <= set(names)
+    for r in rows:
+        assert r["size"] and r["context"] > 0 and r["quality"] and r["latency"], r
+    assert next(r for r in rows if r["model"] == "qwen2.5-coder-0.5b")["context"] == 32768
