@@ -72,9 +72,20 @@ def run_ours(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def run_peer(a: argparse.Namespace, tasks: list[Any]) -> dict[str, dict[str, Any]]:
     try:
+        import llama_cpp
+        import llama_cpp.llama as llama_mod
         from llama_cpp import Llama
     except ImportError:
         raise SystemExit("llama-cpp-python is not installed: pip install llama-cpp-python (builds llama.cpp)") from None
+    if a.no_extra_bufts:  # no repacked / AMX weight buffers: their AMX kernels fault in this VM (GPF, measured)
+        default_params = llama_cpp.llama_model_default_params
+
+        def params():  # type: ignore[no-untyped-def]
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_mod.llama_cpp.llama_model_default_params = params
     from gguf import GGUFReader
 
     from engine.formats import for_model
@@ -145,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--cut", choices=["none", "llama-vim"], default="none")
+    p.add_argument("--extra-bufts", dest="no_extra_bufts", action="store_false",
+                   help="let llama.cpp repack weights into its extra (AMX / repack) buffers; off by default: "
+                        "on this project's VM (Intel Xeon with AMX) they crash with a protection fault")
     p.add_argument("--skip-ours", action="store_true", help="only the peer (OUT/ours must hold results)")
     a = p.parse_args(argv)
     tasks = load_humaneval(a.split, a.data, limit=a.limit)
