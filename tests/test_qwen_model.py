@@ -171,3 +171,21 @@ def test_layouts_are_cached_and_int8_runs(cached: tuple[Path, base.PartedBase], 
     assert eng.info["fast_cpu"] == fastcpu.FORMAT and eng.format.name == "qwen-fim"
     res = eng.infill(FimPrompt("def re", "ret"), max_tokens=8)
     assert res.tokens and res.forwards >= 1
+
+
+def test_training_keeps_qwens_fim_rows_and_initialises_only_ours(
+        cached: tuple[Path, base.PartedBase], monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.train.trainer import TrainConfig, load_model
+
+    ck = _ar_ck(cached, monkeypatch)
+    assert ck.meta["base"]["sha256"] == cached[1].sha256  # provenance of the pinned file
+    placed = ck.meta["new_special_ids"]
+    assert placed == sorted(ck.tokenizer.hf.token_to_id(t) for t in SPECIAL_TOKENS.values() if t not in Qw.TOKENS)
+    monkeypatch.setattr(base, "default_cache_dir", lambda: cached[0])
+    model, tok, meta = load_model(TrainConfig(model="qwen2.5-coder-0.5b"), torch.device("cpu"), torch.float32)
+    emb, orig = model.model.embed_tokens.weight, ck.state_dict["model.embed_tokens.weight"]
+    for text in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"):  # trained rows: kept
+        i = tok.hf.token_to_id(text)
+        assert torch.equal(emb[i], orig[i]), text
+    assert not torch.equal(emb[tok.special.mask], orig[tok.special.mask])  # ours: initialised from words
+    assert meta["base"]["file"] == cached[1].file and "new_special_ids" not in meta

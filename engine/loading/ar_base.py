@@ -72,9 +72,8 @@ def _from_gguf(spec: Any, path: Path) -> LoadedCheckpoint:
     args = ck.args
     args.attention, args.shifted_logits = entry.attention, entry.shifted_logits  # causal prompt, AR canvas
     args.block_size, args.block_align = entry.block_size, entry.block_align
-    ck.meta = {**ck.meta, "registry": entry.name, "decode": AR_DECODE, "label": f"{spec.label}, autoregressive",
-               "base": {"packages": f"{spec.stem}1..{spec.n_parts}=={spec.version}", "file": spec.file,
-                        "sha256": spec.sha256}}
+    # provenance ("base": package, file, sha256) comes from load_gguf, which recognises the pinned file
+    ck.meta = {**ck.meta, "registry": entry.name, "decode": AR_DECODE, "label": f"{spec.label}, autoregressive"}
     ck.name = entry.name
     log.info("%s: %s, %.0f M parameters", entry.name, path, args.param_count() / 1e6)
     return ck

@@ -127,15 +127,19 @@ def unused_slots(tokens: list[str], types: list[int] | None) -> tuple[list[str],
     return tokens, types, placed
 
 
-def gguf_tokenizer(reader: Any, path: Path, mask_id: int | None = None, *, reuse_unused: bool = False) -> Any:
-    """``reuse_unused``: our special tokens go into unused vocabulary slots (`unused_slots`), not new rows."""
+def gguf_tokenizer(reader: Any, path: Path, mask_id: int | None = None, *, reuse_unused: bool = False,
+                   placed: dict[str, int] | None = None) -> Any:
+    """``reuse_unused``: our special tokens go into unused vocabulary slots (`unused_slots`), not new rows;
+    ``placed`` (filled): which token went where."""
     model = _field(reader, "tokenizer.ggml.model", path)
     if model != "gpt2":
         raise CheckpointError(f"{path.name}: tokenizer.ggml.model {model!r} is not supported (gpt2 BPE only)")
     tokens = _field(reader, "tokenizer.ggml.tokens", path)
     types = _field(reader, "tokenizer.ggml.token_type", path, None)
     if reuse_unused:
-        tokens, types, _ = unused_slots(tokens, types)
+        tokens, types, where = unused_slots(tokens, types)
+        if placed is not None:
+            placed.update(where)
     hf = build_bpe(tokens, _field(reader, "tokenizer.ggml.merges", path), types,
                    _field(reader, "tokenizer.ggml.pre", path, None))
     eos = int(_field(reader, "tokenizer.ggml.eos_token_id", path))
@@ -156,7 +160,8 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
         raise CheckpointError(f"{path.name}: not a readable GGUF file ({e})") from None
     args = gguf_args(reader, path)
     arch = _field(reader, "general.architecture", path)
-    tokenizer = gguf_tokenizer(reader, path, reuse_unused=arch == "qwen2")
+    placed: dict[str, int] = {}
+    tokenizer = gguf_tokenizer(reader, path, reuse_unused=arch == "qwen2", placed=placed)
     permute = arch == "llama"
     state: dict[str, torch.Tensor] = {}
     names: dict[str, str] = {}
@@ -177,6 +182,8 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
     meta = {"source": str(path), "format": "gguf",
             "architecture": _field(reader, "general.architecture", path),
             "file_type": _field(reader, "general.file_type", path, None)}
+    if placed:  # rows of the file that now hold our tokens (untrained: a trainer initialises them)
+        meta["new_special_ids"] = sorted(placed.values())
     template = _field(reader, "tokenizer.chat_template", path, None)
     if template:  # instruct models: their own chat template (engine.formats.chat)
         meta["chat_template"] = str(template)
@@ -185,4 +192,7 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
         meta["bos_token"] = tokenizer.token_text(int(bos))
     if path.name == base.GGUF_NAME and base.sha256_file(path) == base.GGUF_SHA256:
         meta["base"] = base.base_info()  # the pinned default base (provenance for adapters)
+    for b in base.PARTED.values():  # a pinned parted base (Qwen2.5-Coder): the same provenance
+        if path.name == b.file and path.stat().st_size == b.size and base.sha256_file(path) == b.sha256:
+            meta["base"] = {"package": f"{b.stem}1..{b.n_parts}=={b.version}", "file": b.file, "sha256": b.sha256}
     return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name), meta=meta)
