@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = sub.add_parser("corpus", help="walk source trees → filtered, deduplicated texts + token shards")
     c.add_argument("--src", nargs="+", required=True, type=Path)
     c.add_argument("--out", required=True, type=Path)
-    c.add_argument("--tokenizer", default="base", help="'base' (SmolLM2 from the GGUF), 'byte', or a .gguf")
+    c.add_argument("--tokenizer", default="base",
+                   help="'base' (SmolLM2 from the GGUF), 'byte', 'qwen2.5-coder-0.5b', or a .gguf")
     c.add_argument("--val-fraction", type=float, default=0.02)
     c.add_argument("--max-files", type=int)
     c.set_defaults(func=run_corpus)
@@ -62,7 +63,12 @@ def load_tokenizer(spec: str):  # -> engine.tokenizer.Tokenizer
     if spec == "byte":
         return Tokenizer.byte_level()
     from engine.loading import load_checkpoint
+    from engine.loading.ar_base import is_ar_base
 
+    if is_ar_base(spec):  # qwen2.5-coder-0.5b: the pinned GGUF (its converted copy is what training loads)
+        from engine.loading.base import fetch_parted
+
+        return load_checkpoint(fetch_parted(spec.strip().lower())).tokenizer
     return load_checkpoint(spec).tokenizer
 
 
