@@ -9,11 +9,13 @@ registry name (`engine.registry.AR_MODELS`: its own FIM format and end tokens) a
 left to right (window 1) with prompt-lookup drafts, which are verified causally and so give the same
 tokens as plain one-token-per-forward decoding.
 
-On a CPU `Engine.load` asks for the int8 layout of `engine.fastcpu` (``FAST_CPU_DEFAULT``; a 0.5B model
-in float32 reads 2.5 GB of weights per decoded token); ``$EDIT_SERVER_FASTCPU=0`` keeps float32, exactly
-the file's dequantized values. Either layout is built once and kept in the merged-model cache
-(`engine.merged_cache`, keyed by the GGUF's name / size / mtime): parsing the 151,936-token vocabulary and
-dequantizing take about a minute on the 2-core CPU, the cached copy loads in seconds.
+Weights stay float32 by default — exactly the file's dequantized values: greedy output identical to
+llama.cpp's on every HumanEval single-line prompt compared (docs/QUALITY.md) — and `Engine.load` puts
+them in the int8 CPU layout of `engine.fastcpu` only when asked (``$EDIT_SERVER_FASTCPU=1`` or
+``fast_cpu=True``: ~1.5x faster here, but ~90 % identical outputs; same pass@1 within a point). Either
+layout is built once and kept in the merged-model cache (`engine.merged_cache`, keyed by the GGUF's
+name / size / mtime): parsing the 151,936-token vocabulary and dequantizing take one to two minutes on
+the 2-core CPU, the cached copy loads in seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from engine.checkpoint import LoadedCheckpoint
 log = logging.getLogger(__name__)
 
 AR_DECODE = "spec=8,ar"  # engine.decode.parse_decode: window 1, drafts of up to 8 tokens
-FAST_CPU_DEFAULT = True  # the int8 CPU layout unless asked otherwise (docs/QUALITY.md: agreement measured)
+FAST_CPU_DEFAULT = False  # float32 unless asked: the reference row must equal llama.cpp (docs/QUALITY.md)
 
 
 def is_ar_base(spec: str) -> bool:
