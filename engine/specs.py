@@ -4,7 +4,8 @@ GPU, CPU + fp32 otherwise).
 Specs: ``tiny-random``; ``random:<preset>`` (engine.config presets); ``random:<CONFIG>`` — random
 weights at a real model's shape, CONFIG being a ``config.json`` (or a directory holding one) or a
 registry name (`engine.registry`), for latency at real size without the weights; ``default`` (the
-shipped model); ``ORG/NAME[@REVISION]`` (a Hugging Face Hub model, `engine.loading.hub`); an HF
+shipped model); ``qwen2.5-coder-0.5b`` / ``-1.5b`` (autoregressive bases from the package registry,
+`engine.loading.ar_base`); ``ORG/NAME[@REVISION]`` (a Hugging Face Hub model, `engine.loading.hub`); an HF
 checkpoint directory or a ``.gguf`` file.
 """
 
@@ -115,9 +116,12 @@ def load_checkpoint_spec(spec: str, progress: object = None) -> LoadedCheckpoint
         return load_default()
     try:
         from engine.loading import load_checkpoint  # type: ignore[import-not-found]
+        from engine.loading.ar_base import is_ar_base, load_ar_base
         from engine.loading.hub import load_hub, parse_hub_spec
     except ImportError as e:
         raise RuntimeError(f"cannot load model {spec!r}: engine.loading is not available ({e})") from e
+    if is_ar_base(spec):
+        return load_ar_base(spec)
     hub = parse_hub_spec(spec)
     if hub is not None:
         return load_hub(hub, progress=progress)  # type: ignore[arg-type]

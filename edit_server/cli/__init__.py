@@ -20,6 +20,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("train", "engine.train.cli"),
     ("eval", "evals.cli"),
     ("align", "edit_server.cli.align"),
+    ("models", "engine.tiers"),
 ]
 BENCH: list[str] = ["edit_server.cli.bench_engine", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
                     "edit_server.cli.bench_http"]

@@ -99,7 +99,8 @@ class Denoiser:
         self.end_ids = frozenset(end_ids) if spec.stop_at_end else frozenset()
         self.newline_ids = frozenset(newline_ids) if spec.single_line else frozenset()
         self.block_size = block_size
-        self.suppress = sorted({mask_id, *suppress_ids})  # never generated (mask, prompt markers)
+        # never generated (mask, prompt markers), except a marker the format ends on (Qwen's <|file_sep|>)
+        self.suppress = sorted({mask_id, *suppress_ids} - frozenset(end_ids))
         self.canvas = [mask_id] * spec.length
         self.conf = [0.0] * spec.length
         self.decided = [False] * spec.length

@@ -13,7 +13,8 @@ token text; nothing here holds a literal id.
 
 Formats: ``native`` (our adapter's layout, `engine.templates`), ``infill`` (in-place
 ``[bos] prefix <mask>*n suffix [eos]``: Dream / Dream-Coder / DiffuCoder / Open-dCoder / LLaDA),
-``dreamon`` (infill + the ``<|expand|>`` token), ``chat`` (the model's own chat template around a
+``dreamon`` (infill + the ``<|expand|>`` token), ``qwen-fim`` (Qwen2.5-Coder's own
+``<|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>``, repo-level ``<|file_sep|>`` sections), ``chat`` (the model's own chat template around a
 fill / rewrite instruction: block-causal chat models and instruct edits).
 """
 
@@ -89,6 +90,10 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
         from engine.formats.infill import InfillFormat
 
         return InfillFormat(tok, entry, meta)
+    if kind == "qwen-fim":
+        from engine.formats.qwen import QwenFimFormat
+
+        return QwenFimFormat(tok, entry, meta)
     if kind == "chat":
         from engine.formats.chat import ChatFormat
 

