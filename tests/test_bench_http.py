@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edit_server.cli import bench_http
-from edit_server.cli import main
+from edit_server.cli import bench_http, main
 
 
 def test_bench_http_json_and_table(capsys: Any) -> None:
