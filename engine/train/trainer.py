@@ -113,9 +113,9 @@ class ExampleStream:
             if attempt and attempt % 30 == 0:
                 kind = self.rng.choices(self.kinds, self.weights)[0]
             if kind == "git":
-                from engine.train.git_pairs import git_example
+                from engine.train.git_sessions import session_example
 
-                ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
+                ex = session_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
             else:
                 d = self.rng.choice(self.docs)
                 if kind == "fim":
@@ -355,15 +355,15 @@ def _bar(total: int, start: int, enabled: bool) -> Any:
 
 
 def _git_pairs(cfg: TrainConfig) -> list:
+    """The git edit sessions of ``git_repos`` (.jsonl.gz files from `train git-sessions` / the GPU pack,
+    repositories or bundles), for the mix's ``git`` kind."""
     if not cfg.git_repos or not cfg.mix.get("git"):
         return []
-    from engine.train.git_pairs import iter_git_pairs
+    from engine.train.git_sessions import load_git_sources
 
-    pairs: list = []
-    for repo in cfg.git_repos:
-        pairs.extend(iter_git_pairs(Path(repo), max_commits=300))
-    log.info("git pairs: %d", len(pairs))
-    return pairs
+    sessions = load_git_sources(cfg.git_repos)
+    log.info("git sessions: %d (%d hunks)", len(sessions), sum(len(s.steps) for s in sessions))
+    return sessions
 
 
 def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, device: torch.device,
