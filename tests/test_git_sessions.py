@@ -147,3 +147,25 @@ def test_bad_sessions_file_names_the_line(tmp_path: Path) -> None:
         f.write(GitSession("r", "a.py", ["c"], "x\n", [(0, 1, "y")]).to_json() + "\n{}\n")
     with pytest.raises(ValueError, match=r"bad.jsonl.gz: line 2"):
         read_sessions(p)
+
+
+def test_gpu_pack_stages_sessions_and_the_trainer_reads_them(repo: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pack extracts ``git_repos`` into the boot bundle and points the config at it (the job runs in
+    boot/code); the trainer's ``git`` kind replays those sessions."""
+    from engine.train.corpus import Doc
+    from engine.train.recipe.git_data import stage_git_sessions
+    from engine.train.trainer import ExampleStream, TrainConfig, _git_pairs
+
+    stage = tmp_path / "boot"
+    cfg = stage_git_sessions({"steps": 3, "git_repos": [str(repo)], "mix": {"git": 1.0}}, stage)
+    assert cfg["git_repos"] == ["../git/sessions.jsonl.gz"] and cfg["steps"] == 3
+    assert read_sessions(stage / "git" / "sessions.jsonl.gz") == extract_sessions(repo)
+    assert stage_git_sessions({"steps": 3}, tmp_path / "none") == {"steps": 3}
+    (stage / "code").mkdir()
+    monkeypatch.chdir(stage / "code")
+    sessions = _git_pairs(TrainConfig(git_repos=cfg["git_repos"], mix={"git": 1.0}))
+    assert len(sessions) == 1
+    text = V1 * 3
+    stream = ExampleStream([Doc("m.py", "python", text, len(text))], TOK, BUDGET, {"git": 1.0}, 0, sessions)
+    assert {e.kind for e in stream.take(12)} <= {"edit:git", "noedit:git"}

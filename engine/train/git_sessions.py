@@ -46,7 +46,7 @@ MAX_STEPS = 40  # per (joined) session
 MAX_COMMITS = 4  # commits joined into one session
 REWRITE_SHARE = 0.5  # changed share of the old lines that makes a whole-file rewrite …
 REWRITE_MIN_LINES = 30  # … when at least this many lines changed
-CONTEXT_LINES = 60  # lines kept around the span the steps touch
+CONTEXT_LINES = 40  # lines kept around the span the steps touch
 LOCK_NAMES = re.compile(r"(^|/)(package-lock\.json|yarn\.lock|pnpm-lock\.yaml|poetry\.lock|Pipfile\.lock|"
                         r"uv\.lock|go\.sum|Cargo\.lock|composer\.lock|[^/]*\.lock)$")
 VENDOR_PARTS = SKIP_DIRS | {"vendored", "_vendored", "external", "deps"}
@@ -387,9 +387,10 @@ def pending_in_region(current: str, final: str, ra: int, rb: int) -> tuple[int, 
 
 
 def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
-                    k: int | None = None) -> Example | None:
+                    k: int | None = None, reach_next: bool = False) -> Example | None:
     """Apply the first ``k`` steps (history), cursor after the k-th; target = the region around the
-    cursor with every pending step inside it applied (unchanged: a no-edit example)."""
+    cursor with every pending step inside it applied (unchanged: a no-edit example). ``reach_next``: the
+    region reaches the line where the next step starts."""
     from engine.textdiff import unified_diff
     from engine.train.tasks_edit import render_edit_example
 
@@ -400,6 +401,12 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
     current, final = states[k], states[-1]
     cursor = cursor_after(current, s.steps[k - 1])
     ra, rb = line_span(current, cursor, rng.randint(1, 6), rng.randint(2, 8))
+    if reach_next and k < len(s.steps):
+        nxt = s.steps[k][0]
+        ra = min(ra, current.rfind("\n", 0, nxt) + 1)
+        rb = max(rb, nxt + 1 if nxt < len(current) else nxt)
+        nl = current.find("\n", rb - 1) if rb > 0 else -1
+        rb = len(current) if nl < 0 else max(rb, nl + 1)
     ra, rb, new_region = pending_in_region(current, final, ra, rb)
     history = tuple(d[:1500] for d in (unified_diff(s.path, x, y) for x, y in zip(states[max(0, k - 3):k],
                                                                                 states[max(1, k - 2):k + 1],
@@ -446,3 +453,31 @@ def load_git_sources(sources: Iterable[str], *, max_per_repo: int = 0) -> list[G
         got = read_sessions(p) if p.name.endswith(".jsonl.gz") else extract_source(p)
         out += cap_sessions(got, max_per_repo, f"cap:{p.name}")
     return out
+
+
+def near_ks(s: GitSession, states: list[str] | None = None, above: int = 6, below: int = 8) -> list[int]:
+    """The ``k`` (steps applied) after which the next step starts within ``above`` lines above / ``below``
+    lines below the cursor: where a next-edit model has something to suggest."""
+    states = states or states_of(s)
+    out = []
+    for k in range(1, len(s.steps)):
+        cur = cursor_after(states[k], s.steps[k - 1])
+        nxt = s.steps[k][0]
+        lo, hi = min(cur, nxt), max(cur, nxt)
+        lines = states[k].count("\n", lo, hi)
+        if lines <= (above if nxt < cur else below):
+            out.append(k)
+    return out
+
+
+def git_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
+                noedit_share: float = 0.3) -> Example | None:
+    """A session example: with probability 1 - ``noedit_share`` after a hunk whose next one is near the
+    cursor (after most hunks the next one is elsewhere: a no-edit region), else after any hunk."""
+    k = None
+    if rng.random() >= noedit_share:
+        ks = near_ks(s)
+        if not ks:
+            return None  # the caller draws another session
+        k = rng.choice(ks)
+    return session_example(tok, s, rng, budget, k=k, reach_next=k is not None)

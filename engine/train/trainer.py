@@ -113,9 +113,9 @@ class ExampleStream:
             if attempt and attempt % 30 == 0:
                 kind = self.rng.choices(self.kinds, self.weights)[0]
             if kind == "git":
-                from engine.train.git_sessions import session_example
+                from engine.train.git_sessions import git_example
 
-                ex = session_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
+                ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
             else:
                 d = self.rng.choice(self.docs)
                 if kind == "fim":
