@@ -8,22 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.templates import strip_canvas
-from engine.tokenizer import Tokenizer
-from engine.train.git_sessions import (
+from engine.git_history import (
     ExtractReport,
     GitSession,
     apply_steps,
     cursor_after,
     extract_sessions,
     git_env,
-    load_git_sources,
     pending_in_region,
     read_sessions,
-    session_example,
     states_of,
     write_sessions,
 )
+from engine.templates import strip_canvas
+from engine.tokenizer import Tokenizer
+from engine.train.git_sessions import load_git_sources, session_example
 from engine.train.tasks import Budget
 
 TOK = Tokenizer.byte_level()

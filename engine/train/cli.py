@@ -119,7 +119,7 @@ def run_examples(args: argparse.Namespace) -> int:
 
 
 def run_git_sessions(args: argparse.Namespace) -> int:
-    from engine.train.git_sessions import ExtractReport, cap_sessions, extract_source, write_sessions
+    from engine.git_history import ExtractReport, cap_sessions, extract_source, write_sessions
 
     if not args.out.name.endswith(".jsonl.gz"):
         print(f"--out {args.out}: expected a .jsonl.gz file", file=sys.stderr)

@@ -15,13 +15,7 @@ MAX_PER_REPO = 600  # sessions per repository in the pack (a deterministic sampl
 def stage_git_sessions(config: dict[str, Any], stage: Path, max_per_repo: int = MAX_PER_REPO) -> dict[str, Any]:
     """``config`` with ``git_repos`` replaced by the packed file (unchanged when it names none); writes
     ``stage/git/sessions.jsonl.gz`` and its report ``stage/git/report.json``."""
-    from engine.train.git_sessions import (
-        ExtractReport,
-        cap_sessions,
-        extract_source,
-        read_sessions,
-        write_sessions,
-    )
+    from engine.git_history import ExtractReport, cap_sessions, extract_source, read_sessions, write_sessions
 
     srcs = [str(s) for s in config.get("git_repos") or []]
     if not srcs:
