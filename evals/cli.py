@@ -120,11 +120,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _server(cs)
     cs.set_defaults(func=_clean_errors(run_cases))
 
-    rp = sub.add_parser("replay", help="build edit cases from a git history and run them")
-    rp.add_argument("repo", type=Path)
+    rp = sub.add_parser("replay", help="build edit cases from git histories and run them")
+    rp.add_argument("repo", type=Path, nargs="+", help="repositories or git bundles (held out from training)")
     _common(rp, "replay")
     _server(rp)
-    rp.add_argument("--commits", type=int, default=20, help="usable commits to replay")
+    rp.add_argument("--mode", choices=["sessions", "commits"], default="sessions",
+                    help="sessions: next-edit / elsewhere / done cases replayed like training's git sessions "
+                         "(evals/replay_sessions.py); commits: fim / next-edit / no-edit cases per commit")
+    rp.add_argument("--cases-per-repo", type=int, default=60, help="sessions mode: cases per repository")
+    rp.add_argument("--commits", type=int, default=20, help="commits mode: usable commits to replay")
     rp.add_argument("--rev", default="HEAD")
     rp.add_argument("--fim-per-commit", type=int, default=3)
     rp.add_argument("--next-per-commit", type=int, default=3)
@@ -249,25 +253,48 @@ def run_cases(args: argparse.Namespace) -> int:
     return _run_case_list(args, cases, _server_config(args, str(args.file)), bad)
 
 
+def _replay_cases(args: argparse.Namespace) -> list:
+    """Every repository's cases, in the order given (a repository that cannot be read: a clear error)."""
+    from evals.replay import ReplayOptions, build_cases
+    from evals.replay_sessions import SessionReplayOptions, session_cases
+
+    cases: list = []
+    for repo in args.repo:
+        if not repo.exists():
+            raise FileNotFoundError(f"{repo}: no such repository or bundle")
+        if args.mode == "sessions":
+            from engine.git_history import ExtractReport
+
+            rep = ExtractReport()
+            got = session_cases(repo, SessionReplayOptions(cases=args.cases_per_repo, seed=args.seed), rep)
+            print(f"{repo.name}: {rep.sessions} sessions from {rep.commits} commits; file changes "
+                  f"{json.dumps(rep.as_dict()['file_changes'])}", file=sys.stderr)
+        else:
+            opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
+                                 fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
+                                 quiet_per_commit=args.quiet_per_commit)
+            skipped: list[tuple[str, str]] = []
+            got = build_cases(repo, opts, skipped)
+            for sha, reason in skipped:
+                print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
+        cases += got
+    return cases
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from evals.cases import write_cases
-    from evals.replay import ReplayOptions, build_cases
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
-                         fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
-                         quiet_per_commit=args.quiet_per_commit)
-    skipped: list[tuple[str, str]] = []
-    cases = build_cases(args.repo, opts, skipped)[: args.limit]
-    for sha, reason in skipped:
-        print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
+    cases = _replay_cases(args)[: args.limit]
     args.out.mkdir(parents=True, exist_ok=True)
     n = write_cases(args.out / "cases.jsonl", cases)
     cats: dict[str, int] = {}
     for c in cases:
         cats[str(c.meta.get("category"))] = cats.get(str(c.meta.get("category")), 0) + 1
-    print(f"{n} cases from {args.repo} ({json.dumps(cats)}) -> {args.out / 'cases.jsonl'}")
+    names = " ".join(str(r) for r in args.repo)
+    print(f"{n} cases from {names} ({json.dumps(cats)}) -> {args.out / 'cases.jsonl'}")
     if args.build_only:
         return 0
-    config = _server_config(args, f"replay {args.repo.resolve()} {args.rev} commits={args.commits}")
+    what = f"cases/repo={args.cases_per_repo}" if args.mode == "sessions" else f"{args.rev} commits={args.commits}"
+    config = _server_config(args, f"replay {args.mode} {' '.join(r.name for r in args.repo)} {what}")
     return _run_case_list(args, cases, config)

@@ -62,6 +62,7 @@ def summarize_cases(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "shown_rate": _rate(len(shown), len(records)),
         "accept_rate": _rate(sum(r["accepted"] for r in edit), len(edit)),
         "partial_mean": _mean([r["partial"] for r in edit]),
+        "line_f1_mean": _mean([r.get("line_f1", 0.0) for r in edit]),
         "precision_when_shown": _rate(sum(r["accepted"] for r in shown), len(shown)),
         "no_edit_correct": _rate(sum(r["correct"] for r in quiet), len(quiet)),
         "latency_ms_p50": percentile(lat, 50),
@@ -95,4 +96,19 @@ def gate_sweep(records: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
         out.append({"threshold": t, "coverage": len(kept) / n,
                     "precision": sum(r["accepted"] for r in kept) / len(kept),
                     "shown": float(len(kept))})
+    return out
+
+
+def gate_view(records: Sequence[dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
+    """The records of a gate-off run as the confidence gate would have left them: a suggestion stays shown
+    iff its score reaches ``threshold`` and it introduces no syntax error (``syntax_error``, the gate's
+    rule); a hidden one is a miss for an edit case and a correct silence for a quiet one."""
+    out = []
+    for r in records:
+        keep = bool(r.get("shown")) and r.get("score") is not None and r["score"] >= threshold \
+            and not r.get("syntax_error")
+        if r.get("shown") and not keep:
+            r = {**r, "shown": False, "accepted": False, "partial": 0.0, "line_f1": 0.0,
+                 "correct": bool(r.get("quiet_case"))}
+        out.append(r)
     return out

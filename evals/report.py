@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.metrics import breakdown, gate_sweep, summarize_cases, summarize_humaneval
+from evals.metrics import breakdown, gate_sweep, gate_view, summarize_cases, summarize_humaneval
 
 
 def _fmt(v: Any) -> str:
@@ -81,18 +81,33 @@ def write_humaneval(out: Path, config: dict[str, Any], records: list[dict[str, A
 def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = summarize_cases(records)
     by_lang, by_cat = breakdown(records, "language"), breakdown(records, "category")
+    by_repo = breakdown(records, "repo") if any(r.get("repo") for r in records) else {}
     sweep = gate_sweep(records)
+    gated: dict[str, Any] = {}
+    if not config.get("gate"):  # a gate-off run: the confidence gate's view of the same suggestions
+        t = config.get("gate_threshold")
+        view = gate_view(records, 0.5 if t is None else float(t))
+        gated = {"threshold": 0.5 if t is None else float(t), "summary": summarize_cases(view),
+                 "by_category": breakdown(view, "category"),
+                 "by_repo": breakdown(view, "repo") if by_repo else {}}
     (out / "report.json").write_text(json.dumps({
         "config": config, "summary": summary, "by_language": by_lang, "by_category": by_cat,
-        "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
-    cols = ["n", "shown_rate", "accept_rate", "partial_mean", "precision_when_shown",
+        "by_repo": by_repo, "gated": gated, "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
+    cols = ["n", "shown_rate", "accept_rate", "partial_mean", "line_f1_mean", "precision_when_shown",
             "no_edit_correct", "latency_ms_p50", "latency_ms_p95", "errors", "bad_cases"]
     md = [f"# Edit cases ({config.get('source')})", "",
           f"model `{config.get('model')}`, device `{config.get('device')}`, gate "
           f"{'on' if config.get('gate') else 'off (baseline)'}", "",
           _table({"all": summary}, cols), "", "## By category", "", _table(by_cat, cols), "",
-          "## By language", "", _table(by_lang, cols), "",
-          "![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
+          "## By language", "", _table(by_lang, cols), ""]
+    if by_repo:
+        md += ["## By repository", "", _table(by_repo, cols), ""]
+    if gated:
+        md += [f"## With the gate (score ≥ {gated['threshold']}, no syntax error introduced)", "",
+               _table({"all": gated["summary"], **gated["by_category"]}, cols), ""]
+        if gated["by_repo"]:
+            md += [_table(gated["by_repo"], cols), ""]
+    md += ["![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
     bad = [r for r in records if r.get("bad_case")]
     if bad:
         md += ["## Bad cases (not run)", "", *(f"- `{r['id']}`: {r['error']}" for r in bad), ""]
