@@ -8,7 +8,7 @@ from typing import Any
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import gate, kto_gate, syntax_check
+from edit_server.selectivity import candidates, gate, kto_gate, syntax_check
 from edit_server.selectivity.thresholds import gate_threshold
 from engine.decode import lines_cut
 
@@ -97,8 +97,9 @@ def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences
     old_region = req.text[built.region_start : built.region_end]
     new_region = gate.clean_edit(old_region, new_region, req.text)
     edits = diff_edits(old_region, new_region, built.region_start)
-    if not edits:
-        return None, []
+    if not edits or candidates.reject_reason(req.text, req.offset, req.path, built.region_start, old_region,
+                                             new_region, req.history):
+        return None, []  # nothing, or a candidate never worth showing (retype, undo, just-left lines)
     rule = syntax_check.introduced(req.path, req.text, [(e.start, e.end, e.text) for e in edits], fim=False) \
         if settings.gate.enabled else None
     d = kto_gate.decide("edit", new_region, confidences, reward, enabled=settings.gate.enabled,
