@@ -136,9 +136,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
     rp.set_defaults(func=_clean_errors(run_replay))
 
+    lp = sub.add_parser("layout-prefill", help="re-prefill tokens of consecutive next edits per edit layout")
+    lp.add_argument("repo", type=Path, nargs="+", help="repositories or git bundles")
+    lp.add_argument("--tokenizer", default="base", help="'base' (SmolLM2's, from the GGUF), 'byte', or a model")
+    lp.add_argument("--pairs", type=int, default=60, help="request pairs per repository")
+    lp.add_argument("--seed", type=int, default=0)
+    lp.set_defaults(func=_clean_errors(run_layout_prefill))
+
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
     tb.set_defaults(func=_clean_errors(run_table))
+
+
+def run_layout_prefill(args: argparse.Namespace) -> int:
+    from evals.layout_prefill import PrefillOptions, prompt_pairs, reprefill
+
+    if args.tokenizer == "byte":
+        from engine.tokenizer import Tokenizer
+
+        tok = Tokenizer.byte_level()
+    else:
+        from engine.loading import load_checkpoint
+
+        tok = load_checkpoint(args.tokenizer).tokenizer
+    rows = {}
+    pairs: list = []
+    for repo in args.repo:
+        got = prompt_pairs(repo, PrefillOptions(pairs=args.pairs, seed=args.seed))
+        rows[repo.name] = reprefill(tok, got)
+        pairs += got
+    rows["all"] = reprefill(tok, pairs)
+    print("| repos | layout | pairs | prompt tokens (mean) | re-prefill mean | re-prefill p50 |\n|---|---|---|---|---|---|")
+    for name, by in rows.items():
+        for layout, r in by.items():
+            print(f"| {name} | {layout} | {r['pairs']} | {r['prompt_tokens_mean']:.0f} | {r['reprefill_mean']:.0f} "
+                  f"| {r['reprefill_p50']:.0f} |")
+    return 0
 
 
 def run_table(args: argparse.Namespace) -> int:

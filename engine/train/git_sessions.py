@@ -36,7 +36,7 @@ def load_git_sources(sources: Iterable[str], *, max_per_repo: int = 0) -> list[G
 
 
 def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
-                    k: int | None = None, reach_next: bool = False) -> Example | None:
+                    k: int | None = None, reach_next: bool = False, layout: str | None = None) -> Example | None:
     """Apply the first ``k`` steps (history), cursor after the k-th; target = the region around the
     cursor with every pending step inside it applied (unchanged: a no-edit example). ``reach_next``: the
     region reaches the line where the next step starts."""
@@ -61,11 +61,12 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
                                                                                 states[max(1, k - 2):k + 1],
                                                                                 strict=True)) if d)
     label = "git" if new_region != current[ra:rb] else "noedit:git"
-    return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, s.path, history, budget, rng, label)
+    return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, s.path, history, budget, rng, label,
+                               layout)
 
 
 def git_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
-                noedit_share: float = 0.3) -> Example | None:
+                noedit_share: float = 0.3, layout: str | None = None) -> Example | None:
     """A session example: with probability 1 - ``noedit_share`` after a hunk whose next one is near the
     cursor (after most hunks the next one is elsewhere: a no-edit region), else after any hunk."""
     k = None
@@ -74,4 +75,4 @@ def git_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: B
         if not ks:
             return None  # the caller draws another session
         k = rng.choice(ks)
-    return session_example(tok, s, rng, budget, k=k, reach_next=k is not None)
+    return session_example(tok, s, rng, budget, k=k, reach_next=k is not None, layout=layout)
