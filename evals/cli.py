@@ -143,6 +143,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lp.add_argument("--seed", type=int, default=0)
     lp.set_defaults(func=_clean_errors(run_layout_prefill))
 
+    rr = sub.add_parser("report", help="write a cases run's report again from DIR/results.jsonl + cases.jsonl "
+                                       "(figures added since the run: candidate filter, line F1)")
+    rr.add_argument("dir", type=Path)
+    rr.set_defaults(func=_clean_errors(run_report))
+
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
     tb.set_defaults(func=_clean_errors(run_table))
@@ -171,6 +176,32 @@ def run_layout_prefill(args: argparse.Namespace) -> int:
         for layout, r in by.items():
             print(f"| {name} | {layout} | {r['pairs']} | {r['prompt_tokens_mean']:.0f} | {r['reprefill_mean']:.0f} "
                   f"| {r['reprefill_p50']:.0f} |")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Re-derive what the records lack from the cases (candidate filter, line F1, syntax rule)."""
+    from evals.candidates_view import candidate_reason
+    from evals.cases import Edit, judge, read_cases
+    from evals.report import write_cases
+    from evals.runners import syntax_error
+    from evals.store import ResultStore
+
+    config = json.loads((args.dir / "config.json").read_text())
+    store = ResultStore(args.dir, config)
+    cases = {c.id: c for c in read_cases(args.dir / "cases.jsonl")}
+    records = []
+    for rid, r in store.records.items():
+        c = cases.get(rid)
+        if c is not None and not r.get("bad_case"):
+            edits = [Edit(*e) for e in r.get("suggestion", [])]
+            r = {**r, "repo": str(c.meta.get("repo", "")), "line_f1": judge(c, edits).line_f1}
+            if r["shown"]:
+                r.setdefault("syntax_error", syntax_error(c, edits))
+                r["candidate"] = candidate_reason(c, edits)
+        records.append(r)
+    summary = write_cases(args.dir, config, records)
+    _print_summary(f"edit cases ({config.get('source')})", summary, args.dir)
     return 0
 
 

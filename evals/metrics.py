@@ -99,14 +99,18 @@ def gate_sweep(records: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
     return out
 
 
-def gate_view(records: Sequence[dict[str, Any]], threshold: float) -> list[dict[str, Any]]:
+def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
+              candidates: bool = False) -> list[dict[str, Any]]:
     """The records of a gate-off run as the confidence gate would have left them: a suggestion stays shown
     iff its score reaches ``threshold`` and it introduces no syntax error (``syntax_error``, the gate's
-    rule); a hidden one is a miss for an edit case and a correct silence for a quiet one."""
+    rule); ``threshold`` None: no gate. ``candidates``: also hidden when the server's candidate filter
+    drops it (``candidate``, `evals.candidates_view`). A hidden suggestion is a miss for an edit case and
+    a correct silence for a quiet one."""
     out = []
     for r in records:
-        keep = bool(r.get("shown")) and r.get("score") is not None and r["score"] >= threshold \
-            and not r.get("syntax_error")
+        keep = bool(r.get("shown")) and (threshold is None or r.get("score") is not None
+                                         and r["score"] >= threshold and not r.get("syntax_error"))
+        keep = keep and not (candidates and r.get("candidate"))
         if r.get("shown") and not keep:
             r = {**r, "shown": False, "accepted": False, "partial": 0.0, "line_f1": 0.0,
                  "correct": bool(r.get("quiet_case"))}

@@ -84,12 +84,17 @@ def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]
     by_repo = breakdown(records, "repo") if any(r.get("repo") for r in records) else {}
     sweep = gate_sweep(records)
     gated: dict[str, Any] = {}
-    if not config.get("gate"):  # a gate-off run: the confidence gate's view of the same suggestions
+    if not config.get("gate"):  # a gate-off run: the gate's / the candidate filter's view of the suggestions
         t = config.get("gate_threshold")
-        view = gate_view(records, 0.5 if t is None else float(t))
-        gated = {"threshold": 0.5 if t is None else float(t), "summary": summarize_cases(view),
-                 "by_category": breakdown(view, "category"),
-                 "by_repo": breakdown(view, "repo") if by_repo else {}}
+        t = 0.5 if t is None else float(t)
+        for name, thr, cand in (("gate", t, False), ("candidate filter", None, True),
+                                ("candidate filter + gate", t, True)):
+            if cand and not any("candidate" in r for r in records):
+                continue
+            view = gate_view(records, thr, cand)
+            gated[name] = {"threshold": thr, "summary": summarize_cases(view),
+                           "by_category": breakdown(view, "category"),
+                           "by_repo": breakdown(view, "repo") if by_repo else {}}
     (out / "report.json").write_text(json.dumps({
         "config": config, "summary": summary, "by_language": by_lang, "by_category": by_cat,
         "by_repo": by_repo, "gated": gated, "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
@@ -102,11 +107,12 @@ def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]
           "## By language", "", _table(by_lang, cols), ""]
     if by_repo:
         md += ["## By repository", "", _table(by_repo, cols), ""]
-    if gated:
-        md += [f"## With the gate (score ≥ {gated['threshold']}, no syntax error introduced)", "",
-               _table({"all": gated["summary"], **gated["by_category"]}, cols), ""]
-        if gated["by_repo"]:
-            md += [_table(gated["by_repo"], cols), ""]
+    for name, g in gated.items():
+        how = f"score ≥ {g['threshold']}, no syntax error introduced" if g["threshold"] is not None else \
+            "retype / undo / just-left lines hidden"
+        md += [f"## With the {name} ({how})", "", _table({"all": g["summary"], **g["by_category"]}, cols), ""]
+        if g["by_repo"]:
+            md += [_table(g["by_repo"], cols), ""]
     md += ["![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
     bad = [r for r in records if r.get("bad_case")]
     if bad:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from evals.candidates_view import candidate_reason
 from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
@@ -180,6 +181,7 @@ class CaseRunner:
                 "shown": j.shown, "accepted": j.accepted, "partial": j.partial, "line_f1": j.line_f1,
                 "correct": j.correct, "score": score, "latency_ms": ms, "error": err,
                 "syntax_error": syntax_error(case, edits) if j.shown else None,
+                "candidate": candidate_reason(case, edits) if j.shown else None,
                 "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
 
 

@@ -108,3 +108,21 @@ def test_candidate_filter_reasons() -> None:
     assert why(now.replace("b = 20", "b = 200"), cursor=nxt) == "just-left"
     assert why(now.replace("b = 20", "b = 200")) is None  # still on that line: it may be finishing it
     assert reject_reason(now, cur, "m.py", 0, region, before, []) is None  # no history: no undo
+
+
+def test_candidate_view_replays_the_server_history(repo: Path) -> None:
+    """The eval's view of the filter: the case's history through the server's EditHistory."""
+    from evals.candidates_view import candidate_reason
+
+    (s,) = [x for x in extract_sessions(repo, trim=False) if x.path == "m.py"]
+    states = states_of(s)
+    case = session_case(s, 1, states, SessionReplayOptions())
+    text = case.files["m.py"]
+    assert candidate_reason(case, list(case.expected)) is None  # the truth passes
+    undo = text.index("x * 2")
+    assert candidate_reason(case, [Edit("m.py", undo, undo + 5, "x + 2")]) == "undo"
+    assert candidate_reason(case, [Edit("m.py", undo, undo + 5, "x * 2 ")]) == "retype"
+    later = session_case(s, 2, states, SessionReplayOptions())  # f2 and f3 typed back to back: one hunk
+    t2 = later.files["m.py"]
+    f2 = t2.index("x * 2")
+    assert candidate_reason(later, [Edit("m.py", f2, f2 + 5, "x * 7")]) == "just-left"
