@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import logging
 import sys
@@ -322,7 +323,7 @@ def _replay_cases(args: argparse.Namespace) -> list:
     from evals.replay import ReplayOptions, build_cases
     from evals.replay_sessions import SessionReplayOptions, session_cases
 
-    cases: list = []
+    cases: list[list] = []
     for repo in args.repo:
         if not repo.exists():
             raise FileNotFoundError(f"{repo}: no such repository or bundle")
@@ -341,8 +342,9 @@ def _replay_cases(args: argparse.Namespace) -> list:
             got = build_cases(repo, opts, skipped)
             for sha, reason in skipped:
                 print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
-        cases += got
-    return cases
+        cases.append(got)
+    # round robin over the repositories: a run cut short (--limit, a time limit) still covers each of them
+    return [c for row in itertools.zip_longest(*cases) for c in row if c is not None]
 
 
 def run_replay(args: argparse.Namespace) -> int:
