@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--kind", choices=["fim", "edit", "noedit", "continue", "git"])
     e.add_argument("--git", nargs="*", default=[], metavar="SRC",
                    help="git sessions for kind 'git': .jsonl.gz files, repositories or bundles")
+    e.add_argument("--edit-layout", choices=["history-file", "file-history"], default=None,
+                   help="next-edit prompt order (default: TrainConfig's)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=run_examples)
 
@@ -108,7 +110,8 @@ def run_examples(args: argparse.Namespace) -> int:
     kinds = [args.kind] if args.kind else [k for k in cfg.mix if k != "git" or sessions]
     docs = Corpus(args.corpus).docs("train")
     for kind in kinds:
-        stream = ExampleStream(docs, tok, cfg.budget(), {kind: 1.0}, args.seed, sessions)
+        stream = ExampleStream(docs, tok, cfg.budget(), {kind: 1.0}, args.seed, sessions, cfg.fim_layout,
+                               args.edit_layout or cfg.edit_layout)
         stream.rng = random.Random(args.seed)
         for ex in stream.take(args.n):
             print(f"=== {ex.kind}: prompt {len(ex.prompt)} tokens, canvas {len(ex.target)}")
