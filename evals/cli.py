@@ -304,9 +304,13 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 
 
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
+    import os
+
+    adapter = os.environ.get("EDIT_SERVER_ADAPTER")  # --model default with another adapter (engine/default.py)
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
-            "init": init_options(args)}  # not --limit: a larger limit resumes the same cases
+            "init": init_options(args),  # not --limit: a larger limit resumes the same cases
+            **({"adapter": adapter} if adapter and args.model == "default" else {})}
 
 
 def run_cases(args: argparse.Namespace) -> int:

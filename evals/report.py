@@ -101,7 +101,9 @@ def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]
     cols = ["n", "shown_rate", "accept_rate", "partial_mean", "line_f1_mean", "precision_when_shown",
             "no_edit_correct", "latency_ms_p50", "latency_ms_p95", "errors", "bad_cases"]
     md = [f"# Edit cases ({config.get('source')})", "",
-          f"model `{config.get('model')}`, device `{config.get('device')}`, gate "
+          f"model `{config.get('model')}`"
+          f"{' (adapter `' + str(config['adapter']) + '`)' if config.get('adapter') else ''}, "
+          f"device `{config.get('device')}`, gate "
           f"{'on' if config.get('gate') else 'off (baseline)'}", "",
           _table({"all": summary}, cols), "", "## By category", "", _table(by_cat, cols), "",
           "## By language", "", _table(by_lang, cols), ""]
