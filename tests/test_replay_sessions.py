@@ -126,3 +126,18 @@ def test_candidate_view_replays_the_server_history(repo: Path) -> None:
     t2 = later.files["m.py"]
     f2 = t2.index("x * 2")
     assert candidate_reason(later, [Edit("m.py", f2, f2 + 5, "x * 7")]) == "just-left"
+
+
+def test_replay_takes_several_repositories_round_robin(repo: Path, tmp_path: Path) -> None:
+    import argparse
+    import shutil
+
+    from evals.cli import _replay_cases
+
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    ns = argparse.Namespace(repo=[repo, other], mode="sessions", cases_per_repo=2, seed=0)
+    cases = _replay_cases(ns)
+    assert [c.id.split(":")[0] for c in cases] == [repo.name, "other", repo.name, "other"]
+    with pytest.raises(FileNotFoundError, match="nope: no such repository or bundle"):
+        _replay_cases(argparse.Namespace(repo=[tmp_path / "nope"], mode="sessions", cases_per_repo=2, seed=0))
