@@ -141,3 +141,21 @@ def test_replay_takes_several_repositories_round_robin(repo: Path, tmp_path: Pat
     assert [c.id.split(":")[0] for c in cases] == [repo.name, "other", repo.name, "other"]
     with pytest.raises(FileNotFoundError, match="nope: no such repository or bundle"):
         _replay_cases(argparse.Namespace(repo=[tmp_path / "nope"], mode="sessions", cases_per_repo=2, seed=0))
+
+
+def test_edit_result_drops_a_filtered_candidate() -> None:
+    """The serving call site: an undo of the user's last edit never becomes a suggestion, a new edit does."""
+    from edit_server.core.requests import EditBuilt, EditRequest
+    from edit_server.core.results import edit_result
+    from edit_server.core.settings import Settings
+    from engine.templates import EditPrompt
+
+    before = "a = 1\nb = 2\nc = 3\nd = 4\n"
+    now = "a = 1\nb = 20\nc = 3\nd = 4\n"
+    cur = now.index("b = 20") + 6
+    req = EditRequest("file:///w/m.py", "m.py", now, 2, cur, [_hunk(before, now)])
+    built = EditBuilt(EditPrompt("", now, "", cur, path="m.py"), 0, len(now))
+    s = Settings()
+    assert edit_result(req, built, before, [0.99] * 4, s) == (None, [])
+    sug, edits = edit_result(req, built, now.replace("d = 4", "d = 40"), [0.99] * 4, s)
+    assert sug is not None and edits
