@@ -108,6 +108,7 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     label = meta.get("label", "adapter")
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
             "validation": meta.get("validation", {}).get("last"), "fim_layout": meta.get("fim_layout"),
+            "edit_layout": meta.get("edit_layout"),
             "fast_cpu": True}  # pass@1 measured with engine.cpu.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)

@@ -15,11 +15,17 @@ Layouts (``S`` = special token, pieces in ``{}``)::
     FIM  psm   S(fim_prefix){prefix}S(fim_suffix){suffix}S(fim_middle)
     edit       S(fim_suffix){after}S(fim_prefix){before}S(region_start){region[:c]}S(cursor)
                {region[c:]}S(region_end)S(fim_middle)
+    edit layouts (the order of history and file; the adapter's metadata names it, ``edit_layout``):
+      history-file  sections, history, header, edit                      <- default (the shipped adapter)
+      file-history  sections, header, S(fim_suffix){after}S(fim_prefix){before}, history,
+                    S(region_start)...S(region_end)S(fim_middle)
 
 The canvas (masked span) follows the prompt. Its target is the middle / new region, then one
 ``eom`` token, then ``pad`` up to the canvas length. Suffix-first layouts put the text that changes
 while typing (the end of the prefix) at the end of the prompt, so consecutive keystrokes reuse
-almost the whole KV cache. ``spml`` also moves the rest of the cursor's line (the suffix up to its first
+almost the whole KV cache. ``file-history`` does the same for next edits: the history grows with every
+edit, so behind the file text (which an edit inside the region leaves alone) only the history and the
+region are prefilled again, not the whole file. ``spml`` also moves the rest of the cursor's line (the suffix up to its first
 line end, when the cursor is past the line's first column) behind the prefix, marked by ``cursor`` and
 left out when empty: moving the cursor along its line, pressing Enter at its end or typing an
 auto-closed bracket then re-prefills that line only, not the whole suffix and prefix. A request at a
@@ -35,6 +41,9 @@ from engine.tokens import TokenizerLike
 
 FimLayout = Literal["spml", "spm", "psm"]
 DEFAULT_FIM_LAYOUT: FimLayout = "spml"
+EditLayout = Literal["history-file", "file-history"]
+EDIT_LAYOUTS: tuple[str, ...] = ("history-file", "file-history")
+DEFAULT_EDIT_LAYOUT: EditLayout = "history-file"
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class EditPrompt:
     path: str = ""
     history: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
+    layout: EditLayout = DEFAULT_EDIT_LAYOUT
 
 
 @dataclass
@@ -81,16 +91,21 @@ class Rendered:
 
 
 def _common(tok: TokenizerLike, out: Rendered, path: str, history: tuple[str, ...],
-            sections: tuple[Section, ...]) -> None:
+            sections: tuple[Section, ...], *, with_history: bool = True) -> None:
     sp = tok.special
     for i, s in enumerate(sections):
         out.add(f"section:{i}:{s.kind}", [sp.file_sep, *tok.encode(f"{s.path}\n{s.text}")])
+    if with_history:
+        _history(tok, out, history)
+    out.add("header", [sp.file_sep, *tok.encode(f"{path}\n")])
+
+
+def _history(tok: TokenizerLike, out: Rendered, history: tuple[str, ...]) -> None:
     if history:
-        ids = [sp.edit_history]
+        ids = [tok.special.edit_history]
         for diff in history:
             ids.extend(tok.encode(diff if diff.endswith("\n") else diff + "\n"))
         out.add("history", ids)
-    out.add("header", [sp.file_sep, *tok.encode(f"{path}\n")])
 
 
 def render_fim(tok: TokenizerLike, p: FimPrompt) -> Rendered:
@@ -130,11 +145,16 @@ def fim_specials(p: FimPrompt) -> int:
 def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:
     if not 0 <= p.cursor <= len(p.region):
         raise ValueError(f"cursor {p.cursor} outside the editable region (length {len(p.region)})")
+    if p.layout not in EDIT_LAYOUTS:
+        raise ValueError(f"edit layout {p.layout!r}: expected one of {', '.join(EDIT_LAYOUTS)}")
     sp = tok.special
     out = Rendered()
-    _common(tok, out, p.path, p.history, p.sections)
+    file_first = p.layout == "file-history"
+    _common(tok, out, p.path, p.history, p.sections, with_history=not file_first)
     out.add("after", [sp.fim_suffix, *tok.encode(p.after)])
     out.add("before", [sp.fim_prefix, *tok.encode(p.before)])
+    if file_first:
+        _history(tok, out, p.history)
     out.add("region", [sp.region_start, *tok.encode(p.region[: p.cursor]), sp.cursor,
                        *tok.encode(p.region[p.cursor:]), sp.region_end])
     out.add("middle", [sp.fim_middle])

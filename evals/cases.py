@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +152,7 @@ class Judgement:
     accepted: bool  # applying it yields the truth (whitespace-normalised); for quiet cases: not shown
     partial: float  # longest correct prefix of the change / length of the true change, in [0, 1]
     correct: bool  # accepted, or (quiet case and nothing shown)
+    line_f1: float = 0.0  # F1 of the suggestion's changed lines against the true change's (quiet cases: 0)
 
 
 def judge(case: Case, suggestion: Sequence[Edit]) -> Judgement:
@@ -167,8 +170,35 @@ def judge(case: Case, suggestion: Sequence[Edit]) -> Judgement:
     want = apply_to_files(files, case.expected)
     paths = {e.path for e in changes} | {e.path for e in case.expected}
     accepted = all(normalize_ws(got.get(p, "")) == normalize_ws(want.get(p, "")) for p in paths)
+    f1 = 1.0 if accepted else line_f1({p: files.get(p, "") for p in paths}, got, want)
     return Judgement(True, accepted, 1.0 if accepted else _partial(files, got, want, case.expected),
-                     accepted)
+                     accepted, f1)
+
+
+def changed_lines(old: str, new: str) -> Counter[tuple[str, str]]:
+    """The lines a change removes (``-``) and adds (``+``), whitespace-stripped, blank lines left out."""
+    a = [ln.strip() for ln in old.splitlines() if ln.strip()]
+    b = [ln.strip() for ln in new.splitlines() if ln.strip()]
+    out: Counter[tuple[str, str]] = Counter()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.update(("-", x) for x in a[i1:i2])
+            out.update(("+", x) for x in b[j1:j2])
+    return out
+
+
+def line_f1(files: dict[str, str], got: dict[str, str], want: dict[str, str]) -> float:
+    """Line-level F1 of the diff: the suggestion's removed/added lines against the true change's."""
+    g: Counter[tuple[str, str, str]] = Counter()
+    w: Counter[tuple[str, str, str]] = Counter()
+    for p, old in files.items():
+        g.update({(p, *k): v for k, v in changed_lines(old, got.get(p, old)).items()})
+        w.update({(p, *k): v for k, v in changed_lines(old, want.get(p, old)).items()})
+    hit = sum((g & w).values())
+    if not hit:
+        return 0.0
+    prec, rec = hit / sum(g.values()), hit / sum(w.values())
+    return 2 * prec * rec / (prec + rec)
 
 
 def _partial(files: dict[str, str], got: dict[str, str], want: dict[str, str],

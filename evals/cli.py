@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import logging
 import sys
@@ -123,11 +124,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _server(cs)
     cs.set_defaults(func=_clean_errors(run_cases))
 
-    rp = sub.add_parser("replay", help="build edit cases from a git history and run them")
-    rp.add_argument("repo", type=Path)
+    rp = sub.add_parser("replay", help="build edit cases from git histories and run them")
+    rp.add_argument("repo", type=Path, nargs="+", help="repositories or git bundles (held out from training)")
     _common(rp, "replay")
     _server(rp)
-    rp.add_argument("--commits", type=int, default=20, help="usable commits to replay")
+    rp.add_argument("--mode", choices=["sessions", "commits"], default="sessions",
+                    help="sessions: next-edit / elsewhere / done cases replayed like training's git sessions "
+                         "(evals/replay_sessions.py); commits: fim / next-edit / no-edit cases per commit")
+    rp.add_argument("--cases-per-repo", type=int, default=60, help="sessions mode: cases per repository")
+    rp.add_argument("--commits", type=int, default=20, help="commits mode: usable commits to replay")
     rp.add_argument("--rev", default="HEAD")
     rp.add_argument("--fim-per-commit", type=int, default=3)
     rp.add_argument("--next-per-commit", type=int, default=3)
@@ -135,9 +140,73 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
     rp.set_defaults(func=_clean_errors(run_replay))
 
+    lp = sub.add_parser("layout-prefill", help="re-prefill tokens of consecutive next edits per edit layout")
+    lp.add_argument("repo", type=Path, nargs="+", help="repositories or git bundles")
+    lp.add_argument("--tokenizer", default="base", help="'base' (SmolLM2's, from the GGUF), 'byte', or a model")
+    lp.add_argument("--pairs", type=int, default=60, help="request pairs per repository")
+    lp.add_argument("--seed", type=int, default=0)
+    lp.set_defaults(func=_clean_errors(run_layout_prefill))
+
+    rr = sub.add_parser("report", help="write a cases run's report again from DIR/results.jsonl + cases.jsonl "
+                                       "(figures added since the run: candidate filter, line F1)")
+    rr.add_argument("dir", type=Path)
+    rr.set_defaults(func=_clean_errors(run_report))
+
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
     tb.set_defaults(func=_clean_errors(run_table))
+
+
+def run_layout_prefill(args: argparse.Namespace) -> int:
+    from evals.layout_prefill import PrefillOptions, prompt_pairs, reprefill
+
+    if args.tokenizer == "byte":
+        from engine.tokenizer import Tokenizer
+
+        tok = Tokenizer.byte_level()
+    else:
+        from engine.loading import load_checkpoint
+
+        tok = load_checkpoint(args.tokenizer).tokenizer
+    rows = {}
+    pairs: list = []
+    for repo in args.repo:
+        got = prompt_pairs(repo, PrefillOptions(pairs=args.pairs, seed=args.seed))
+        rows[repo.name] = reprefill(tok, got)
+        pairs += got
+    rows["all"] = reprefill(tok, pairs)
+    print("| repos | layout | pairs | prompt tokens (mean) | re-prefill mean | re-prefill p50 |\n|---|---|---|---|---|---|")
+    for name, by in rows.items():
+        for layout, r in by.items():
+            print(f"| {name} | {layout} | {r['pairs']} | {r['prompt_tokens_mean']:.0f} | {r['reprefill_mean']:.0f} "
+                  f"| {r['reprefill_p50']:.0f} |")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Re-derive what the records lack from the cases (candidate filter, line F1, syntax rule)."""
+    from evals.candidates_view import candidate_reason
+    from evals.cases import Edit, judge, read_cases
+    from evals.report import write_cases
+    from evals.runners import syntax_error
+    from evals.store import ResultStore
+
+    config = json.loads((args.dir / "config.json").read_text())
+    store = ResultStore(args.dir, config)
+    cases = {c.id: c for c in read_cases(args.dir / "cases.jsonl")}
+    records = []
+    for rid, r in store.records.items():
+        c = cases.get(rid)
+        if c is not None and not r.get("bad_case"):
+            edits = [Edit(*e) for e in r.get("suggestion", [])]
+            r = {**r, "repo": str(c.meta.get("repo", "")), "line_f1": judge(c, edits).line_f1}
+            if r["shown"]:
+                r.setdefault("syntax_error", syntax_error(c, edits))
+                r["candidate"] = candidate_reason(c, edits)
+        records.append(r)
+    summary = write_cases(args.dir, config, records)
+    _print_summary(f"edit cases ({config.get('source')})", summary, args.dir)
+    return 0
 
 
 def run_table(args: argparse.Namespace) -> int:
@@ -238,9 +307,13 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 
 
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
+    import os
+
+    adapter = os.environ.get("EDIT_SERVER_ADAPTER")  # --model default with another adapter (engine/default.py)
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
-            "init": init_options(args)}  # not --limit: a larger limit resumes the same cases
+            "init": init_options(args),  # not --limit: a larger limit resumes the same cases
+            **({"adapter": adapter} if adapter and args.model == "default" else {})}
 
 
 def run_cases(args: argparse.Namespace) -> int:
@@ -252,25 +325,49 @@ def run_cases(args: argparse.Namespace) -> int:
     return _run_case_list(args, cases, _server_config(args, str(args.file)), bad)
 
 
+def _replay_cases(args: argparse.Namespace) -> list:
+    """Every repository's cases, in the order given (a repository that cannot be read: a clear error)."""
+    from evals.replay import ReplayOptions, build_cases
+    from evals.replay_sessions import SessionReplayOptions, session_cases
+
+    cases: list[list] = []
+    for repo in args.repo:
+        if not repo.exists():
+            raise FileNotFoundError(f"{repo}: no such repository or bundle")
+        if args.mode == "sessions":
+            from engine.git_history import ExtractReport
+
+            rep = ExtractReport()
+            got = session_cases(repo, SessionReplayOptions(cases=args.cases_per_repo, seed=args.seed), rep)
+            print(f"{repo.name}: {rep.sessions} sessions from {rep.commits} commits; file changes "
+                  f"{json.dumps(rep.as_dict()['file_changes'])}", file=sys.stderr)
+        else:
+            opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
+                                 fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
+                                 quiet_per_commit=args.quiet_per_commit)
+            skipped: list[tuple[str, str]] = []
+            got = build_cases(repo, opts, skipped)
+            for sha, reason in skipped:
+                print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
+        cases.append(got)
+    # round robin over the repositories: a run cut short (--limit, a time limit) still covers each of them
+    return [c for row in itertools.zip_longest(*cases) for c in row if c is not None]
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from evals.cases import write_cases
-    from evals.replay import ReplayOptions, build_cases
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    opts = ReplayOptions(commits=args.commits, seed=args.seed, rev=args.rev,
-                         fim_per_commit=args.fim_per_commit, next_per_commit=args.next_per_commit,
-                         quiet_per_commit=args.quiet_per_commit)
-    skipped: list[tuple[str, str]] = []
-    cases = build_cases(args.repo, opts, skipped)[: args.limit]
-    for sha, reason in skipped:
-        print(f"edit-server eval: commit {sha[:12]} skipped: {reason}", file=sys.stderr)
+    cases = _replay_cases(args)[: args.limit]
     args.out.mkdir(parents=True, exist_ok=True)
     n = write_cases(args.out / "cases.jsonl", cases)
     cats: dict[str, int] = {}
     for c in cases:
         cats[str(c.meta.get("category"))] = cats.get(str(c.meta.get("category")), 0) + 1
-    print(f"{n} cases from {args.repo} ({json.dumps(cats)}) -> {args.out / 'cases.jsonl'}")
+    names = " ".join(str(r) for r in args.repo)
+    print(f"{n} cases from {names} ({json.dumps(cats)}) -> {args.out / 'cases.jsonl'}")
     if args.build_only:
         return 0
-    config = _server_config(args, f"replay {args.repo.resolve()} {args.rev} commits={args.commits}")
+    what = f"cases/repo={args.cases_per_repo}" if args.mode == "sessions" else f"{args.rev} commits={args.commits}"
+    config = _server_config(args, f"replay {args.mode} {' '.join(r.name for r in args.repo)} {what}")
     return _run_case_list(args, cases, config)

@@ -67,6 +67,7 @@ def summarize_cases(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "shown_rate": _rate(len(shown), len(records)),
         "accept_rate": _rate(sum(r["accepted"] for r in edit), len(edit)),
         "partial_mean": _mean([r["partial"] for r in edit]),
+        "line_f1_mean": _mean([r.get("line_f1", 0.0) for r in edit]),
         "precision_when_shown": _rate(sum(r["accepted"] for r in shown), len(shown)),
         "no_edit_correct": _rate(sum(r["correct"] for r in quiet), len(quiet)),
         "latency_ms_p50": percentile(lat, 50),
@@ -100,4 +101,23 @@ def gate_sweep(records: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
         out.append({"threshold": t, "coverage": len(kept) / n,
                     "precision": sum(r["accepted"] for r in kept) / len(kept),
                     "shown": float(len(kept))})
+    return out
+
+
+def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
+              candidates: bool = False) -> list[dict[str, Any]]:
+    """The records of a gate-off run as the confidence gate would have left them: a suggestion stays shown
+    iff its score reaches ``threshold`` and it introduces no syntax error (``syntax_error``, the gate's
+    rule); ``threshold`` None: no gate. ``candidates``: also hidden when the server's candidate filter
+    drops it (``candidate``, `evals.candidates_view`). A hidden suggestion is a miss for an edit case and
+    a correct silence for a quiet one."""
+    out = []
+    for r in records:
+        keep = bool(r.get("shown")) and (threshold is None or r.get("score") is not None
+                                         and r["score"] >= threshold and not r.get("syntax_error"))
+        keep = keep and not (candidates and r.get("candidate"))
+        if r.get("shown") and not keep:
+            r = {**r, "shown": False, "accepted": False, "partial": 0.0, "line_f1": 0.0,
+                 "correct": bool(r.get("quiet_case"))}
+        out.append(r)
     return out

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.metrics import breakdown, gate_sweep, summarize_cases, summarize_humaneval
+from evals.metrics import breakdown, gate_sweep, gate_view, summarize_cases, summarize_humaneval
 
 
 def _fmt(v: Any) -> str:
@@ -91,18 +91,41 @@ def write_humaneval(out: Path, config: dict[str, Any], records: list[dict[str, A
 def write_cases(out: Path, config: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = summarize_cases(records)
     by_lang, by_cat = breakdown(records, "language"), breakdown(records, "category")
+    by_repo = breakdown(records, "repo") if any(r.get("repo") for r in records) else {}
     sweep = gate_sweep(records)
+    gated: dict[str, Any] = {}
+    if not config.get("gate"):  # a gate-off run: the gate's / the candidate filter's view of the suggestions
+        t = config.get("gate_threshold")
+        t = 0.5 if t is None else float(t)
+        for name, thr, cand in (("gate", t, False), ("candidate filter", None, True),
+                                ("candidate filter + gate", t, True)):
+            if cand and not any("candidate" in r for r in records):
+                continue
+            view = gate_view(records, thr, cand)
+            gated[name] = {"threshold": thr, "summary": summarize_cases(view),
+                           "by_category": breakdown(view, "category"),
+                           "by_repo": breakdown(view, "repo") if by_repo else {}}
     (out / "report.json").write_text(json.dumps({
         "config": config, "summary": summary, "by_language": by_lang, "by_category": by_cat,
-        "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
-    cols = ["n", "shown_rate", "accept_rate", "partial_mean", "precision_when_shown",
+        "by_repo": by_repo, "gated": gated, "gate_sweep": sweep, "cases": records}, indent=1, sort_keys=True))
+    cols = ["n", "shown_rate", "accept_rate", "partial_mean", "line_f1_mean", "precision_when_shown",
             "no_edit_correct", "latency_ms_p50", "latency_ms_p95", "errors", "bad_cases"]
     md = [f"# Edit cases ({config.get('source')})", "",
-          f"model `{config.get('model')}`, device `{config.get('device')}`, gate "
+          f"model `{config.get('model')}`"
+          f"{' (adapter `' + str(config['adapter']) + '`)' if config.get('adapter') else ''}, "
+          f"device `{config.get('device')}`, gate "
           f"{'on' if config.get('gate') else 'off (baseline)'}", "",
           _table({"all": summary}, cols), "", "## By category", "", _table(by_cat, cols), "",
-          "## By language", "", _table(by_lang, cols), "",
-          "![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
+          "## By language", "", _table(by_lang, cols), ""]
+    if by_repo:
+        md += ["## By repository", "", _table(by_repo, cols), ""]
+    for name, g in gated.items():
+        how = f"score ≥ {g['threshold']}, no syntax error introduced" if g["threshold"] is not None else \
+            "retype / undo / just-left lines hidden"
+        md += [f"## With the {name} ({how})", "", _table({"all": g["summary"], **g["by_category"]}, cols), ""]
+        if g["by_repo"]:
+            md += [_table(g["by_repo"], cols), ""]
+    md += ["![latency](latency.png) ![precision vs coverage](precision_coverage.png)", ""]
     bad = [r for r in records if r.get("bad_case")]
     if bad:
         md += ["## Bad cases (not run)", "", *(f"- `{r['id']}`: {r['error']}" for r in bad), ""]

@@ -69,7 +69,7 @@ def test_replay_build_only_writes_the_case_format(tmp_path: Path) -> None:
         r.index.add(["m.py"])
         r.index.commit(f"c{i}", author=who, committer=who)
     out = tmp_path / "out"
-    res = _eval("replay", str(repo), "--build-only", "--out", str(out), "--seed", "1")
+    res = _eval("replay", str(repo), "--mode", "commits", "--build-only", "--out", str(out), "--seed", "1")
     assert "cases from" in res.stdout
     from evals.cases import read_cases
 

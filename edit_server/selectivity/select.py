@@ -1,7 +1,8 @@
 """Output selection: engine output -> suggestion, one stage for both kinds (pure functions).
 
 `select` takes an `Output` (what the engine wrote for a span of the document: the cursor for a FIM
-completion, the editable region for a next edit) through cut -> clean -> diff -> syntax check -> decide:
+completion, the editable region for a next edit) through cut -> clean -> diff (-> the candidate filter for
+rewrites, `candidates`) -> syntax check -> decide:
 the line cap (engines that do not stop there themselves), the gate's filters (`gate.clean_fim` /
 `gate.clean_edit`), the edits against the document, the syntax errors they would introduce
 (`syntax_check`), and the show/hide decision (`kto_gate.decide`: the implicit reward when there is one,
@@ -17,7 +18,7 @@ from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import gate, kto_gate, syntax_check
+from edit_server.selectivity import candidates, gate, kto_gate, syntax_check
 from edit_server.selectivity.thresholds import gate_threshold
 from engine.decoding.stops import lines_cut
 
@@ -102,6 +103,8 @@ class Output:
     reward: Any = None
     single_line: bool = False  # FIM: a single-line completion
     max_lines: int | None = None  # FIM: the line cap of a multi-line one
+    cursor: int = 0  # edit: the cursor's offset in the document
+    history: Any = ()  # edit: the document's recent hunks (`candidates.reject_reason`)
 
 
 def cut(o: Output) -> str:
@@ -132,8 +135,9 @@ def select(o: Output, settings: Settings) -> tuple[Suggestion | None, list[TextE
     """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes."""
     new = clean(o, cut(o))
     edits = diff(o, new)
-    if not edits:
-        return None, []
+    if not edits or o.kind == "edit" and candidates.reject_reason(
+            o.document, o.cursor, o.path, o.start, o.document[o.start:o.end], new, o.history):
+        return None, []  # nothing, or a rewrite never worth showing (re-typed, an undo, lines just left)
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
                                    fim=o.kind == "fim") if enabled else None
@@ -154,4 +158,4 @@ def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences
                 settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
     """The next edit from the engine's new region, and its edits."""
     return select(Output("edit", req.path, req.text, built.region_start, built.region_end, new_region,
-                         confidences, reward), settings)
+                         confidences, reward, cursor=req.offset, history=req.history), settings)

@@ -83,7 +83,7 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
     if kind == "native":
         from engine.formats.native import NativeFormat
 
-        return NativeFormat(tok, block_size, meta.get("fim_layout"))
+        return NativeFormat(tok, block_size, meta.get("fim_layout"), meta.get("edit_layout"))
     if entry is None:
         raise FormatNotSupported(f"format {kind!r} needs a registry model (engine.registry); got {meta!r}")
     if kind in ("infill", "dreamon"):

@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.formats import Layout
 from engine.templates import (
+    DEFAULT_EDIT_LAYOUT,
     DEFAULT_FIM_LAYOUT,
     EditPrompt,
     FimPrompt,
@@ -19,12 +20,15 @@ from engine.templates import (
 class NativeFormat:
     name = "native"
 
-    def __init__(self, tok: Any, block_size: int | None = None, fim_layout: str | None = None) -> None:
+    def __init__(self, tok: Any, block_size: int | None = None, fim_layout: str | None = None,
+                 edit_layout: str | None = None) -> None:
         """``block_size``: the model's (``ModelArgs.block_size``); an ``edit`` call may name its own.
         ``fim_layout``: the FIM prompt order the adapter was trained on (its metadata's ``fim_layout``;
         None = ``DEFAULT_FIM_LAYOUT``). It replaces the default order of a prompt; a prompt that names
-        another order explicitly keeps it."""
+        another order explicitly keeps it. ``edit_layout``: the same for next edits (``edit_layout``;
+        None = ``DEFAULT_EDIT_LAYOUT``, history before the file)."""
         self.tok, self.block, self.fim_layout = tok, block_size, fim_layout
+        self.edit_layout = edit_layout
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
         if self.fim_layout and p.layout == DEFAULT_FIM_LAYOUT and self.fim_layout != p.layout:
@@ -36,6 +40,8 @@ class NativeFormat:
         b = block_size or self.block
         if not b:
             raise ValueError("native edit layout: no block size (give the model's ModelArgs.block_size)")
+        if self.edit_layout and p.layout == DEFAULT_EDIT_LAYOUT and self.edit_layout != p.layout:
+            p = replace(p, layout=self.edit_layout)  # type: ignore[arg-type]
         r = render_edit(self.tok, p)
         n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=b)
         return Layout(r.ids, n, parts=r.parts)

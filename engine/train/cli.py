@@ -36,9 +36,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e.add_argument("--corpus", required=True, type=Path)
     e.add_argument("--tokenizer", default="base")
     e.add_argument("-n", type=int, default=5)
-    e.add_argument("--kind", choices=["fim", "edit", "noedit", "continue"])
+    e.add_argument("--kind", choices=["fim", "edit", "noedit", "continue", "git"])
+    e.add_argument("--git", nargs="*", default=[], metavar="SRC",
+                   help="git sessions for kind 'git': .jsonl.gz files, repositories or bundles")
+    e.add_argument("--edit-layout", choices=["history-file", "file-history"], default=None,
+                   help="next-edit prompt order (default: TrainConfig's)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=run_examples)
+
+    g = sub.add_parser("git-sessions", help="edit sessions from git histories → one .jsonl.gz (+ report)")
+    g.add_argument("src", nargs="+", type=Path, help="repositories or git bundles")
+    g.add_argument("--out", required=True, type=Path, help="FILE.jsonl.gz (the report: FILE.report.json)")
+    g.add_argument("--max-per-repo", type=int, default=0, help="cap sessions per repository (0: all)")
+    g.set_defaults(func=run_git_sessions)
 
     r = sub.add_parser("run", help="train a LoRA adapter (block-diffusion objective)")
     r.add_argument("--config", type=Path, help="JSON training config (fields of TrainConfig)")
@@ -102,6 +112,7 @@ def run_corpus(args: argparse.Namespace) -> int:
 
 
 def run_examples(args: argparse.Namespace) -> int:
+    """``-n`` rendered examples of ``--kind``, or of each kind of the default mix (``git`` with ``--git``)."""
     import random
 
     from engine.train.corpus import Corpus
@@ -109,14 +120,46 @@ def run_examples(args: argparse.Namespace) -> int:
 
     tok = load_tokenizer(args.tokenizer)
     cfg = TrainConfig()
-    mix = {args.kind: 1.0} if args.kind else cfg.mix
-    stream = ExampleStream(Corpus(args.corpus).docs("train"), tok, cfg.budget(), mix, args.seed)
-    stream.rng = random.Random(args.seed)
-    for ex in stream.take(args.n):
-        print(f"=== {ex.kind}: prompt {len(ex.prompt)} tokens, canvas {len(ex.target)}")
-        print(tok.decode(ex.prompt[-400:]))
-        print("--- target:")
-        print(tok.decode(ex.target))
+    sessions = None
+    if args.git:
+        from engine.train.git_sessions import load_git_sources
+
+        sessions = load_git_sources(args.git)
+    if args.kind == "git" and not sessions:
+        print("--kind git needs --git SRC (sessions file, repository or bundle)", file=sys.stderr)
+        return 1
+    kinds = [args.kind] if args.kind else [k for k in cfg.mix if k != "git" or sessions]
+    docs = Corpus(args.corpus).docs("train")
+    for kind in kinds:
+        stream = ExampleStream(docs, tok, cfg.budget(), {kind: 1.0}, args.seed, sessions, cfg.fim_layout,
+                               args.edit_layout or cfg.edit_layout)
+        stream.rng = random.Random(args.seed)
+        for ex in stream.take(args.n):
+            print(f"=== {ex.kind}: prompt {len(ex.prompt)} tokens, canvas {len(ex.target)}")
+            print(tok.decode(ex.prompt[-400:]))
+            print("--- target:")
+            print(tok.decode(ex.target))
+    return 0
+
+
+def run_git_sessions(args: argparse.Namespace) -> int:
+    from engine.git_history import ExtractReport, cap_sessions, extract_source, write_sessions
+
+    if not args.out.name.endswith(".jsonl.gz"):
+        print(f"--out {args.out}: expected a .jsonl.gz file", file=sys.stderr)
+        return 1
+    sessions, reports = [], []
+    for src in args.src:
+        rep = ExtractReport()
+        got = extract_source(src, rep)
+        kept = cap_sessions(got, args.max_per_repo, f"cap:{src.name}")
+        reports.append({**rep.as_dict(), "written": len(kept)})
+        sessions += kept
+    n = write_sessions(args.out, sessions)
+    report = {"sessions": n, "bytes": args.out.stat().st_size, "repos": reports}
+    args.out.with_name(args.out.name.removesuffix(".jsonl.gz") + ".report.json").write_text(
+        json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
     return 0
 
 

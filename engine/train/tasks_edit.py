@@ -215,7 +215,8 @@ def _region(text: str, cursor: int, rng: random.Random) -> tuple[int, int]:
 
 
 def session_example(tok: TokenizerLike, orig: str, sites: list[Site], order: list[int], path: str,
-                    rng: random.Random, budget: Budget, kind: str, k: int | None = None) -> Example | None:
+                    rng: random.Random, budget: Budget, kind: str, k: int | None = None,
+                    layout: str | None = None) -> Example | None:
     """Apply the first k sites (in ``order``) as history; the target applies what is left in the region."""
     if not sites:
         return None
@@ -247,12 +248,14 @@ def session_example(tok: TokenizerLike, orig: str, sites: list[Site], order: lis
     history = tuple(d for d in diffs[-3:] if d)
     history = tuple(h[:1500] for h in history)
     label = kind if pending else f"noedit:{kind}"
-    return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, path, history, budget, rng, label)
+    return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, path, history, budget, rng, label,
+                               layout)
 
 
 def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_region: str, cursor: int,
                         path: str, history: tuple[str, ...], budget: Budget, rng: random.Random,
-                        kind: str) -> Example | None:
+                        kind: str, layout: str | None = None) -> Example | None:
+    """``layout``: the edit prompt order (`engine.templates` edit layouts; None: the default)."""
     region = text[ra:rb]
     r_tok = len(tok.encode(region))
     t_tok = len(tok.encode(new_region))
@@ -266,7 +269,8 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
     n_chars = int(room * budget.chars_per_token)
     for _ in range(6):
         before, after = window(text[:ra], text[rb:], n_chars, rng)
-        prompt = EditPrompt(before, region, after, cursor, path=path, history=history)
+        prompt = EditPrompt(before, region, after, cursor, path=path, history=history,
+                            **({"layout": layout} if layout else {}))  # type: ignore[arg-type]
         ids = render_edit(tok, prompt).ids
         if len(ids) + canvas <= budget.max_len:
             return Example(f"edit:{kind}" if not kind.startswith("noedit") else kind, ids,
@@ -277,7 +281,7 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
 
 
 def make_edit(tok: TokenizerLike, text: str, path: str, rng: random.Random, budget: Budget,
-              kind: str | None = None) -> Example | None:
+              kind: str | None = None, layout: str | None = None) -> Example | None:
     kind = kind or rng.choice(GENERATORS)
     made = synth_sites(text, kind, rng)
     if made is None:
@@ -285,17 +289,18 @@ def make_edit(tok: TokenizerLike, text: str, path: str, rng: random.Random, budg
     orig, sites, order = made
     ex = None
     for _ in range(3):  # prefer examples with an edit left to make (no-edit ones come anyway)
-        ex = session_example(tok, orig, sites, order, path, rng, budget, kind)
+        ex = session_example(tok, orig, sites, order, path, rng, budget, kind, layout=layout)
         if ex is not None and not ex.kind.startswith("noedit") or rng.random() < 0.3:
             break
     return ex
 
 
-def make_noedit(tok: TokenizerLike, text: str, path: str, rng: random.Random, budget: Budget) -> Example | None:
+def make_noedit(tok: TokenizerLike, text: str, path: str, rng: random.Random, budget: Budget,
+                layout: str | None = None) -> Example | None:
     """A region of untouched code, cursor anywhere in it, no history: target = the region."""
     if len(text) < 20:
         return None
     cursor = rng.randrange(len(text))
     ra, rb = _region(text, cursor, rng)
     return render_edit_example(tok, text, ra, rb, text[ra:rb], cursor - ra, path, (), budget, rng,
-                               "noedit:random")
+                               "noedit:random", layout)

@@ -22,7 +22,7 @@ from torch import nn
 
 from engine.config import preset
 from engine.model import Transformer
-from engine.templates import DEFAULT_FIM_LAYOUT
+from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
@@ -78,6 +78,7 @@ class TrainConfig:
     git_repos: list[str] = field(default_factory=list)
     label: str = ""
     fim_layout: str = DEFAULT_FIM_LAYOUT  # FIM prompt order (engine.templates); the adapter's metadata names it
+    edit_layout: str = DEFAULT_EDIT_LAYOUT  # next-edit prompt order (history-file | file-history), likewise
     max_minutes: float = 0.0  # > 0: stop (checkpoint + export) when the wall-clock budget is spent
     deadline: float = 0.0  # > 0: stop (checkpoint + export) before this wall-clock time (epoch s: a GPU window's)
     fit_deadline: bool = False  # at the end of warmup: `steps` := what ends the cosine by `deadline` at the measured speed
@@ -100,12 +101,13 @@ class ExampleStream:
     """Endless, deterministic (per seed) stream of training examples over corpus documents."""
 
     def __init__(self, docs: list[Doc], tok: Tokenizer, budget: Budget, mix: dict[str, float], seed: int,
-                 git_pairs: list | None = None, fim_layout: str | None = None) -> None:
+                 git_pairs: list | None = None, fim_layout: str | None = None,
+                 edit_layout: str | None = None) -> None:
         if not docs:
             raise ValueError("no documents to train on (empty corpus split)")
         self.docs, self.tok, self.budget = docs, tok, budget
         self.git_pairs = git_pairs or []
-        self.fim_layout = fim_layout
+        self.fim_layout, self.edit_layout = fim_layout, edit_layout
         self.kinds = [k for k, w in mix.items() if w > 0 and (k != "git" or self.git_pairs)]
         self.weights = [mix[k] for k in self.kinds]
         self.rng = random.Random(seed)
@@ -116,18 +118,19 @@ class ExampleStream:
             if attempt and attempt % 30 == 0:
                 kind = self.rng.choices(self.kinds, self.weights)[0]
             if kind == "git":
-                from engine.train.git_pairs import git_example
+                from engine.train.git_sessions import git_example
 
-                ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget)
+                ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget,
+                                 layout=self.edit_layout)
             else:
                 d = self.rng.choice(self.docs)
                 if kind == "fim" or kind.startswith("fim:"):  # "fim:block": one span kind (tasks.FIM_SPANS)
                     ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget,
                                   how=kind[4:] or None, layout=self.fim_layout)
                 elif kind == "edit":
-                    ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget)
+                    ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget, layout=self.edit_layout)
                 elif kind == "noedit":
-                    ex = make_noedit(self.tok, d.text, d.path, self.rng, self.budget)
+                    ex = make_noedit(self.tok, d.text, d.path, self.rng, self.budget, layout=self.edit_layout)
                 else:
                     ex = make_continuation(self.tok, d.text, d.path, self.rng, self.budget)
             if ex is not None and len(ex) <= self.budget.max_len:
@@ -268,8 +271,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     train_docs, val_docs = corpus.docs("train"), corpus.docs("val") or corpus.docs("train")[:50]
     pairs = _git_pairs(cfg)
     budget = cfg.budget()
-    val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs, cfg.fim_layout).take(cfg.val_examples)
-    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003, pairs, cfg.fim_layout)
+    val = ExampleStream(val_docs, tok, budget, cfg.mix, cfg.seed + 1, pairs, cfg.fim_layout,
+                        cfg.edit_layout).take(cfg.val_examples)
+    stream = ExampleStream(train_docs, tok, budget, cfg.mix, cfg.seed * 1_000_003, pairs, cfg.fim_layout,
+                           cfg.edit_layout)
     gen = torch.Generator().manual_seed(cfg.seed * 7)
     history: list[dict[str, Any]] = []
     vals: list[dict[str, Any]] = []
@@ -389,15 +394,15 @@ def _bar(total: int, start: int, enabled: bool) -> Any:
 
 
 def _git_pairs(cfg: TrainConfig) -> list:
+    """The git edit sessions of ``git_repos`` (.jsonl.gz files from `train git-sessions` / the GPU pack,
+    repositories or bundles), for the mix's ``git`` kind."""
     if not cfg.git_repos or not cfg.mix.get("git"):
         return []
-    from engine.train.git_pairs import iter_git_pairs
+    from engine.train.git_sessions import load_git_sources
 
-    pairs: list = []
-    for repo in cfg.git_repos:
-        pairs.extend(iter_git_pairs(Path(repo), max_commits=300))
-    log.info("git pairs: %d", len(pairs))
-    return pairs
+    sessions = load_git_sources(cfg.git_repos)
+    log.info("git sessions: %d (%d hunks)", len(sessions), sum(len(s.steps) for s in sessions))
+    return sessions
 
 
 def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, device: torch.device,
@@ -411,6 +416,7 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
         "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
         "label": label, "trained_on": trained_on, "training": asdict(cfg), "fim_layout": cfg.fim_layout,
+        "edit_layout": cfg.edit_layout,
         "data": {"docs": corpus.index.get("docs"), "tokens": corpus.index.get("tokens"),
                  "tokens_seen": summary["tokens"]},
         "validation": {"first": summary["val"][0] if summary["val"] else None, "last": last},

@@ -6,8 +6,9 @@ CPython, for syntax-span FIM), ``data/`` (HumanEval-infilling), ``tokenizer.json
 the corpus can be built while the base is still uploading), ``recipe.json`` (training config, corpus
 recipe, eval plan, code version) and, when asked for, ``align/`` — feedback stores (``--align-feedback``:
 the users' prompts and suggestions leave this machine, so only on request) and eval report directories
-(``--align-eval``) for the alignment stage's KTO data. ``base.gguf.xz``: the base GGUF, xz-compressed (−8 %). Both are cut
-into ``OUT/upN/`` folders, each ≤ the upload limit minus the working tree (which travels with every
+(``--align-eval``) for the alignment stage's KTO data, and ``git/sessions.jsonl.gz`` when the config names
+``git_repos`` (`recipe/git_data.py`: extracted here, the config pointed at it). ``base.gguf.xz``: the base
+GGUF, xz-compressed (−8 %). Both are cut into ``OUT/upN/`` folders, each ≤ the upload limit minus the working tree (which travels with every
 command); every folder carries the full ``manifest.json``.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT, MiB
+from engine.train.recipe.git_data import stage_git_sessions
 from engine.train.recipe.parts import sha256_file, write_part
 
 FORMAT = "edit-server-gpu-recipe/1"
@@ -140,6 +142,7 @@ def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None,
     with tempfile.TemporaryDirectory(prefix="boot-") as tmp:
         stage = Path(tmp)
         stage_align_inputs(stage, list(align_feedback or []), list(align_eval or []))
+        recipe = {**recipe, "config": stage_git_sessions(recipe["config"], stage)}  # git_repos → git/
         for n in code_files():
             (stage / "code" / n).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / n, stage / "code" / n)

@@ -1,0 +1,95 @@
+"""Next-edit candidates that are never worth showing, whatever the model's confidence (pure functions).
+
+* **retype**: the rewrite changes nothing but whitespace (the region re-typed unchanged);
+* **undo**: it takes back the user's last edit — it removes only lines that edit added and adds only lines
+  it removed;
+* **just-left**: it changes a line the user's last edit wrote and the cursor has since left (the user is
+  done there: the next edit is elsewhere).
+
+``history`` is the document's edit history, oldest first (`edit_server.core.history.Hunk`: ``path`` and a
+unified ``diff`` whose new side is the current text).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Protocol
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+class HunkLike(Protocol):
+    path: str
+    diff: str
+
+
+def _changed(old: str, new: str) -> tuple[Counter[str], Counter[str]]:
+    """(removed, added) non-blank lines, stripped."""
+    a = [ln.strip() for ln in old.splitlines() if ln.strip()]
+    b = [ln.strip() for ln in new.splitlines() if ln.strip()]
+    rem: Counter[str] = Counter()
+    add: Counter[str] = Counter()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            rem.update(a[i1:i2])
+            add.update(b[j1:j2])
+    return rem, add
+
+
+def diff_lines(diff: str) -> tuple[Counter[str], Counter[str], set[int]]:
+    """(removed, added) non-blank lines of a unified diff, stripped, and the 0-based new-side line numbers
+    of its added lines."""
+    rem: Counter[str] = Counter()
+    add: Counter[str] = Counter()
+    rows: set[int] = set()
+    new_ln = None
+    for line in diff.splitlines():
+        m = _HUNK.match(line)
+        if m:
+            new_ln = int(m.group(1)) - 1 if m.group(2) != "0" else int(m.group(1))
+            continue
+        if new_ln is None or line.startswith(("--- ", "+++ ")) and not rows and not rem:
+            continue
+        tag, body = line[:1], line[1:]
+        if tag == "+":
+            rows.add(new_ln)
+            if body.strip():
+                add[body.strip()] += 1
+            new_ln += 1
+        elif tag == "-":
+            if body.strip():
+                rem[body.strip()] += 1
+        elif tag == " ":
+            new_ln += 1
+    return rem, add, rows
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset)
+
+
+def reject_reason(text: str, cursor: int, path: str, region_start: int, old_region: str, new_region: str,
+                  history: Sequence[HunkLike]) -> str | None:
+    """Why the rewrite ``old_region`` → ``new_region`` (at ``region_start`` in ``text``) is not shown, or
+    None."""
+    rem, add = _changed(old_region, new_region)
+    if not rem and not add:
+        return "retype"
+    last = next((h for h in reversed(history) if h.path == path), None)
+    if last is None:
+        return None
+    l_rem, l_add, rows = diff_lines(last.diff)
+    if (l_rem or l_add) and not (rem - l_add) and not (add - l_rem):
+        return "undo"
+    left = rows - {_line_of(text, cursor)}
+    if left:
+        base = _line_of(text, region_start)
+        a = old_region.splitlines()
+        b = new_region.splitlines()
+        for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+            if tag in ("replace", "delete") and any(base + i in left for i in range(i1, i2)):
+                return "just-left"
+    return None

@@ -1,0 +1,78 @@
+"""Training examples from git edit sessions (`engine/git_history.py`): replay a session up to a hunk, the
+cursor where it left it; target = the editable region with every pending hunk in it applied, or unchanged
+(a no-edit example). Sources: pre-extracted ``.jsonl.gz`` files (the GPU pack's), repositories, bundles."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from engine.git_history import (
+    GitSession,
+    cap_sessions,
+    cursor_after,
+    extract_source,
+    line_span,
+    near_ks,
+    pending_in_region,
+    read_sessions,
+    states_of,
+)
+from engine.tokens import TokenizerLike
+from engine.train.tasks import Budget, Example
+
+
+def load_git_sources(sources: Iterable[str], *, max_per_repo: int = 0) -> list[GitSession]:
+    """Sessions from each source: a pre-extracted ``*.jsonl.gz`` file, a repository or a bundle."""
+    out: list[GitSession] = []
+    for src in sources:
+        p = Path(src)
+        if not p.exists():
+            raise FileNotFoundError(f"git_repos: {src}: no such file or directory")
+        got = read_sessions(p) if p.name.endswith(".jsonl.gz") else extract_source(p)
+        out += cap_sessions(got, max_per_repo, f"cap:{p.name}")
+    return out
+
+
+def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
+                    k: int | None = None, reach_next: bool = False, layout: str | None = None) -> Example | None:
+    """Apply the first ``k`` steps (history), cursor after the k-th; target = the region around the
+    cursor with every pending step inside it applied (unchanged: a no-edit example). ``reach_next``: the
+    region reaches the line where the next step starts."""
+    from engine.textdiff import unified_diff
+    from engine.train.tasks_edit import render_edit_example
+
+    if not s.steps:
+        return None
+    states = states_of(s)
+    k = k if k is not None else rng.randint(1, len(s.steps))
+    current, final = states[k], states[-1]
+    cursor = cursor_after(current, s.steps[k - 1])
+    ra, rb = line_span(current, cursor, rng.randint(1, 6), rng.randint(2, 8))
+    if reach_next and k < len(s.steps):
+        nxt = s.steps[k][0]
+        ra = min(ra, current.rfind("\n", 0, nxt) + 1)
+        rb = max(rb, nxt + 1 if nxt < len(current) else nxt)
+        nl = current.find("\n", rb - 1) if rb > 0 else -1
+        rb = len(current) if nl < 0 else max(rb, nl + 1)
+    ra, rb, new_region = pending_in_region(current, final, ra, rb)
+    history = tuple(d[:1500] for d in (unified_diff(s.path, x, y) for x, y in zip(states[max(0, k - 3):k],
+                                                                                states[max(1, k - 2):k + 1],
+                                                                                strict=True)) if d)
+    label = "git" if new_region != current[ra:rb] else "noedit:git"
+    return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, s.path, history, budget, rng, label,
+                               layout)
+
+
+def git_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
+                noedit_share: float = 0.3, layout: str | None = None) -> Example | None:
+    """A session example: with probability 1 - ``noedit_share`` after a hunk whose next one is near the
+    cursor (after most hunks the next one is elsewhere: a no-edit region), else after any hunk."""
+    k = None
+    if rng.random() >= noedit_share:
+        ks = near_ks(s)
+        if not ks:
+            return None  # the caller draws another session
+        k = rng.choice(ks)
+    return session_example(tok, s, rng, budget, k=k, reach_next=k is not None, layout=layout)

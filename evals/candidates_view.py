@@ -1,0 +1,37 @@
+"""What the server's candidate filter (`edit_server/selectivity/candidates.py`) makes of a suggestion, from
+the case alone: the case's history replayed through the server's own edit history (`EditHistory`, edits
+sent back to back as the runner sends them), the suggestion taken as a rewrite of the whole file. Lets a
+run without the filter report the filter's effect on the very same suggestions."""
+
+from __future__ import annotations
+
+from edit_server.core.documents import EditEvent
+from edit_server.core.history import EditHistory
+from edit_server.selectivity.candidates import reject_reason
+from evals.cases import Case, Edit, apply_edits, history_states
+
+
+def _event(path: str, old: str, new: str) -> EditEvent:
+    n = min(len(old), len(new))
+    p = 0
+    while p < n and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
+        s += 1
+    return EditEvent(path, p, len(old) - s, old[p: len(old) - s], new[p: len(new) - s], 0.0, old, new)
+
+
+def candidate_reason(case: Case, edits: list[Edit], history_size: int = 6) -> str | None:
+    """Why the server's filter would drop this next-edit suggestion (None: kept, or not a next edit)."""
+    mine = [e for e in edits if e.path == case.cursor.path]
+    if case.kind != "edit" or not mine:
+        return None
+    hist = EditHistory()
+    for path, chain in history_states(case).items():
+        for old, new in zip(chain, chain[1:], strict=False):
+            hist.record(_event(path, old, new))
+    text = case.files[case.cursor.path]
+    new_text = apply_edits(text, mine)
+    return reject_reason(text, case.cursor.offset, case.cursor.path, 0, text, new_text,
+                         hist.recent(history_size))
