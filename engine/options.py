@@ -25,9 +25,10 @@ ENGINE_FACTORY = "EDIT_SERVER_ENGINE_FACTORY"  # "module:callable(spec, device)"
 HTTP_TOKEN = "EDIT_SERVER_HTTP_TOKEN"  # one more accepted bearer key for `edit-server http`
 SHARED = "EDIT_SERVER_SHARED"  # the shared data directory (evals, GPU recipe)
 GPU_WORK = "EDIT_SERVER_GPU_WORK"  # the GPU recipe's work directory
+GPU_THROUGHPUT = "EDIT_SERVER_GPU_THROUGHPUT"  # another seconds-per-step table for the GPU window plan (tests)
 
 NAMES = (DECODE, FASTCPU, INT8_SMALL, INT8_GEMM, ONEDNN_FP32, CUDA_GRAPHS, PREFIX_CACHE_MB, MERGED_CACHE,
-         ADAPTER, BASE_WHEEL, ENGINE_FACTORY, HTTP_TOKEN, SHARED, GPU_WORK)
+         ADAPTER, BASE_WHEEL, ENGINE_FACTORY, HTTP_TOKEN, SHARED, GPU_WORK, GPU_THROUGHPUT)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class EnvOptions:
     http_token: str = ""
     shared: str = ""
     gpu_work: str = ""
+    gpu_throughput: str = ""
     xdg_cache_home: str = ""
     xdg_data_home: str = ""
     xdg_config_home: str = ""
@@ -116,7 +118,7 @@ def env(environ: Mapping[str, str] | None = None) -> EnvOptions:
     e = os.environ if environ is None else environ
     names = dict(zip(("decode", "fastcpu", "int8_small", "int8_gemm", "onednn_fp32", "cuda_graphs",
                       "prefix_cache_mb", "merged_cache", "adapter", "base_wheel", "engine_factory",
-                      "http_token", "shared", "gpu_work"), NAMES, strict=True))
+                      "http_token", "shared", "gpu_work", "gpu_throughput"), NAMES, strict=True))
     names.update(xdg_cache_home="XDG_CACHE_HOME", xdg_data_home="XDG_DATA_HOME",
                  xdg_config_home="XDG_CONFIG_HOME", hf_hub_offline="HF_HUB_OFFLINE", hf_hub_cache="HF_HUB_CACHE",
                  hf_home="HF_HOME", hf_hub_disable_progress_bars="HF_HUB_DISABLE_PROGRESS_BARS",

@@ -307,9 +307,9 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 
 
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
-    import os
+    from engine import options
 
-    adapter = os.environ.get("EDIT_SERVER_ADAPTER")  # --model default with another adapter (engine/default.py)
+    adapter = options.env().adapter  # --model default with another adapter (engine/default.py)
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
             "init": init_options(args),  # not --limit: a larger limit resumes the same cases

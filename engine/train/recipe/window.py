@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.train.recipe import UPLOAD_LIMIT, MiB
 
 THROUGHPUT = Path(__file__).with_name("throughput.json")
@@ -55,7 +56,7 @@ def device_kind(name: str) -> str:
 
 def table_path() -> Path:
     """``throughput.json`` beside this module (``$EDIT_SERVER_GPU_THROUGHPUT``: another table, for tests)."""
-    return Path(os.environ.get("EDIT_SERVER_GPU_THROUGHPUT") or THROUGHPUT)
+    return Path(options.env().gpu_throughput or THROUGHPUT)
 
 
 def load_throughput(path: Path | None = None) -> dict[str, Any]:
