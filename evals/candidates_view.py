@@ -1,4 +1,6 @@
-"""What the server's candidate filter (`edit_server/selectivity/candidates.py`) makes of a suggestion, from
+"""The serving rules' view of a gate-off run: the syntax rule and the candidate filter on its own suggestions.
+
+What the server's candidate filter (`edit_server/selectivity/candidates.py`) makes of a suggestion, from
 the case alone: the case's history replayed through the server's own edit history (`EditHistory`, edits
 sent back to back as the runner sends them), the suggestion taken as a rewrite of the whole file. Lets a
 run without the filter report the filter's effect on the very same suggestions."""
@@ -35,3 +37,17 @@ def candidate_reason(case: Case, edits: list[Edit], history_size: int = 6) -> st
     new_text = apply_edits(text, mine)
     return reject_reason(text, case.cursor.offset, case.cursor.path, 0, text, new_text,
                          hist.recent(history_size))
+
+
+def syntax_error(case: Case, edits: list[Edit]) -> bool | None:
+    """Whether the suggestion introduces a syntax error (the serving gate's rule, `syntax_check`), so a
+    gate-off run also tells what the gate would have hidden (False also when there is no grammar)."""
+    from edit_server.selectivity import syntax_check
+
+    by_path = [e for e in edits if e.path == case.cursor.path]
+    text = case.files.get(case.cursor.path, "")
+    if not by_path:
+        return None
+    spans = sorted((e.start, e.end, e.text) for e in by_path)
+    why = syntax_check.introduced(case.cursor.path, text, spans, fim=case.kind == "fim")
+    return why is not None

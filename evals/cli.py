@@ -185,10 +185,9 @@ def run_layout_prefill(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Re-derive what the records lack from the cases (candidate filter, line F1, syntax rule)."""
-    from evals.candidates_view import candidate_reason
+    from evals.candidates_view import candidate_reason, syntax_error
     from evals.cases import Edit, judge, read_cases
     from evals.report import write_cases
-    from evals.runners import syntax_error
     from evals.store import ResultStore
 
     config = json.loads((args.dir / "config.json").read_text())

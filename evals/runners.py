@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from evals.candidates_view import candidate_reason
+from evals.candidates_view import candidate_reason, syntax_error
 from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
@@ -183,20 +183,6 @@ class CaseRunner:
                 "syntax_error": syntax_error(case, edits) if j.shown else None,
                 "candidate": candidate_reason(case, edits) if j.shown else None,
                 "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
-
-
-def syntax_error(case: Case, edits: list[Edit]) -> bool | None:
-    """Whether the suggestion introduces a syntax error (the serving gate's rule, `syntax_check`), so a
-    gate-off run also tells what the gate would have hidden (False also when there is no grammar)."""
-    from edit_server.selectivity import syntax_check
-
-    by_path = [e for e in edits if e.path == case.cursor.path]
-    text = case.files.get(case.cursor.path, "")
-    if not by_path:
-        return None
-    spans = sorted((e.start, e.end, e.text) for e in by_path)
-    why = syntax_check.introduced(case.cursor.path, text, spans, fim=case.kind == "fim")
-    return why is not None
 
 
 def parse_suggestion(case: Case, result: Any, paths: dict[str, str]) -> tuple[list[Edit], float | None]:
