@@ -10,18 +10,12 @@ from __future__ import annotations
 from edit_server.core.documents import EditEvent
 from edit_server.core.history import EditHistory
 from edit_server.selectivity.candidates import reject_reason
-from evals.cases import Case, Edit, apply_edits, history_states
+from evals.cases import Case, Edit, apply_edits, changed_span, history_states
 
 
 def _event(path: str, old: str, new: str) -> EditEvent:
-    n = min(len(old), len(new))
-    p = 0
-    while p < n and old[p] == new[p]:
-        p += 1
-    s = 0
-    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
-        s += 1
-    return EditEvent(path, p, len(old) - s, old[p: len(old) - s], new[p: len(new) - s], 0.0, old, new)
+    p, e_old, e_new = changed_span(old, new)
+    return EditEvent(path, p, e_old, old[p:e_old], new[p:e_new], 0.0, old, new)
 
 
 def candidate_reason(case: Case, edits: list[Edit], history_size: int = 6) -> str | None:

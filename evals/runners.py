@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.candidates_view import candidate_reason, syntax_error
-from evals.cases import Case, Edit, diff_path, history_states, judge
+from evals.cases import Case, Edit, changed_span, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore
@@ -37,15 +37,8 @@ def error_record(case_id: str, reason: str, case: Case | None = None, *, bad: bo
 
 def change_event(old: str, new: str) -> dict[str, Any]:
     """One incremental ``contentChanges`` entry turning ``old`` into ``new`` (smallest differing span)."""
-    n = min(len(old), len(new))
-    p = 0
-    while p < n and old[p] == new[p]:
-        p += 1
-    s = 0
-    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
-        s += 1
-    return {"range": {"start": utf16_position(old, p), "end": utf16_position(old, len(old) - s)},
-            "text": new[p: len(new) - s]}
+    p, e_old, e_new = changed_span(old, new)
+    return {"range": {"start": utf16_position(old, p), "end": utf16_position(old, e_old)}, "text": new[p:e_new]}
 
 
 def _case_dir(case: Case) -> str:

@@ -5,34 +5,18 @@ cursor where it left it; target = the editable region with every pending hunk in
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
-from pathlib import Path
 
-from engine.git_history import (
+from engine.git_history import (  # noqa: F401 - load_git_sources: the trainer's entry point, re-exported
     GitSession,
-    cap_sessions,
     cursor_after,
-    extract_source,
     line_span,
+    load_git_sources,
     near_ks,
     pending_in_region,
-    read_sessions,
     states_of,
 )
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
-
-
-def load_git_sources(sources: Iterable[str], *, max_per_repo: int = 0) -> list[GitSession]:
-    """Sessions from each source: a pre-extracted ``*.jsonl.gz`` file, a repository or a bundle."""
-    out: list[GitSession] = []
-    for src in sources:
-        p = Path(src)
-        if not p.exists():
-            raise FileNotFoundError(f"git_repos: {src}: no such file or directory")
-        got = read_sessions(p) if p.name.endswith(".jsonl.gz") else extract_source(p)
-        out += cap_sessions(got, max_per_repo, f"cap:{p.name}")
-    return out
 
 
 def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
