@@ -155,7 +155,8 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
 
 def test_layouts_are_cached_and_int8_runs(cached: tuple[Path, base.PartedBase], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import Engine, fastcpu
+    from engine import Engine
+    from engine.cpu import fastcpu
 
     first = _ar_ck(cached, monkeypatch, tmp_path)
     assert "merged_cache" not in first.meta

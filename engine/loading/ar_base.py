@@ -41,7 +41,8 @@ def is_ar_base(spec: str) -> bool:
 def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bool = False,
                  use_cache: bool = True) -> LoadedCheckpoint:
     """``fast_cpu``: in the `engine.fastcpu` int8 layout. ``use_cache``: through the merged-model cache."""
-    from engine import fastcpu, merged_cache
+    from engine.caches import merged as merged_cache
+    from engine.cpu import fastcpu
     from engine.loading.base import fetch_parted, parted_base
 
     spec = parted_base(name.strip().lower())
