@@ -102,7 +102,7 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     # where a completion may run over several lines: "auto" = where a block is expected (after a line
     # ending with an opener, on the blank line of an empty block) or when the user invoked it; "always" =
     # whenever nothing but closers is right of the cursor; "never" = one line
-    multiline: Literal["auto", "always", "never"] = "auto"
+    multiline: Literal["always", "auto", "never"] = "auto"
     # ms a multi-line completion may take (from the request); then its finished lines are the answer;
     # 0 = auto: 1,200 on a CPU, 2,000 on a GPU / remote
     multiline_budget_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 0
