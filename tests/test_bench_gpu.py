@@ -1,4 +1,4 @@
-"""`engine.bench_gpu` (issue 23 §2: every window measures the engine on the GPU), rehearsed on the CPU with
+"""`engine.train.recipe.bench_gpu` (issue 23 §2: every window measures the engine on the GPU), rehearsed on the CPU with
 tiny shapes: the code path needs no CUDA; a 7B shape is sized on the meta device, never allocated here."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.bench_gpu import main, model_bytes, random_engine
+from engine.train.recipe.bench_gpu import main, model_bytes, random_engine
 from engine.engine import Engine
 from engine.model import Transformer
 

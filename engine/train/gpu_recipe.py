@@ -4,7 +4,7 @@
     receive   (GPU)   take upload folders' parts; install each file once all its parts are there
     start     (GPU)   the detached job: corpus → wait for the base → train (resumes) → eval → latency;
                       --window-start now-S --budget-s B --train-end-s T: fit the schedule to the window
-    bench     (GPU)   detached engine bench on random weights (engine.bench_gpu engine) while the base uploads
+    bench     (GPU)   detached engine bench on random weights (engine.train.recipe.bench_gpu engine) while the base uploads
     status            one JSON line: phase, step, loss, tokens/s, ETA, newest checkpoint
     poll      (GPU)   keep the machine busy for --wait seconds (status lines), collecting each new checkpoint
     stop      (GPU)   checkpoint + export after the current step; the job then evaluates
@@ -257,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     b = work(sub.add_parser("bench", help="detached engine bench on random weights (GPU)"))
     b.add_argument("--budget-s", type=float, default=90.0)
-    b.add_argument("--shapes", default="", help="engine.bench_gpu --shapes (default: its own)")
-    b.add_argument("--prompts", default="", help="engine.bench_gpu --prompts (default: its own, 2K and 32K)")
+    b.add_argument("--shapes", default="", help="engine.train.recipe.bench_gpu --shapes (default: its own)")
+    b.add_argument("--prompts", default="", help="engine.train.recipe.bench_gpu --prompts (default: its own, 2K and 32K)")
     pl = sub.add_parser("plan", help="print the whole GPU window (here)")
     pl.add_argument("--budget-s", type=float, default=900.0, help="status' budget_left_s")
     pl.add_argument("--kind", default="nvidia-h200", help="status' kind")

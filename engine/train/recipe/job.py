@@ -6,7 +6,7 @@ Work dir (default ``~/edit-server-gpu``, outside the repository copy that each c
     corpus/     built here from this Python's lib       run/      trainer out: ckpt/, progress.json, adapter.*,
     job.json    pid, start time                                   summary.json, eval/<split>/report.json,
     window.json the window's clock and plan                       throughput.json (s/step on this kind)
-    bench/      engine.json, latency.json (engine.bench_gpu)
+    bench/      engine.json, latency.json (engine.train.recipe.bench_gpu)
     phase.json  corpus | wait-base | train | eval | latency | done | failed      job.log   everything the job printed
 """
 
@@ -340,8 +340,8 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
 
 
 def run_latency(w: Work, seconds: float) -> None:
-    """The trained default's single-line and next-edit latency on this machine (``engine.bench_gpu latency``)."""
-    cmd = [sys.executable, "-m", "engine.bench_gpu", "latency", "--model", "default", "--budget-s",
+    """The trained default's single-line and next-edit latency on this machine (``engine.train.recipe.bench_gpu latency``)."""
+    cmd = [sys.executable, "-m", "engine.train.recipe.bench_gpu", "latency", "--model", "default", "--budget-s",
            str(int(seconds)), "--out", str(w.root / "bench" / "latency.json")]
     env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
     try:
@@ -361,13 +361,13 @@ def wait_bench(w: Work, timeout_s: float = 150.0) -> None:
 
 def start_bench(work: Path, budget_s: float, *, python: str = sys.executable,
                 env: dict[str, str] | None = None, extra: list[str] | None = None) -> dict[str, Any]:
-    """Launch ``engine.bench_gpu engine`` detached (random weights: no base needed) → ``WORK/bench/engine.json``."""
+    """Launch ``engine.train.recipe.bench_gpu engine`` detached (random weights: no base needed) → ``WORK/bench/engine.json``."""
     w = Work(work)
     d = w.root / "bench"
     d.mkdir(parents=True, exist_ok=True)
     code = w.boot / "code" if (w.boot / "code").is_dir() else Path.cwd()
     with open(d / "engine.log", "ab") as logf:
-        proc = subprocess.Popen([python, "-m", "engine.bench_gpu", "engine", "--budget-s", str(int(budget_s)),
+        proc = subprocess.Popen([python, "-m", "engine.train.recipe.bench_gpu", "engine", "--budget-s", str(int(budget_s)),
                                  "--out", str(d / "engine.json"), *(extra or [])], cwd=code, stdout=logf,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=job_env(w, env),
                                 start_new_session=True)

@@ -171,11 +171,11 @@ class Costs:
     receive_s: float = 3.0  # a receive of boot or base parts (copy + verify)
     install_base_s: float = 8.0  # the last base part: join + verify + decompress 98 MB (19 s on the 2-core CPU)
     start_s: float = 3.0  # start / resume (+ restore: join a 30 MB checkpoint) + launching the bench
-    bench_s: float = 90.0  # the detached `bench` (engine.bench_gpu engine): random weights, both shapes
+    bench_s: float = 90.0  # the detached `bench` (engine.train.recipe.bench_gpu engine): random weights, both shapes
     load_s: float = LOAD_S
     export_s: float = 8.0  # the last step's validation + checkpoint + adapter export
     eval_s: float = 60.0  # HumanEval-infilling on the GPU (single-line, then multi-line), time-capped
-    latency_s: float = 30.0  # engine.bench_gpu latency: the trained default, single-line + next edit
+    latency_s: float = 30.0  # engine.train.recipe.bench_gpu latency: the trained default, single-line + next edit
     collect_s: float = 4.0  # the final collect (checkpoint parts, status, logs, bench files)
     margin_s: float = 30.0  # unplanned slack kept back
     give_back_s: float = 5.0

@@ -1,4 +1,4 @@
-"""The engine on a GPU inside a window: ``python -m engine.bench_gpu engine|latency`` (one JSON file each).
+"""The engine on a GPU inside a window: ``python -m engine.train.recipe.bench_gpu engine|latency`` (one JSON file each).
 
 ``engine`` (while the base uploads, random weights: no checkpoint needed): per model shape — the default's
 (``smollm2-135m``) and a 7B dLLM's (``Dream-org/Dream-Coder-v0-Instruct-7B``) — diffusion vs AR decoding of
@@ -314,7 +314,7 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.bench_gpu", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m engine.train.recipe.bench_gpu", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     e = sub.add_parser("engine", help="random weights: diffusion vs AR, 2K/32K prompts, CUDA graphs on/off")
     e.add_argument("--shapes", default="default,7b", help=f"comma-separated: {', '.join(SHAPES)} or a preset")
