@@ -271,7 +271,7 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     rep.flush()  # a command stopped while the model loads still says so
     eng = Engine.load(a.model, device=a.device, dtype=a.dtype)
     rep.data.update(model=eng.info, machine=machine(eng.device), loading=False, load_ms=round(rep.elapsed() * 1e3, 1))
-    path = Path(a.file) if a.file else Path(__file__).with_name("templates.py")
+    path = Path(a.file) if a.file else Path(__file__).resolve().parents[2] / "templates.py"
     text = path.read_text()
     lines = text.splitlines(keepends=True)
     starts = [0]
