@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.train.recipe.bench_gpu import main, model_bytes, random_engine
 from engine.engine import Engine
 from engine.model import Transformer
+from engine.train.recipe.bench_gpu import main, model_bytes, random_engine
 
 GiB = 1 << 30
 
