@@ -185,7 +185,6 @@ def run_layout_prefill(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Re-derive what the records lack from the cases (candidate filter, line F1, syntax rule)."""
-    from evals.candidates_view import candidate_reason, syntax_error
     from evals.cases import Edit, judge, read_cases
     from evals.report import write_cases
     from evals.store import ResultStore
@@ -200,8 +199,12 @@ def run_report(args: argparse.Namespace) -> int:
             edits = [Edit(*e) for e in r.get("suggestion", [])]
             r = {**r, "repo": str(c.meta.get("repo", "")), "line_f1": judge(c, edits).line_f1}
             if r["shown"]:
-                r.setdefault("syntax_error", syntax_error(c, edits))
-                r["candidate"] = candidate_reason(c, edits)
+                from evals.runners import serving_view
+
+                view = serving_view(c, edits)
+                if r.get("syntax_error") is None:
+                    r["syntax_error"] = view["syntax_error"]
+                r["candidate"] = view["candidate"]
         records.append(r)
     summary = write_cases(args.dir, config, records)
     _print_summary(f"edit cases ({config.get('source')})", summary, args.dir)

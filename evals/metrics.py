@@ -109,7 +109,7 @@ def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
     """The records of a gate-off run as the confidence gate would have left them: a suggestion stays shown
     iff its score reaches ``threshold`` and it introduces no syntax error (``syntax_error``, the gate's
     rule); ``threshold`` None: no gate. ``candidates``: also hidden when the server's candidate filter
-    drops it (``candidate``, `evals.candidates_view`). A hidden suggestion is a miss for an edit case and
+    drops it (``candidate``, `edit_server.cli.serving_view`, plugged in by `edit-server eval`). A hidden suggestion is a miss for an edit case and
     a correct silence for a quiet one."""
     out = []
     for r in records:

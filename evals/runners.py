@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from evals.candidates_view import candidate_reason, syntax_error
 from evals.cases import Case, Edit, changed_span, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
@@ -33,6 +32,22 @@ def error_record(case_id: str, reason: str, case: Case | None = None, *, bad: bo
             "quiet_case": bool(case and case.expected is None), "shown": False, "accepted": False,
             "partial": 0.0, "correct": False, "score": None, "latency_ms": None, "error": reason[:500],
             "bad_case": bad, "suggestion": []}
+
+
+ServingView = Callable[[Case, list[Edit]], dict[str, Any]]
+_serving_view: ServingView | None = None
+
+
+def set_serving_view(view: ServingView | None) -> None:
+    """Plug in what the server's own rules make of a shown suggestion (``{"syntax_error": …, "candidate": …}``):
+    `edit_server.cli.serving_view`, set by the ``edit-server eval`` command on top. evals/ only drives the
+    server as a client; without a view (``python -m evals`` on a bare GPU image) records carry neither field."""
+    global _serving_view
+    _serving_view = view
+
+
+def serving_view(case: Case, edits: list[Edit]) -> dict[str, Any]:
+    return _serving_view(case, edits) if _serving_view is not None else {"syntax_error": None, "candidate": None}
 
 
 def change_event(old: str, new: str) -> dict[str, Any]:
@@ -173,8 +188,7 @@ class CaseRunner:
                 "repo": str(case.meta.get("repo", "")), "quiet_case": case.expected is None,
                 "shown": j.shown, "accepted": j.accepted, "partial": j.partial, "line_f1": j.line_f1,
                 "correct": j.correct, "score": score, "latency_ms": ms, "error": err,
-                "syntax_error": syntax_error(case, edits) if j.shown else None,
-                "candidate": candidate_reason(case, edits) if j.shown else None,
+                **(serving_view(case, edits) if j.shown else {"syntax_error": None, "candidate": None}),
                 "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
 
 

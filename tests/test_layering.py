@@ -86,12 +86,8 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
     ("serving never imports evals/ or the front ends on top (edit_server/cli/)",
      lambda f: f.startswith(("edit_server/cli/", "evals/")) or f == "edit_server/__main__.py",
      _under("evals", "edit_server.cli")),
-    # one known exception, to be removed (issue 26 stays open on it): evals/candidates_view.py runs the syntax rule
-    # on a gate-off run's suggestions and replays a case's
-    # history through the server's EditHistory and its candidate filter, to report the filter's effect on a
-    # gate-off run's own suggestions
     ("evals/ drives the server as a client: of edit_server it imports only the one LSP client",
-     lambda f: not f.startswith("evals/") or f == "evals/candidates_view.py",
+     lambda f: not f.startswith("evals/"),
      lambda t: t.startswith("edit_server") and not _under("edit_server.lsp.client")(t)),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:

@@ -112,7 +112,7 @@ def test_candidate_filter_reasons() -> None:
 
 def test_candidate_view_replays_the_server_history(repo: Path) -> None:
     """The eval's view of the filter: the case's history through the server's EditHistory."""
-    from evals.candidates_view import candidate_reason
+    from edit_server.cli.serving_view import candidate_reason
 
     (s,) = [x for x in extract_sessions(repo, trim=False) if x.path == "m.py"]
     states = states_of(s)

@@ -18,7 +18,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("serve", "edit_server.cli.serve"),  # also: check, http, demo
     ("context", "edit_server.cli.context"),
     ("train", "engine.train.cli"),
-    ("eval", "evals.cli"),
+    ("eval", "edit_server.cli.serving_view"),  # evals.cli with the serving rules' view plugged in
     ("align", "edit_server.cli.align"),
     ("models", "engine.tiers"),
 ]

@@ -1,4 +1,5 @@
-"""The serving rules' view of a gate-off run: the syntax rule and the candidate filter on its own suggestions.
+"""The serving rules' view of a gate-off run: the syntax rule and the candidate filter on its own suggestions,
+plugged into evals/ by the `edit-server eval` command (`view`, `evals.runners.set_serving_view`).
 
 What the server's candidate filter (`edit_server/selectivity/candidates.py`) makes of a suggestion, from
 the case alone: the case's history replayed through the server's own edit history (`EditHistory`, edits
@@ -6,6 +7,9 @@ sent back to back as the runner sends them), the suggestion taken as a rewrite o
 run without the filter report the filter's effect on the very same suggestions."""
 
 from __future__ import annotations
+
+import argparse
+from typing import Any
 
 from edit_server.core.documents import EditEvent
 from edit_server.core.history import EditHistory
@@ -45,3 +49,17 @@ def syntax_error(case: Case, edits: list[Edit]) -> bool | None:
     spans = sorted((e.start, e.end, e.text) for e in by_path)
     why = syntax_check.introduced(case.cursor.path, text, spans, fim=case.kind == "fim")
     return why is not None
+
+
+def view(case: Case, edits: list[Edit]) -> dict[str, Any]:
+    """Both rules' verdicts on one shown suggestion (what `evals.runners` records)."""
+    return {"syntax_error": syntax_error(case, edits), "candidate": candidate_reason(case, edits)}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """``edit-server eval …``: evals' own commands, with the serving rules' view plugged in."""
+    from evals import cli
+    from evals.runners import set_serving_view
+
+    set_serving_view(view)
+    cli.register(sub)
