@@ -10,7 +10,6 @@ import pytest
 from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim, strip_canvas
 from engine.tokenizer import Tokenizer
 from engine.train.corpus import Corpus, CorpusOptions, build_corpus, normalise
-from engine.train.git_pairs import git_example, iter_git_pairs, pair_sites
 from engine.train.syntax_spans import syntax_spans
 from engine.train.tasks import Budget, make_continuation, make_fim
 from engine.train.tasks_edit import (
@@ -202,29 +201,6 @@ def test_corpus_filters_dedups_holds_out_and_is_deterministic(tmp_path: Path) ->
     build_corpus([src], tmp_path / "c2", TOK, tokenizer_name="byte", opts=opts)
     for f in sorted((tmp_path / "c1").iterdir()):
         assert f.read_bytes() == (tmp_path / "c2" / f.name).read_bytes(), f.name
-
-
-def test_git_pairs(tmp_path: Path) -> None:
-    git = pytest.importorskip("git")
-    repo = git.Repo.init(tmp_path)
-    f = tmp_path / "geo.py"
-    f.write_text(CODE)
-    repo.index.add(["geo.py"])
-    repo.index.commit("one")
-    new = CODE.replace("scale", "factor")
-    f.write_text(new)
-    repo.index.add(["geo.py"])
-    repo.index.commit("two")
-    pairs = list(iter_git_pairs(tmp_path))
-    assert len(pairs) == 1 and pairs[0].old == CODE and pairs[0].new == new
-    assert apply_sites(CODE, pair_sites(CODE, new)) == new
-    rng = random.Random(0)
-    exs = [git_example(TOK, pairs[0], rng, BUDGET) for _ in range(10)]
-    exs = [e for e in exs if e is not None]
-    assert exs
-    for e in exs:
-        assert _canvas_text(e) == e.meta["new_region"]
-        assert e.prompt == render_edit(TOK, e.meta["prompt"]).ids
 
 
 def test_generators_survive_awkward_lines() -> None:

@@ -1,4 +1,4 @@
-"""Next-edit and no-edit examples, synthesised from code (and from git pairs, see `git_pairs`).
+"""Next-edit and no-edit examples, synthesised from code (real histories: `git_sessions`).
 
 Model of an edit session: an original text and a list of *sites* (start, end, replacement) that together
 make one coherent change (rename an identifier everywhere, add a parameter and update call sites, edit a
