@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from edit_server.cli.bench_common import progress, prompt_ids, sync
+from edit_server.cli.bench_common import progress
+from engine.bench import prompt_ids, sync
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -1,5 +1,5 @@
-"""What the benchmarks share: the code they prompt with, the machine line, device sync, progress on
-stderr and the JSON-or-table report (`edit-server bench engine`, `bench_batch.py`, `edit_server/cli/bench_lsp.py`)."""
+"""What the benchmarks share beside the engine's measurement kit (`engine.bench`: the code they prompt with,
+device sync, peak memory): the machine line, progress on stderr and the JSON-or-table report (`edit-server bench engine`, `bench_batch.py`, `edit_server/cli/bench_lsp.py`)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.engine import Engine
-
-CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
-    """Merge two sorted lists into one sorted list."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        if a[i] <= b[j]:
-            out.append(a[i])
-            i += 1
-        else:
-            out.append(b[j])
-            j += 1
-    return out + a[i:] + b[j:]
-
-
-'''
+    pass
 
 
 def machine(device: Any) -> dict[str, Any]:
@@ -46,22 +31,6 @@ def machine(device: Any) -> dict[str, Any]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
-
-def prompt_ids(eng: Engine, n: int, salt: int = 0) -> list[int]:
-    """``n`` tokens of real-looking code (repeated), for any tokenizer."""
-    ids: list[int] = []
-    unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)
-    while len(ids) < n:
-        ids.extend(unit)
-    return ids[:n]
-
-
-def sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def progress(msg: str) -> None:

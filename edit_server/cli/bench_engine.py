@@ -19,7 +19,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from edit_server.cli.bench_common import emit, machine, progress, prompt_ids, sync
+from edit_server.cli.bench_common import emit, machine, progress
+from engine.bench import peak_memory, prompt_ids, sync
 from engine.types import SamplerConfig
 
 if TYPE_CHECKING:
@@ -145,17 +146,6 @@ def bench_prefill(eng: Engine, contexts: list[int], repeats: int) -> list[dict[s
                      "speedup": round(c / max(w, 1e-6), 1)})
         eng.cache.clear()
     return rows
-
-
-def peak_memory(device: Any) -> dict[str, float]:
-    import resource
-
-    import torch
-
-    out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    if device.type == "cuda":
-        out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

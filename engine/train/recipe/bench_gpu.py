@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.bench import peak_memory, prompt_ids, sync
+
 if TYPE_CHECKING:
     from engine.engine import Engine
 
@@ -76,35 +78,6 @@ def model_bytes(shape: str, dtype_bytes: int = 2) -> int:
 
 
 # ---- measurements (the same as `edit-server bench engine`'s, which lives above the engine) ----------------
-CODE = '''def merge_sorted(a: list[int], b: list[int]) -> list[int]:
-    """Merge two sorted lists into one sorted list."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        if a[i] <= b[j]:
-            out.append(a[i])
-            i += 1
-        else:
-            out.append(b[j])
-            j += 1
-    return out + a[i:] + b[j:]
-
-
-'''
-
-
-def prompt_ids(eng: Engine, n: int, salt: int = 0) -> list[int]:
-    ids: list[int] = []
-    unit = eng.tokenizer.encode(f"# file {salt}\n" + CODE)
-    while len(ids) < n:
-        ids.extend(unit)
-    return ids[:n]
-
-
-def sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def machine(device: Any) -> dict[str, Any]:
@@ -119,17 +92,6 @@ def machine(device: Any) -> dict[str, Any]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
-
-def peak_memory(device: Any) -> dict[str, float]:
-    import resource
-
-    import torch
-
-    out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-    if device.type == "cuda":
-        out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    return out
 
 
 def ar_ms(eng: Engine, prompt: list[int], n: int) -> float:
