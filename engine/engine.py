@@ -317,7 +317,7 @@ class Engine(ByComplete):
                 ids, confs = j.den.output()
                 j.timings["total_ms"] = total
                 text = self.text(ids, j.den.spec.single_line)
-                cut = getattr(j.den, "cut_chars", None)  # a stop rule's exact character cut
+                cut = j.den.cut_chars  # a stop rule's exact character cut
                 out.append(GenerateResult(
                     text=text if cut is None else text[:cut], tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),

@@ -110,7 +110,8 @@ class Echo:
 
     suffix_lines: tuple[str, ...] = ()  # the next non-blank lines after the canvas
     line_rest: str = ""  # a single line: the rest of the cursor's line
-    prefix_lines: tuple[str, ...] = ()  # the recent non-blank lines before the cursor (copied runs)
+    # consecutive pairs of the recent non-blank lines before the cursor (a copied run re-types one)
+    prefix_pairs: frozenset[tuple[str, str]] = frozenset()
     header: str = ""  # the enclosing def / class line
     line_prefix: str = ""  # the cursor's line up to the cursor (the first output line continues it)
     code: bool = True  # a code file: fences and prose are cut

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.decoding.echo import echo_cut, echo_for_fim
+from engine.decoding.echo import columns, echo_cut, echo_for_fim
 from engine.decoding.stops import loop_cut
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -44,11 +44,6 @@ BLOCK_OPENERS = (":", "{", "(", "[", "=>")  # a line ending so opens a block, a 
 _DOC_OR_COMMENT = re.compile(r'^\s*("""|\'\'\'|#|//|/\*|\*)')
 
 
-def _columns(line: str) -> int:
-    t = line.expandtabs(4)
-    return len(t) - len(t.lstrip())
-
-
 def block_expected(prefix: str, suffix: str) -> bool:
     """Whether a user at this cursor (nothing but closers right of it) expects a block rather than one line
     (Copilot's "empty block start"): the line before the cursor ends with an opener (``def f(x):``,
@@ -78,7 +73,7 @@ def block_expected(prefix: str, suffix: str) -> bool:
     if opener is None or not opener.rstrip().endswith(BLOCK_OPENERS):
         return False
     nxt = next((ln for ln in suffix.split("\n")[1:80] if ln.strip()), None)
-    return nxt is None or _columns(nxt) <= _columns(opener)
+    return nxt is None or columns(nxt) <= columns(opener)
 
 
 def _cut_loop(text: str, reference: str) -> str:

@@ -47,9 +47,17 @@ def _stripped(lines: list[str]) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip()]
 
 
-def _columns(line: str) -> int:
-    t = line.expandtabs(4)
-    return len(t) - len(t.lstrip())
+def columns(line: str) -> int:
+    """Columns of ``line``'s indentation (a tab counts 4): the one measure the stop rules and the gate use."""
+    n = 0
+    for c in line:
+        if c == " ":
+            n += 1
+        elif c == "\t":
+            n += 4
+        else:
+            break
+    return n
 
 
 def in_string(text: str) -> bool:
@@ -65,12 +73,13 @@ def echo_for_fim(prefix: str, suffix: str, path: str, single_line: bool) -> Echo
     rest, _, after = suffix.partition("\n")
     head_lines = prefix.split("\n")
     line_prefix = head_lines[-1]
-    base = _columns(line_prefix) if line_prefix.strip() else len(line_prefix.expandtabs(4))
+    base = columns(line_prefix)
     header = next((ln.strip() for ln in reversed(head_lines[-PREFIX_LINES - 1:-1])
-                   if ln.strip() and _HEADER.match(ln) and _columns(ln) < max(1, base)), "")
+                   if ln.strip() and _HEADER.match(ln) and columns(ln) < max(1, base)), "")
     nxt = _stripped(([] if not rest.strip() else [rest]) + after.split("\n", 40)[:40])
+    recent = _stripped(head_lines[-PREFIX_LINES - 1:-1])
     return Echo(suffix_lines=tuple(nxt[:SUFFIX_LINES]), line_rest=rest.strip() if single_line else "",
-                prefix_lines=tuple(_stripped(head_lines[-PREFIX_LINES - 1:-1])), header=header,
+                prefix_pairs=frozenset(zip(recent, recent[1:], strict=False)), header=header,
                 line_prefix=line_prefix, code=not path.lower().endswith(PROSE_EXTENSIONS),
                 in_string=in_string(prefix[-8000:]))
 
@@ -79,7 +88,7 @@ def echo_for_edit(region: str, after: str, path: str) -> Echo:
     """What a rewrite must not run past: the old region's last two non-blank lines (once the output has
     about as many lines), the text after the region (unless the region holds that line itself)."""
     old = _stripped(region.split("\n"))
-    nxt = [s for s in _stripped(after.split("\n", 40)[:40])[:SUFFIX_LINES]]
+    nxt = _stripped(after.split("\n", 40)[:40])[:SUFFIX_LINES]
     if nxt and nxt[0] in old:
         nxt = []
     return Echo(suffix_lines=tuple(nxt), region_tail=tuple(old[-2:]), region_lines=len(old),
@@ -114,7 +123,7 @@ def echo_cut(text: str, echo: Echo) -> tuple[int, FinishReason] | None:
                 return pos, "region" if echo.region_tail else "suffix"
             if echo.header and whole.strip() == echo.header:
                 return pos, "repeat"
-            if prev is not None and min(len(prev[0]), len(s)) >= REPEAT_MIN_CHARS and _copied(prev[0], s, echo):
+            if prev is not None and min(len(prev[0]), len(s)) >= REPEAT_MIN_CHARS and (prev[0], s) in echo.prefix_pairs:
                 return prev[1], "repeat"
             if echo.region_tail and seen >= echo.region_lines - ROOM_LINES and (
                     (prev[0] if prev else None, s) == echo.region_tail if len(echo.region_tail) == 2
@@ -125,12 +134,6 @@ def echo_cut(text: str, echo: Echo) -> tuple[int, FinishReason] | None:
             inside = not inside
         pos += len(ln) + 1
     return None
-
-
-def _copied(a: str, b: str, echo: Echo) -> bool:
-    """``a`` then ``b`` appear as consecutive non-blank lines of the recent prefix."""
-    lines = echo.prefix_lines
-    return any(lines[k] == a and lines[k + 1] == b for k in range(len(lines) - 1))
 
 
 def budget_cut(text: str, deadline: float | None) -> tuple[int, FinishReason] | None:

@@ -50,6 +50,7 @@ class ExpandCanvas:
         self.conf = [0.0] * len(self.canvas)
         self.steps = self.expands = self.deletes = 0
         self.finish: FinishReason | None = None
+        self.cut_chars: int | None = None  # no stop rule here: the output is never cut inside a token
         self._ended = False  # an end token closed the span
         self.last_remasked: list[int] = []  # never: DreamOn does not remask (the engine's step events read it)
         self.generator: torch.Generator | None = None

@@ -8,20 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from engine.decoding.echo import budget_cut, echo_cut
+from engine.decoding.echo import budget_cut, columns, echo_cut
 from engine.types import Echo, FinishReason
-
-
-def _columns(line: str) -> int:
-    n = 0
-    for c in line:
-        if c == " ":
-            n += 1
-        elif c == "\t":
-            n += 4
-        else:
-            break
-    return n
 
 
 def scope_cut(text: str, base: int) -> int | None:
@@ -35,7 +23,7 @@ def scope_cut(text: str, base: int) -> int | None:
         end = text.find("\n", start)
         line = text[start:] if end < 0 else text[start:end]
         if line.strip():
-            if _columns(line) < base or blanks >= 2:
+            if columns(line) < base or blanks >= 2:
                 return start
             blanks = 0
         elif end >= 0:
