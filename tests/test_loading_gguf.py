@@ -15,6 +15,7 @@ from engine.loading.common import EMBED
 from engine.loading.gguf_file import permute_qk, unpermute_qk
 from engine.loading.gguf_tokenizer import CONTROL, NORMAL, USER_DEFINED
 from engine.tokens import SPECIAL_TOKENS
+from tests.qwen_util import gguf_name  # HF tensor names -> GGUF ones (llama and qwen2 share them)
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,27 +27,12 @@ TYPES = [NORMAL] * (len(TOKENS) - 2) + [CONTROL, USER_DEFINED]
 VOCAB = len(TOKENS)
 EOS = TOKENS.index("<|endoftext|>")
 
-GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-              "post_attention_layernorm": "ffn_norm"}
-
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Verbatim logic of llama.cpp convert_hf_to_gguf.py ``LlamaModel.permute``."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2)
             .reshape(w.shape))
-
-
-def gguf_name(hf: str) -> str:
-    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    if hf in fixed:
-        return fixed[hf]
-    _, _, i, rest = hf.split(".", 3)
-    mod, kind = rest.rsplit(".", 1)
-    return f"blk.{i}.{GGUF_NAMES[mod]}.{kind}"
 
 
 def tiny_llama(tie: bool = False) -> torch.nn.Module:
