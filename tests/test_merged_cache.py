@@ -39,12 +39,47 @@ def test_saved_fast_checkpoint_loads_back_exactly(cache: Path, tmp_path: Path) -
     a = Engine.from_checkpoint(ck, device="cpu").infill(fim, max_tokens=8)
     b = Engine.from_checkpoint(back, device="cpu").infill(fim, max_tokens=8)
     assert a.tokens == b.tokens and Engine.from_checkpoint(back, device="cpu").info["fast_cpu"] == fastcpu.FORMAT
-    # a changed source is a different key; a new entry replaces the old one
+    # a changed source is a different key
     src.write_bytes(b"xy")
     k2 = merged_cache.key([src], fastcpu.FORMAT)
     assert k2 != k and merged_cache.load("m", k2) is None
-    merged_cache.save("m", k2, ck)
-    assert sorted(p.name for p in cache.iterdir()) == [f"m-{k2}.json", f"m-{k2}.safetensors"]
+
+
+def test_same_content_elsewhere_shares_the_key(tmp_path: Path) -> None:
+    """Another checkout of the same adapter (other path, other mtime) hits the same entry; a large source
+    is keyed by its stat (its content is not read at every start)."""
+    a, b = tmp_path / "a" / "adapter.bin", tmp_path / "b" / "adapter.bin"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_bytes(b"same bytes")
+    os.utime(b, ns=(1, 1))
+    assert merged_cache.key([a], "L") == merged_cache.key([b], "L") != merged_cache.key([a], "other")
+    b.write_bytes(b"same bytez")
+    assert merged_cache.key([a], "L") != merged_cache.key([b], "L")
+    assert "sha256" in merged_cache._stat(a)
+    old = merged_cache.CONTENT_KEY_MAX
+    try:
+        merged_cache.CONTENT_KEY_MAX = 4
+        assert "sha256" not in merged_cache._stat(a) and merged_cache._stat(a)["size"] == 10
+    finally:
+        merged_cache.CONTENT_KEY_MAX = old
+
+
+def test_keeps_the_most_recently_used_entries(cache: Path, tmp_path: Path) -> None:
+    """Two adapters alternating (bench lsp --adapter) both stay cached; past KEEP the least recently
+    used entry goes, and a load counts as a use."""
+    ck = random_checkpoint("tiny")
+    keys = [f"{i:020x}" for i in range(merged_cache.KEEP + 1)]
+    for i, k in enumerate(keys[:-1]):
+        assert merged_cache.save("m", k, ck) is not None
+        for p in merged_cache.paths("m", k) or ():
+            os.utime(p, ns=(10**9 * (i + 1), 10**9 * (i + 1)))
+    assert merged_cache.load("m", keys[0]) is not None  # the oldest, used again
+    merged_cache.save("m", keys[-1], ck)
+    (cache / "mx-00000000000000000000.safetensors").write_bytes(b"another name's entry")
+    left = sorted(p.name for p in cache.iterdir() if p.name.startswith("m-"))
+    assert left == sorted(f"m-{k}{s}" for k in (keys[0], *keys[2:]) for s in (".json", ".safetensors"))
+    assert (cache / "mx-00000000000000000000.safetensors").is_file()
 
 
 def test_broken_or_disabled_cache_is_a_miss(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

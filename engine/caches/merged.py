@@ -6,7 +6,11 @@ LoRA adapter into 135 M weights, then quantising them to int8 (`engine.cpu.fastc
 as one safetensors file plus a JSON sidecar (model args, tokenizer, provenance) under
 ``~/.cache/edit-server/merged/`` and loaded from there next time: no merge, no quantisation, no
 fp32 copy. The file name carries a key of everything it was built from (adapter files, base file,
-format versions); anything else is a miss, and writing a new entry removes the stale ones.
+format versions); anything else is a miss. Small sources (an adapter) are keyed by their content, so two
+checkouts of the same adapter (worktrees, a fresh clone: other paths and mtimes) share one entry; large
+ones (a base GGUF in the shared cache) by name, size and mtime. The ``KEEP`` most recently used entries
+of a name stay: a benchmark or evaluation that alternates two adapters (``bench lsp --adapter``) used to
+evict the other's entry at every start, so every start rebuilt it (peak RSS 1.6 GB instead of ~0.9 GB).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,8 @@ from engine.config import ModelArgs
 log = logging.getLogger(__name__)
 
 VERSION = 1
+KEEP = 3  # entries kept per name, most recently used first
+CONTENT_KEY_MAX = 64 << 20  # sources up to this size are keyed by their sha256, larger ones by stat
 ENV_DIR = options.MERGED_CACHE  # a directory, or "off"
 
 
@@ -43,11 +50,18 @@ def cache_dir() -> Path | None:
 
 def _stat(path: Path) -> dict[str, Any]:
     st = path.stat()
+    if st.st_size <= CONTENT_KEY_MAX:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return {"name": path.name, "size": st.st_size, "sha256": h.hexdigest()}
     return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def key(sources: list[Path], layout: str) -> str:
-    """Hash of the source files' identity (name, size, mtime), the layout and this module's version."""
+    """Hash of the source files' identity (name, size and content hash, or mtime past
+    ``CONTENT_KEY_MAX``), the layout and this module's version."""
     from engine.cpu import fastcpu
 
     ident = {"version": VERSION, "layout": layout, "fastcpu": fastcpu.FORMAT,
@@ -82,14 +96,26 @@ def load(name: str, k: str) -> LoadedCheckpoint | None:
         tok = Tokenizer(HFTokenizer.from_str(side["tokenizer"]),
                         SpecialIds.from_mapping(side["special_tokens"], source=str(where[1])))
         meta = {**side["meta"], "merged_cache": str(where[0])}
+        for p in where:  # most recently used: the last to go (``save`` keeps ``KEEP`` of them)
+            os.utime(p)
         return LoadedCheckpoint(args, state, tok, side["name"], meta)
     except Exception as e:  # noqa: BLE001 - a broken entry is rebuilt, never fatal
         log.warning("merged-model cache %s unreadable (%s); rebuilding it", where[0], e)
         return None
 
 
+def _evict(d: Path, name: str) -> None:
+    """Remove ``name``'s entries (safetensors + sidecar) past the ``KEEP`` most recently used."""
+    mine = [p for p in d.glob(f"{name}-*.safetensors") if re.fullmatch(r"[0-9a-f]{20}", p.stem[len(name) + 1:])]
+    entries = sorted(mine, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in entries[KEEP:]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".json").unlink(missing_ok=True)
+
+
 def save(name: str, k: str, ck: LoadedCheckpoint) -> Path | None:
-    """Write ``ck`` (atomically: temp files renamed) and drop older entries of ``name``."""
+    """Write ``ck`` (atomically: temp files renamed) and drop ``name``'s entries past the ``KEEP`` most
+    recently used."""
     where = paths(name, k)
     if where is None:
         return None
@@ -106,9 +132,7 @@ def save(name: str, k: str, ck: LoadedCheckpoint) -> Path | None:
             js.write_text(json.dumps(side, default=str), encoding="utf-8")
             os.replace(st, where[0])
             os.replace(js, where[1])
-        for old in d.glob(f"{name}-*"):
-            if old not in where:
-                old.unlink(missing_ok=True)
+        _evict(d, name)
         return where[0]
     except OSError as e:
         log.warning("could not write the merged-model cache in %s: %s", d, e)
