@@ -210,11 +210,14 @@ def export(src: Path, to: Path) -> tuple[Path, Path]:
 
 def checkpoint_bytes(config: dict[str, Any]) -> int:
     """Tensor bytes of one checkpoint for ``config`` (fp32 weights + 2 AdamW moments, added rows only)."""
-    from engine.config import preset
+    from engine.config import PRESETS, preset
     from engine.tokens import SPECIAL_TOKENS
     from engine.train.lora import DEFAULT_TARGETS
 
-    a = preset("tiny" if config.get("model") == "tiny" else "smollm2-135m")
+    model = str(config.get("model", "base")).strip().lower()
+    a = preset(model if model in PRESETS else "smollm2-135m")
+    if config.get("tied_output"):
+        a.tie_embeddings = True
     hd = a.head_dim
     shapes = {"q_proj": (a.dim, a.n_heads * hd), "k_proj": (a.dim, a.n_kv_heads * hd),
               "v_proj": (a.dim, a.n_kv_heads * hd), "o_proj": (a.n_heads * hd, a.dim),

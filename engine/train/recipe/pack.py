@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT, MiB
 from engine.train.recipe.git_data import stage_git_sessions
-from engine.train.recipe.parts import sha256_file, write_part
+from engine.train.recipe.parts import sha256_file
 
 FORMAT = "edit-server-gpu-recipe/1"
 MANIFEST_FORMAT = "edit-server-gpu-pack/1"
@@ -193,8 +193,10 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
          eval_splits: list[str] | None = None, eval_limit: int = 100, data: Path | None = None,
          upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
          part_max: int = PART_MAX, align_feedback: list[Path] | None = None,
-         align_eval: list[Path] | None = None) -> dict[str, Any]:
-    """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan."""
+         align_eval: list[Path] | None = None, base_raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan.
+    ``base_raw``: the base goes up uncompressed with these manifest fields (a parted base's tied-output
+    copy, `recipe.base_parts.base_entry`: 346 MB that xz would shrink by a few percent in minutes)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("up*"):
         shutil.rmtree(old)
@@ -205,10 +207,15 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
     if base is not None:
         tok_json, eos = base_tokenizer(base)
         tok = {"file": "tokenizer.json", "eos": eos}
-        xz, raw = compress(base, out / "cache")
+        if base_raw is not None:
+            base_name, xz, raw = base.name, base, base_raw["raw_sha256"]
+            extra[base_name] = base_raw
+        else:
+            base_name = "base.gguf.xz"
+            xz, raw = compress(base, out / "cache")
+            extra[base_name] = {"install": "base", "raw_name": base.name, "raw_sha256": raw,
+                                "raw_size": base.stat().st_size}
         base_info = {"name": base.name, "sha256": raw}
-        extra["base.gguf.xz"] = {"install": "base", "raw_name": base.name, "raw_sha256": raw,
-                                 "raw_size": base.stat().st_size}
     recipe = make_recipe(config, sources=list(sources or SOURCES), corpus_options=corpus_options or {},
                          tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
                          eval_limit=eval_limit)
@@ -217,26 +224,19 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
                                            align_eval=align_eval)))
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
-        files.append(("base.gguf.xz", xz))
+        files.append((base_name, xz))
+    from engine.train.recipe.base_parts import capacity as room_for
+    from engine.train.recipe.base_parts import write_uploads
+
     tree = tree_bytes() if tree is None else tree
-    capacity = upload_limit - tree - margin
-    if capacity <= 0:
-        raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room in a {upload_limit / MiB:.0f} "
-                         "MiB upload")
-    uploads = plan_uploads(files, capacity, part_max)
-    paths = dict(files)
-    entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
-                                                 "parts": [], **extra[name]} for name, p in files}
-    for u, items in enumerate(uploads, 1):
-        for name, offset, size in items:
-            k = len(entries[name]["parts"])
-            part = write_part(paths[name], offset, size, out / f"up{u}" / f"{name}.part{k:03d}")
-            entries[name]["parts"].append({**part, "upload": u})
-    manifest = {"format": MANIFEST_FORMAT, "files": list(entries.values()), "uploads": len(uploads),
-                "recipe": {k: recipe[k] for k in ("code", "packed", "base")}}
-    for u in range(1, len(uploads) + 1):
-        (out / f"up{u}" / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    capacity = room_for(tree, upload_limit, margin)
+    manifest = write_uploads(out, files, extra, capacity, part_max=part_max,
+                             recipe={k: recipe[k] for k in ("code", "packed", "base")})
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    return {"tree_bytes": tree, "capacity": capacity, "uploads": [
-        {"carry": f"{rel}/up{u}", "bytes": sum(s for _, _, s in items),
-         "files": sorted({n for n, _, _ in items})} for u, items in enumerate(uploads, 1)]}
+    ups: list[dict[str, Any]] = [{"carry": f"{rel}/up{u}", "bytes": 0, "files": set()}
+                                 for u in range(1, manifest["uploads"] + 1)]
+    for e in manifest["files"]:
+        for p in e["parts"]:
+            ups[p["upload"] - 1]["bytes"] += p["size"]
+            ups[p["upload"] - 1]["files"].add(e["name"])
+    return {"tree_bytes": tree, "capacity": capacity, "uploads": [{**u, "files": sorted(u["files"])} for u in ups]}
