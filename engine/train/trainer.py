@@ -421,6 +421,8 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
                           f"({summary['steps']} steps, val loss {last.get('loss', float('nan')):.3f})")
     return {
         "format": "edit-server-lora/1", **meta, "special_tokens": tok.special.as_dict(),
+        # added_tokens.embed holds every row from the first special id on (engine.loading.adapter)
+        "added_rows": {"first": base_vocab(tok), "count": tok.vocab_size - base_vocab(tok)},
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
         "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
         "label": label, "trained_on": trained_on, "training": asdict(cfg), "fim_layout": cfg.fim_layout,

@@ -143,13 +143,14 @@ def capacity(tree: int, upload_limit: int = UPLOAD_LIMIT, margin: int = MARGIN) 
 
 
 def write_uploads(out: Path, files: list[tuple[str, Path]], extra: dict[str, dict[str, Any]], room: int, *,
-                  part_max: int = PART_MAX, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Cut ``files`` (in order; the first whole) into ``out/upN/`` folders of ≤ ``room`` bytes, a sha256
+                  part_max: int = PART_MAX, recipe: dict[str, Any] | None = None,
+                  whole_first: bool = True) -> dict[str, Any]:
+    """Cut ``files`` (in order; the first whole unless not ``whole_first``) into ``out/upN/`` folders of ≤ ``room`` bytes, a sha256
     per part and per file, the same ``manifest.json`` in each. Returns the manifest."""
     from engine.train.recipe.pack import plan_uploads
     from engine.train.recipe.parts import write_part
 
-    uploads = plan_uploads(files, room, part_max)
+    uploads = plan_uploads(files, room, part_max, whole_first=whole_first)
     paths = dict(files)
     entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
                                                  "parts": [], **extra[name]} for name, p in files}
@@ -183,7 +184,8 @@ def base_parts(name: str, out: Path, *, tree: int | None = None, upload_limit: i
     for old in out.glob("up*"):
         shutil.rmtree(old)
     man = write_uploads(out, [(info["file"], Path(info["path"]))], {info["file"]: base_entry(name, info)}, room,
-                        part_max=part_max, recipe={"base": {"name": info["file"], "sha256": info["sha256"]}})
+                        part_max=part_max, recipe={"base": {"name": info["file"], "sha256": info["sha256"]}},
+                        whole_first=False)
     return {"base": info, "tree_bytes": tree, "capacity": room, "uploads": [
         {"dir": str(out / f"up{u}"), "bytes": sum(p["size"] for e in man["files"] for p in e["parts"]
                                                   if p["upload"] == u)} for u in range(1, man["uploads"] + 1)]}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.train.recipe import MiB
-from engine.train.recipe.parts import copy_parts, join, missing, sha256_file
+from engine.train.recipe.parts import check_part, copy_parts, join, missing, sha256_file
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed")
@@ -65,11 +65,15 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
     w = Work(work)
     manifest = None
     got: list[str] = []
+    damaged: list[str] = []  # parts that came but are not the manifest's (size or sha256): named, not taken
     for d in dirs:
         manifest = json.loads((Path(d) / "manifest.json").read_text())
         for e in manifest["files"]:
             if not _marker(w, e).is_file():
-                got += copy_parts(Path(d), w.parts, e)
+                took = copy_parts(Path(d), w.parts, e)
+                got += took
+                damaged += [why for p in e["parts"] if p["name"] not in took and (Path(d) / p["name"]).is_file()
+                            and (why := check_part(Path(d) / p["name"], p))]
         _write(w.parts / "manifest.json", manifest)
     manifest = manifest or read_json(w.parts / "manifest.json")
     if manifest is None:
@@ -94,6 +98,8 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
         for p in e["parts"]:
             (w.parts / p["name"]).unlink(missing_ok=True)
         installed.append(e["name"])
+    if damaged:
+        raise RecipeError("damaged parts refused (upload them again): " + "; ".join(damaged))
     return {"received": got, "installed": installed, "waiting": waiting, "work": str(w.root)}
 
 

@@ -167,14 +167,15 @@ def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None,
     return path
 
 
-def plan_uploads(files: list[tuple[str, Path]], capacity: int, part_max: int = PART_MAX
-                 ) -> list[list[tuple[str, int, int]]]:
-    """Uploads, each a list of (file name, offset, size) ≤ ``capacity`` in all; the first file whole."""
+def plan_uploads(files: list[tuple[str, Path]], capacity: int, part_max: int = PART_MAX, *,
+                 whole_first: bool = True) -> list[list[tuple[str, int, int]]]:
+    """Uploads, each a list of (file name, offset, size) ≤ ``capacity`` in all; the first file whole (the
+    boot bundle: the job starts from it) unless not ``whole_first``."""
     uploads: list[list[tuple[str, int, int]]] = [[]]
     room = capacity
     for i, (name, path) in enumerate(files):
         size, offset = path.stat().st_size, 0
-        if i == 0 and size > capacity:
+        if i == 0 and whole_first and size > capacity:
             raise ValueError(f"{name} ({size / MiB:.1f} MiB) does not fit in one upload ({capacity / MiB:.1f} MiB)")
         while offset < size or (size == 0 and offset == 0):
             if room <= 0:
