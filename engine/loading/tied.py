@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.checkpoint import LoadedCheckpoint
-from engine.loading.base import PARTED, PartedBase, default_cache_dir, fetch_parted, parted_base
+from engine.loading import base as _base
+from engine.loading.base import PARTED, PartedBase, parted_base
 from engine.loading.common import LM_HEAD
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,9 @@ def base_file(name: str | PartedBase, *, tied: bool, cache_dir: str | Path | Non
     model — the derived tied-output file when it is (a GPU machine gets only that one; the upload verified
     its sha256), else the pinned file fetched from the registry."""
     spec = parted_base(name) if isinstance(name, str) else name
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = Path(cache_dir) if cache_dir is not None else _base.default_cache_dir()
     full, derived = cache / spec.file, cache / tied_name(spec)
     if tied and derived.is_file() and not full.is_file():
         log.info("%s: the tied-output copy %s (no output.weight)", spec.name, derived)
         return derived
-    return fetch_parted(spec, cache)
+    return _base.fetch_parted(spec, cache)

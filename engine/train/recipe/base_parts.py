@@ -26,14 +26,14 @@ from typing import Any
 
 from engine.loading.base import PartedBase, check_gguf_header, default_cache_dir, fetch_parted, parted_base
 from engine.loading.tied import DROPPED, FROM_FILE, FROM_SHA256, OUTPUT, tied_name, tied_spec
-from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT, MiB
+from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT
+from engine.train.recipe.pack import MARGIN as MARGIN
+from engine.train.recipe.pack import capacity, tree_bytes, write_uploads
 from engine.train.recipe.parts import sha256_file
 
-MANIFEST_FORMAT = "edit-server-gpu-pack/1"  # the pack's: `receive` installs either
 # moved out of the working tree for a window that does not use them (`plan` prints the mv commands)
 HOLD = ("engine/weights/gpu-ckpt", "engine/weights/default.safetensors")
 HOLD_DIR = "../edit-server-window-hold"
-MARGIN = 1 * MiB
 
 
 def write_tied(src: Path, dest: Path, spec: PartedBase, *, drop: str = OUTPUT) -> Path:
@@ -116,8 +116,6 @@ def tied_base(name: str, cache_dir: Path | None = None, *, source: Path | None =
 
 def window_tree_bytes(root: Path = ROOT, hold: tuple[str, ...] = HOLD) -> int:
     """The working tree's bytes during a window that moved ``hold`` out first (measured with git)."""
-    from engine.train.recipe.pack import tree_bytes
-
     held = 0
     for h in hold:
         p = root / h
@@ -132,38 +130,6 @@ def hold_commands(hold: tuple[str, ...] = HOLD, where: str = HOLD_DIR) -> tuple[
     before = f"mkdir -p {where} && " + " && ".join(f"mv {h} {where}/" for h in hold)
     after = " && ".join(f"mv {where}/{Path(h).name} {h}" for h in hold) + f" && rmdir {where} && git status --short"
     return before, after
-
-
-def capacity(tree: int, upload_limit: int = UPLOAD_LIMIT, margin: int = MARGIN) -> int:
-    room = upload_limit - tree - margin
-    if room <= 0:
-        raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room in a {upload_limit / MiB:.0f} "
-                         "MiB upload")
-    return room
-
-
-def write_uploads(out: Path, files: list[tuple[str, Path]], extra: dict[str, dict[str, Any]], room: int, *,
-                  part_max: int = PART_MAX, recipe: dict[str, Any] | None = None,
-                  whole_first: bool = True) -> dict[str, Any]:
-    """Cut ``files`` (in order; the first whole unless not ``whole_first``) into ``out/upN/`` folders of ≤ ``room`` bytes, a sha256
-    per part and per file, the same ``manifest.json`` in each. Returns the manifest."""
-    from engine.train.recipe.pack import plan_uploads
-    from engine.train.recipe.parts import write_part
-
-    uploads = plan_uploads(files, room, part_max, whole_first=whole_first)
-    paths = dict(files)
-    entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
-                                                 "parts": [], **extra[name]} for name, p in files}
-    for u, items in enumerate(uploads, 1):
-        for name, offset, size in items:
-            k = len(entries[name]["parts"])
-            part = write_part(paths[name], offset, size, out / f"up{u}" / f"{name}.part{k:03d}")
-            entries[name]["parts"].append({**part, "upload": u})
-    manifest = {"format": MANIFEST_FORMAT, "files": list(entries.values()), "uploads": len(uploads),
-                "recipe": recipe or {}}
-    for u in range(1, len(uploads) + 1):
-        (out / f"up{u}" / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return manifest
 
 
 def base_entry(name: str, info: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ from engine.train.recipe.window import Costs, format_plan, pack_uploads, plan_wi
 PACK = "runs/gpu-pack-qwen"
 BOOT_ESTIMATE = 4_000_000  # code + HumanEval data + the 151,936-token tokenizer.json, xz (before a pack)
 COLLECT_EXTRA = ("manifest.json", "status.json", "job.log")
+# the last upload's receive: join 346 MB, sha256 of every part and of the whole, the GGUF header, the move
+# (60 s on the shared 2-core VM at load ~8; SmolLM2's 98 MB xz took 19-28 s there and is planned at 8 s)
+INSTALL_S = 25.0
 
 
 def q8_0_bytes(rows: int, cols: int) -> int:
@@ -96,7 +100,7 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
                 config: Path | dict[str, Any] | None = None, table: dict[str, Any] | None = None,
                 hold: tuple[str, ...] = HOLD) -> dict[str, Any]:
     """The window for parted base ``name``: `plan_window`'s commands, plus what to do here before and after."""
-    from engine.train.recipe.base_parts import capacity
+    from engine.train.recipe.pack import capacity
 
     cfg = config if isinstance(config, dict) else json.loads(Path(config).read_text()) if config else {}
     if cfg and str(cfg.get("model", "")).lower() != name:
@@ -111,7 +115,10 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
         uploads = [{**u, "carry": f"{rel}/up{i}"} for i, u in enumerate(uploads, 1)]
     else:
         uploads = estimate_base_uploads(name, tree, room)
-    plan = plan_window(budget_s, kind, uploads, tree, resume_from=None, parts=parts, costs=costs, table=table,
+    c = costs or Costs()
+    if c.install_base_s == Costs.install_base_s:
+        c = replace(c, install_base_s=INSTALL_S)
+    plan = plan_window(budget_s, kind, uploads, tree, resume_from=None, parts=parts, costs=c, table=table,
                        model=name, config=cfg)
     before, after = hold_commands(hold)
     size, measured = tied_size(name)

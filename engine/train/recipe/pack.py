@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT, MiB
 from engine.train.recipe.git_data import stage_git_sessions
-from engine.train.recipe.parts import sha256_file
+from engine.train.recipe.parts import sha256_file, write_part
 
 FORMAT = "edit-server-gpu-recipe/1"
 MANIFEST_FORMAT = "edit-server-gpu-pack/1"
@@ -226,12 +226,9 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
         files.append((base_name, xz))
-    from engine.train.recipe.base_parts import capacity as room_for
-    from engine.train.recipe.base_parts import write_uploads
-
     tree = tree_bytes() if tree is None else tree
-    capacity = room_for(tree, upload_limit, margin)
-    manifest = write_uploads(out, files, extra, capacity, part_max=part_max,
+    room = capacity(tree, upload_limit, margin)
+    manifest = write_uploads(out, files, extra, room, part_max=part_max,
                              recipe={k: recipe[k] for k in ("code", "packed", "base")})
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     ups: list[dict[str, Any]] = [{"carry": f"{rel}/up{u}", "bytes": 0, "files": set()}
@@ -240,4 +237,33 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
         for p in e["parts"]:
             ups[p["upload"] - 1]["bytes"] += p["size"]
             ups[p["upload"] - 1]["files"].add(e["name"])
-    return {"tree_bytes": tree, "capacity": capacity, "uploads": [{**u, "files": sorted(u["files"])} for u in ups]}
+    return {"tree_bytes": tree, "capacity": room, "uploads": [{**u, "files": sorted(u["files"])} for u in ups]}
+
+
+def capacity(tree: int, upload_limit: int = UPLOAD_LIMIT, margin: int = MARGIN) -> int:
+    room = upload_limit - tree - margin
+    if room <= 0:
+        raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room in a {upload_limit / MiB:.0f} "
+                         "MiB upload")
+    return room
+
+
+def write_uploads(out: Path, files: list[tuple[str, Path]], extra: dict[str, dict[str, Any]], room: int, *,
+                  part_max: int = PART_MAX, recipe: dict[str, Any] | None = None,
+                  whole_first: bool = True) -> dict[str, Any]:
+    """Cut ``files`` (in order; the first whole unless not ``whole_first``) into ``out/upN/`` folders of ≤ ``room`` bytes, a sha256
+    per part and per file, the same ``manifest.json`` in each. Returns the manifest."""
+    uploads = plan_uploads(files, room, part_max, whole_first=whole_first)
+    paths = dict(files)
+    entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
+                                                 "parts": [], **extra[name]} for name, p in files}
+    for u, items in enumerate(uploads, 1):
+        for name, offset, size in items:
+            k = len(entries[name]["parts"])
+            part = write_part(paths[name], offset, size, out / f"up{u}" / f"{name}.part{k:03d}")
+            entries[name]["parts"].append({**part, "upload": u})
+    manifest = {"format": MANIFEST_FORMAT, "files": list(entries.values()), "uploads": len(uploads),
+                "recipe": recipe or {}}
+    for u in range(1, len(uploads) + 1):
+        (out / f"up{u}" / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest

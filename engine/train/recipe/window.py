@@ -383,11 +383,12 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
         if up_bytes > UPLOAD_LIMIT:
             raise ValueError(f"command {i + 1} would upload {up_bytes / MiB:.1f} MiB > {UPLOAD_LIMIT / MiB:.0f} "
                              "MiB (pack again with --tree-bytes set to the tree + what it carries)")
-        secs = c.receive_s + (c.install_base_s if last and "base.gguf.xz" in u["files"] else 0.0)
+        has_base = any(f != "boot.tar.xz" for f in u["files"])  # base.gguf.xz, or a tied-output copy
+        secs = c.receive_s + (c.install_base_s if last and has_base else 0.0)
         if i == 0:
             cmd = f"{py} receive {u['carry']}{launch}{bench_cmd}"
             secs += c.start_s
-            what = "boot bundle" + (" + base part" if "base.gguf.xz" in u["files"] else "") + \
+            what = "boot bundle" + (" + base part" if has_base else "") + \
                 (": receive, launch the job (corpus builds)" if train else "") + \
                 ("; bench engine runs detached" if bench else "")
         else:
