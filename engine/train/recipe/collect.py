@@ -226,5 +226,10 @@ def checkpoint_bytes(config: dict[str, Any]) -> int:
     rank = int(config.get("rank", 16))
     lora = sum(rank * sum(shapes[t]) for t in config.get("targets", DEFAULT_TARGETS)) * a.n_layers
     norms = (2 * a.n_layers + 1) * a.dim
-    rows = len(SPECIAL_TOKENS) * a.dim * (1 if a.tie_embeddings else 2)
+    rows = ADDED_ROWS.get(model, len(SPECIAL_TOKENS)) * a.dim * (1 if a.tie_embeddings else 2)
     return 3 * 4 * (lora + norms + rows)
+
+
+# trained embedding rows of a base whose vocabulary already holds reserved slots (the adapter JSON's
+# added_rows.count: Qwen2.5-Coder's rows from <|fim_prefix|> on); others append len(SPECIAL_TOKENS) rows
+ADDED_ROWS = {"qwen2.5-coder-0.5b": 277}
