@@ -301,3 +301,17 @@ def test_collect_must_fit_one_command() -> None:
     with pytest.raises(ValueError, match="does not come back from one command"):
         collect_fits({**cfg, "rank": 16})
     assert np.isfinite(collect_fits(cfg)["bytes"] / MiB)
+
+
+def test_base_parts_cli(pinned: tuple[Path, base.PartedBase], tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.train.gpu_recipe import main
+
+    out = tmp_path / "bp"
+    assert main(["base-parts", NAME, "--out", str(out), "--tree-bytes", "1000", "--upload-limit",
+                 str(1000 + bp.MARGIN + 400_000)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["capacity"] == 400_000 and len(res["uploads"]) == 3 and res["base"]["file"] == tied_name(pinned[1])
+    assert sorted(p.name for p in out.iterdir()) == ["up1", "up2", "up3"]
+    assert main(["base-parts", "qwen9", "--out", str(out)]) == 1  # unknown base: one JSON error line
+    assert "unknown base 'qwen9'" in capsys.readouterr().out
