@@ -34,11 +34,10 @@ def load_default(adapter: Path | None = None, base: Path | None = None, *,
         return _merged(adapter, base)
     from engine.caches import merged as merged_cache
     from engine.cpu import fastcpu
-    from engine.loading.base import GGUF_NAME, default_cache_dir
 
     def sources() -> list[Path]:
         return [adapter.with_suffix(".safetensors"), adapter.with_suffix(".json"),
-                Path(base) if base is not None else default_cache_dir() / GGUF_NAME]
+                Path(base) if base is not None else base_path(adapter, fetch=False)]
 
     if all(p.is_file() for p in sources()):
         hit = merged_cache.load("default", merged_cache.key(sources(), fastcpu.FORMAT))
@@ -85,14 +84,44 @@ def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:
                             {**ck.meta, "layout": fastcpu.FORMAT})
 
 
+def base_path(adapter: Path, *, fetch: bool = True) -> Path:
+    """The base GGUF an adapter was trained on (its JSON's ``base.file``): SmolLM2's, or a parted base's
+    (Qwen2.5-Coder: the pinned file, or on a GPU machine its tied-output copy; `engine.loading.tied`).
+    ``fetch=False``: where it is or would be, without fetching (a cache key)."""
+    import json
+
+    from engine.loading.base import GGUF_NAME, default_cache_dir, fetch_base
+    from engine.loading.tied import base_file, spec_for, tied_name
+
+    try:
+        meta = json.loads(Path(adapter).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    spec = spec_for(meta)
+    if spec is None:
+        return fetch_base() if fetch else default_cache_dir() / GGUF_NAME
+    tied = bool(meta.get("tied_output"))
+    if fetch:
+        return base_file(spec, tied=tied)
+    full = default_cache_dir() / spec.file
+    return full if full.is_file() or not tied else default_cache_dir() / tied_name(spec)
+
+
 def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     from engine.loading import load_checkpoint
     from engine.loading.adapter import AdapterError, load_adapter, merge_adapter
-    from engine.loading.base import fetch_base
 
     tensors, meta = load_adapter(adapter)  # clear errors naming the file/field come from here
-    ck = load_checkpoint(base if base is not None else fetch_base())
+    ck = load_checkpoint(base if base is not None else base_path(adapter))
     js = adapter.with_suffix(".json")
+    tied = meta.get("tied_output")
+    if tied and not ck.args.tie_embeddings:  # trained on the embedding as output: serve it so
+        from engine.loading.tied import tie_output
+
+        tie_output(ck)
+    elif tied is False and ck.args.tie_embeddings and "added_tokens.lm_head" in tensors:
+        raise AdapterError(f"{js}: tied_output is false (trained with a separate output), but the base "
+                           f"{ck.meta.get('source', ck.name)} has none")
     ids = ck.tokenizer.special.as_dict()
     want = {k: int(v) for k, v in meta["special_tokens"].items()}
     if want != ids:
@@ -111,4 +140,8 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
             "edit_layout": meta.get("edit_layout"),
             "fast_cpu": True}  # pass@1 measured with engine.cpu.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
-    return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, "SmolLM2-135M block-diffusion", info)
+    from engine.loading.tied import spec_for
+
+    spec = spec_for(meta)
+    name = "SmolLM2-135M" if spec is None else spec.file.removesuffix(".gguf")
+    return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, f"{name} block-diffusion", info)

@@ -10,29 +10,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from engine.train.recipe.image_env import image_env
+
 ROOT = Path(__file__).resolve().parents[1]
-NOT_ON_IMAGE = ("pygls", "lsprotocol", "msgspec", "tree_sitter", "tree_sitter_python", "git", "gitdb",
-                "aiohttp", "gguf", "matplotlib", "cattrs")
 
 
-def blocked_env(d: Path) -> dict[str, str]:
-    """Environment whose Python cannot import any of NOT_ON_IMAGE (a sitecustomize on PYTHONPATH)."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "sitecustomize.py").write_text(
-        "import sys\n"
-        f"BLOCK = {set(NOT_ON_IMAGE)!r}\n"
-        "class _Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in BLOCK:\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r} (not on the GPU image)')\n"
-        "sys.meta_path.insert(0, _Block())\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=os.pathsep.join([str(d), str(ROOT)]), OMP_NUM_THREADS="1")
+def blocked_env(d: Path, carried: dict[str, Path] | None = None) -> dict[str, str]:
+    """Environment whose Python cannot import any of NOT_ON_IMAGE (a sitecustomize on PYTHONPATH), except
+    ``carried`` packages from their carried folder (`engine.train.recipe.image_env`)."""
+    env = image_env(d, ROOT, carried)
+    env["OMP_NUM_THREADS"] = "1"
     return env
 
 

@@ -187,7 +187,8 @@ def test_pack_cuts_base_across_uploads_and_receive_installs_it(tmp_path: Path,
         p.write_bytes(p.read_bytes()[::-1])
     for k in range(2, len(ups)):
         assert receive(w, [tmp_path / "pack" / f"up{k}"])["waiting"]
-    assert receive(w, [damaged])["waiting"]  # damaged parts are not taken
+    with pytest.raises(RecipeError, match=r"damaged parts refused .*part\d+: sha256 \w+… is not the manifest's"):
+        receive(w, [damaged])  # damaged parts are not taken: named, with the field that differs
     last = receive(w, [tmp_path / "pack" / f"up{len(ups)}"])
     assert last["waiting"] == [] and last["installed"] == ["boot.tar.xz", "base.gguf.xz"]
     assert (tmp_path / "cache" / "edit-server" / "base" / base.name).read_bytes() == base.read_bytes()

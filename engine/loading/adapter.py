@@ -57,11 +57,19 @@ def merge_adapter(state: dict[str, Tensor], tensors: dict[str, Tensor], meta: di
             if target not in state:
                 continue
             w = state[target]
-            if t.shape[0] != len(new_ids) or w.shape[0] < new_ids[-1] + 1:
+            first = (meta.get("added_rows") or {}).get("first")
+            if first is not None:  # every row from the first special id on (Qwen: its own FIM rows and
+                rows = list(range(int(first), int(first) + t.shape[0]))  # ours in unused slots, 277 rows)
+                if not rows or rows[-1] >= w.shape[0] or any(i not in rows for i in new_ids):
+                    raise AdapterError(f"{source}: {key} has {t.shape[0]} rows from added_rows.first={first}, "
+                                       f"the base has {w.shape[0]} rows, special_tokens {new_ids}")
+            elif t.shape[0] != len(new_ids) or w.shape[0] < new_ids[-1] + 1:
                 raise AdapterError(f"{source}: {key} has {t.shape[0]} rows, special_tokens lists "
                                    f"{len(new_ids)} ids, base has {w.shape[0]} rows")
+            else:
+                rows = new_ids
             w = w.clone()
-            w[torch.tensor(new_ids)] = t.to(w.dtype)
+            w[torch.tensor(rows)] = t.to(w.dtype)
             state[target] = w
         else:
             if key not in state or state[key].shape != t.shape:

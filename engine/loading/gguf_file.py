@@ -195,4 +195,10 @@ def load_gguf(path: str | Path, dtype: torch.dtype | None = None) -> LoadedCheck
     for b in base.PARTED.values():  # a pinned parted base (Qwen2.5-Coder): the same provenance
         if path.name == b.file and path.stat().st_size == b.size and base.sha256_file(path) == b.sha256:
             meta["base"] = {"package": f"{b.stem}1..{b.n_parts}=={b.version}", "file": b.file, "sha256": b.sha256}
+    if "base" not in meta and args.tie_embeddings:  # a pinned base with its output tensor dropped
+        from engine.loading.tied import DROPPED, FROM_SHA256, derived_provenance
+
+        got = derived_provenance({k: _field(reader, k, path, None) for k in (FROM_SHA256, DROPPED)})
+        if got is not None:
+            meta["base"], meta["tied_output"] = got, True
     return LoadedCheckpoint(args=args, state_dict=state, tokenizer=tokenizer, name=str(name), meta=meta)

@@ -14,7 +14,9 @@
                       complete); --extend: the job warm-restarts from them
     resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start; --extend: a warm
                       restart (new warmup + cosine over the steps this window fits) instead of an exact resume
-    plan      (here)  the whole window: each device command, its carry, expected seconds, cumulative time
+    plan      (here)  the whole window: each device command, its carry, expected seconds, cumulative time;
+                      --base qwen2.5-coder-0.5b: a window that trains that base (its tied-output copy uploaded)
+    base-parts (here) a parted base without output.weight, cut into upload folders beside the window's tree
     record    (here)  a collected run's measured seconds per step → recipe/throughput.json (first per kind)
     export    (here)  a checkpoint's adapter → engine/weights/default.{safetensors,json}
 
@@ -45,6 +47,7 @@ from engine import options
 from engine.train.recipe import COLLECT_PART, KEEP_DIR, PACK_DIR, ROOT, UPLOAD_LIMIT, MiB, default_work
 
 CONFIG = ROOT / "engine" / "train" / "configs" / "gpu_smollm2.json"
+QWEN_CONFIG = ROOT / "engine" / "train" / "configs" / "gpu_qwen05b_bd3.json"
 
 
 def _sets(items: list[str]) -> dict[str, Any]:
@@ -63,19 +66,40 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.pack import SOURCES, fetch_wheels, pack
 
     config = {**json.loads(a.config.read_text()), **_sets(a.set)}
-    base = None
-    if config.get("model", "base") == "base":
+    base, base_raw, tree = None, None, a.tree_bytes
+    model = str(config.get("model", "base")).strip().lower()
+    if model == "base":
         from engine.loading.base import fetch_base
 
         base = a.gguf or fetch_base()
+    elif is_ar_base(model):  # a parted base: its tied-output copy, uncompressed, beside the window's tree
+        from engine.train.recipe.base_parts import base_entry, tied_base, window_tree_bytes
+
+        if not config.get("tied_output"):
+            raise ValueError(f"{a.config}: tied_output must be true for {model} (the upload drops output.weight)")
+        info = tied_base(model, source=a.gguf)
+        base, base_raw = Path(info["path"]), base_entry(model, info)
+        tree = window_tree_bytes() if tree is None else tree
     wheels = [] if a.no_wheels else fetch_wheels(a.wheels)
     opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
     plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
                 eval_splits=a.eval_split, eval_limit=a.eval_limit, data=humaneval_dir(),
-                upload_limit=a.upload_limit, tree=a.tree_bytes, align_feedback=a.align_feedback,
-                align_eval=a.align_eval)
+                upload_limit=a.upload_limit, tree=tree, align_feedback=a.align_feedback,
+                align_eval=a.align_eval, base_raw=base_raw)
     plan["checkpoint_bytes"] = checkpoint_bytes(config)
     return plan
+
+
+def is_ar_base(model: str) -> bool:
+    from engine.loading.base import PARTED
+
+    return model.strip().lower() in PARTED
+
+
+def run_base_parts(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe.base_parts import base_parts
+
+    return base_parts(a.name, a.out, tree=a.tree_bytes, upload_limit=a.upload_limit)
 
 
 def run_poll(a: argparse.Namespace) -> dict[str, Any]:
@@ -127,6 +151,8 @@ def run_plan(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.pack import tree_bytes
     from engine.train.recipe.window import Costs, estimate_uploads, format_plan, pack_uploads, plan_window
 
+    if a.base:
+        return run_base_plan(a)
     tree = a.tree_bytes if a.tree_bytes is not None else tree_bytes()
     uploads = pack_uploads(a.pack) or estimate_uploads(tree)
     resume_from, carry, prep = None, 0, ""
@@ -149,6 +175,23 @@ def run_plan(a: argparse.Namespace) -> dict[str, Any]:
     if not a.json:
         print(("here, first: " + prep + "\n") if prep else "", end="")
         print(format_plan(plan))
+        return {}
+    return plan
+
+
+def run_base_plan(a: argparse.Namespace) -> dict[str, Any]:
+    """`plan --base NAME`: a window that trains a parted base (its tied-output copy uploaded) from scratch,
+    with `HOLD` moved out of the tree for the window (`recipe.base_window`)."""
+    from engine.train.recipe.base_window import base_window, format_base_window
+    from engine.train.recipe.window import Costs
+
+    costs = Costs(**{k: v for k, v in (("bench_s", a.bench_s), ("eval_s", a.eval_s), ("gap_s", a.gap_s),
+                                        ("upload_mib_s", a.upload_mib_s)) if v is not None})
+    plan = base_window(a.base, a.budget_s, a.kind, pack=a.pack if a.pack != PACK_DIR else None,
+                       tree=a.tree_bytes, parts=tuple(a.parts.split(",")), costs=costs,
+                       config=a.config or QWEN_CONFIG)
+    if not a.json:
+        print(format_base_window(plan))
         return {}
     return plan
 
@@ -268,10 +311,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="a kept checkpoint to extend (default engine/weights/gpu-ckpt; '' for a fresh run)")
     pl.add_argument("--parts", default="train,bench,latency",
                     help="most important first: train, bench, latency, kto (dropped from the end if short)")
+    pl.add_argument("--base", default="", help="a parted base to train instead (qwen2.5-coder-0.5b): its own window")
+    pl.add_argument("--config", type=Path, help="with --base: the training config (default configs/gpu_qwen05b_bd3.json)")
+    pl.add_argument("--upload-mib-s", type=float, help="upload speed to plan with (default 25, assumed)")
     pl.add_argument("--bench-s", type=float)
     pl.add_argument("--eval-s", type=float)
     pl.add_argument("--gap-s", type=float)
     pl.add_argument("--json", action="store_true")
+    bp = sub.add_parser("base-parts", help="a parted base without output.weight, in upload folders (here)")
+    bp.add_argument("name", help="qwen2.5-coder-0.5b")
+    bp.add_argument("--out", type=Path, default=ROOT / "runs" / "base-parts")
+    bp.add_argument("--tree-bytes", type=int, help="working-tree bytes in the window (default: measured with "
+                    "git, less the paths the window moves out)")
+    bp.add_argument("--upload-limit", type=int, default=UPLOAD_LIMIT)
     rc = sub.add_parser("record", help="a collected run's seconds per step → recipe/throughput.json (here)")
     rc.add_argument("src", type=Path, help="a collected folder (status.json)")
     rc.add_argument("--force", action="store_true")
@@ -307,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     align_parsers(sub, work)
     a = p.parse_args(argv)
 
+    from engine.loading.base import FetchError
     from engine.train.recipe import collect as col
     from engine.train.recipe import job
 
@@ -329,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.stage == "bench":
             extra = [*(["--shapes", a.shapes] if a.shapes else []), *(["--prompts", a.prompts] if a.prompts else [])]
             out = job.start_bench(a.work, a.budget_s, extra=extra)
+        elif a.stage == "base-parts":
+            out = run_base_parts(a)
         elif a.stage == "plan":
             out = run_plan(a)
             if not out:
@@ -353,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             out = col.resume(a.src, a.work, _sets(a.set), force=a.force, extend=a.extend, window=window_from(a))
         else:
             out = {"adapter": [str(x) for x in col.export(a.src, a.to)]}
-    except (job.RecipeError, col.PartsError, ValueError, OSError) as err:
+    except (job.RecipeError, col.PartsError, ValueError, OSError, FetchError) as err:
         print(json.dumps({"error": f"{type(err).__name__}: {err}"}))
         return 1
     print(json.dumps(out))

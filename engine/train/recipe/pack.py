@@ -167,14 +167,15 @@ def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None,
     return path
 
 
-def plan_uploads(files: list[tuple[str, Path]], capacity: int, part_max: int = PART_MAX
-                 ) -> list[list[tuple[str, int, int]]]:
-    """Uploads, each a list of (file name, offset, size) ≤ ``capacity`` in all; the first file whole."""
+def plan_uploads(files: list[tuple[str, Path]], capacity: int, part_max: int = PART_MAX, *,
+                 whole_first: bool = True) -> list[list[tuple[str, int, int]]]:
+    """Uploads, each a list of (file name, offset, size) ≤ ``capacity`` in all; the first file whole (the
+    boot bundle: the job starts from it) unless not ``whole_first``."""
     uploads: list[list[tuple[str, int, int]]] = [[]]
     room = capacity
     for i, (name, path) in enumerate(files):
         size, offset = path.stat().st_size, 0
-        if i == 0 and size > capacity:
+        if i == 0 and whole_first and size > capacity:
             raise ValueError(f"{name} ({size / MiB:.1f} MiB) does not fit in one upload ({capacity / MiB:.1f} MiB)")
         while offset < size or (size == 0 and offset == 0):
             if room <= 0:
@@ -193,8 +194,10 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
          eval_splits: list[str] | None = None, eval_limit: int = 100, data: Path | None = None,
          upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
          part_max: int = PART_MAX, align_feedback: list[Path] | None = None,
-         align_eval: list[Path] | None = None) -> dict[str, Any]:
-    """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan."""
+         align_eval: list[Path] | None = None, base_raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan.
+    ``base_raw``: the base goes up uncompressed with these manifest fields (a parted base's tied-output
+    copy, `recipe.base_parts.base_entry`: 346 MB that xz would shrink by a few percent in minutes)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("up*"):
         shutil.rmtree(old)
@@ -205,10 +208,15 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
     if base is not None:
         tok_json, eos = base_tokenizer(base)
         tok = {"file": "tokenizer.json", "eos": eos}
-        xz, raw = compress(base, out / "cache")
+        if base_raw is not None:
+            base_name, xz, raw = base.name, base, base_raw["raw_sha256"]
+            extra[base_name] = base_raw
+        else:
+            base_name = "base.gguf.xz"
+            xz, raw = compress(base, out / "cache")
+            extra[base_name] = {"install": "base", "raw_name": base.name, "raw_sha256": raw,
+                                "raw_size": base.stat().st_size}
         base_info = {"name": base.name, "sha256": raw}
-        extra["base.gguf.xz"] = {"install": "base", "raw_name": base.name, "raw_sha256": raw,
-                                 "raw_size": base.stat().st_size}
     recipe = make_recipe(config, sources=list(sources or SOURCES), corpus_options=corpus_options or {},
                          tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
                          eval_limit=eval_limit)
@@ -217,13 +225,35 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
                                            align_eval=align_eval)))
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
-        files.append(("base.gguf.xz", xz))
+        files.append((base_name, xz))
     tree = tree_bytes() if tree is None else tree
-    capacity = upload_limit - tree - margin
-    if capacity <= 0:
+    room = capacity(tree, upload_limit, margin)
+    manifest = write_uploads(out, files, extra, room, part_max=part_max,
+                             recipe={k: recipe[k] for k in ("code", "packed", "base")})
+    rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    ups: list[dict[str, Any]] = [{"carry": f"{rel}/up{u}", "bytes": 0, "files": set()}
+                                 for u in range(1, manifest["uploads"] + 1)]
+    for e in manifest["files"]:
+        for p in e["parts"]:
+            ups[p["upload"] - 1]["bytes"] += p["size"]
+            ups[p["upload"] - 1]["files"].add(e["name"])
+    return {"tree_bytes": tree, "capacity": room, "uploads": [{**u, "files": sorted(u["files"])} for u in ups]}
+
+
+def capacity(tree: int, upload_limit: int = UPLOAD_LIMIT, margin: int = MARGIN) -> int:
+    room = upload_limit - tree - margin
+    if room <= 0:
         raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room in a {upload_limit / MiB:.0f} "
                          "MiB upload")
-    uploads = plan_uploads(files, capacity, part_max)
+    return room
+
+
+def write_uploads(out: Path, files: list[tuple[str, Path]], extra: dict[str, dict[str, Any]], room: int, *,
+                  part_max: int = PART_MAX, recipe: dict[str, Any] | None = None,
+                  whole_first: bool = True) -> dict[str, Any]:
+    """Cut ``files`` (in order; the first whole unless not ``whole_first``) into ``out/upN/`` folders of ≤ ``room`` bytes, a sha256
+    per part and per file, the same ``manifest.json`` in each. Returns the manifest."""
+    uploads = plan_uploads(files, room, part_max, whole_first=whole_first)
     paths = dict(files)
     entries: dict[str, dict[str, Any]] = {name: {"name": name, "size": p.stat().st_size, "sha256": sha256_file(p),
                                                  "parts": [], **extra[name]} for name, p in files}
@@ -233,10 +263,7 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
             part = write_part(paths[name], offset, size, out / f"up{u}" / f"{name}.part{k:03d}")
             entries[name]["parts"].append({**part, "upload": u})
     manifest = {"format": MANIFEST_FORMAT, "files": list(entries.values()), "uploads": len(uploads),
-                "recipe": {k: recipe[k] for k in ("code", "packed", "base")}}
+                "recipe": recipe or {}}
     for u in range(1, len(uploads) + 1):
         (out / f"up{u}" / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    return {"tree_bytes": tree, "capacity": capacity, "uploads": [
-        {"carry": f"{rel}/up{u}", "bytes": sum(s for _, _, s in items),
-         "files": sorted({n for n, _, _ in items})} for u, items in enumerate(uploads, 1)]}
+    return manifest

@@ -79,9 +79,10 @@ def check_part(path: Path, part: dict[str, Any]) -> str | None:
     if not path.is_file():
         return f"{path}: missing"
     if path.stat().st_size != part["size"]:
-        return f"{path}: {path.stat().st_size} bytes, expected {part['size']}"
-    if sha256_file(path) != part["sha256"]:
-        return f"{path}: sha256 mismatch (damaged in transfer?)"
+        return f"{path}: size {path.stat().st_size} bytes, the manifest's size is {part['size']}"
+    got = sha256_file(path)
+    if got != part["sha256"]:
+        return f"{path}: sha256 {got[:16]}… is not the manifest's sha256 {part['sha256'][:16]}… (damaged in transfer?)"
     return None
 
 

@@ -63,11 +63,60 @@ def load_throughput(path: Path | None = None) -> dict[str, Any]:
     return json.loads((path or table_path()).read_text())
 
 
-def seconds_per_step(kind: str, table: dict[str, Any] | None = None) -> tuple[float, bool]:
-    """(s/step of the GPU config, whether it is an estimate) for ``kind``."""
+def seconds_per_step(kind: str, table: dict[str, Any] | None = None, *, model: str | None = None,
+                     config: dict[str, Any] | None = None) -> tuple[float, bool]:
+    """(s/step, whether it is an estimate) for ``kind``: of the GPU config (SmolLM2), or — ``model``, a
+    parted base such as ``qwen2.5-coder-0.5b`` — its own measured entry (``models`` in the table, written
+    by `record_throughput` after its first window), else the SmolLM2 entry scaled by training FLOPs per
+    step (`flops_ratio`: ``config`` against configs/gpu_smollm2.json), an estimate."""
     t = table or load_throughput()
     e = t["kinds"].get(kind) or t["default"]
-    return float(e["s_per_step"]), bool(e.get("estimate", True))
+    per, est = float(e["s_per_step"]), bool(e.get("estimate", True))
+    if not model or model in ("base", "tiny"):
+        return per, est
+    own = t.get("models", {}).get(model, {}).get("kinds", {}).get(kind)
+    if own:
+        return float(own["s_per_step"]), bool(own.get("estimate", True))
+    return per * flops_ratio(model, config or {}), True
+
+
+SMOLLM2_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gpu_smollm2.json"
+
+
+def train_flops_per_token(a: Any, seq_len: int, max_canvas: int) -> float:
+    """≈ training FLOPs per BD3 sequence token of model shape ``a`` (`engine.config.ModelArgs`): 3 × the
+    forward (the backward through the activations is ≈ 2 forwards; the frozen base has no weight gradients,
+    the LoRA's are small) of the linear layers, the attention over ``seq_len`` and the output head, which
+    runs only at canvas positions (≈ half of ``max_canvas`` in ``2 × seq_len``)."""
+    hd = a.head_dim
+    linear = 2 * a.n_layers * (a.dim * (a.n_heads + 2 * a.n_kv_heads) * hd + a.n_heads * hd * a.dim
+                               + 3 * a.dim * a.intermediate_size)
+    attn = 4 * a.n_layers * seq_len * a.n_heads * hd
+    head = 2 * a.dim * a.vocab_size * max_canvas / (4 * seq_len)
+    return 3.0 * (linear + attn + head)
+
+
+def flops_ratio(model: str, config: dict[str, Any]) -> float:
+    """Training FLOPs per step of ``config`` on ``model``'s shape ÷ those of the measured SmolLM2 config."""
+    from engine.config import PRESETS, preset
+
+    ref = json.loads(SMOLLM2_CONFIG.read_text())
+
+    def per_step(name: str, c: dict[str, Any]) -> float:
+        seq, canvas = int(c.get("seq_len", 1024)), int(c.get("max_canvas", 128))
+        seqs = int(c.get("batch_size", 16)) * int(c.get("grad_accum", 1))
+        return train_flops_per_token(preset(name), seq, canvas) * seq * seqs
+
+    name = model if model in PRESETS else "smollm2-135m"
+    return per_step(name, {**ref, **config}) / per_step("smollm2-135m", ref)
+
+
+LOAD_S_BY_MODEL = {"qwen2.5-coder-0.5b": 60.0}  # GGUF → 151,936-token tokenizer + dequantize: an estimate
+
+
+def load_seconds(model: str | None) -> float:
+    """Model load + step-0 validation before the first step (SmolLM2 on the H200: 15 s)."""
+    return LOAD_S_BY_MODEL.get(str(model or ""), LOAD_S)
 
 
 def record_throughput(measured: dict[str, Any], path: Path | None = None, *, force: bool = False) -> bool:
@@ -75,11 +124,13 @@ def record_throughput(measured: dict[str, Any], path: Path | None = None, *, for
     the kind has no entry or only an estimate (or ``force``). Returns whether it wrote."""
     path = path or table_path()
     t = load_throughput(path)
-    kind = measured.get("kind")
-    old = t["kinds"].get(kind)
+    kind, model = measured.get("kind"), measured.get("model")
+    kinds = t["kinds"] if model in (None, "base", "tiny") else \
+        t.setdefault("models", {}).setdefault(model, {}).setdefault("kinds", {})
+    old = kinds.get(kind)
     if not kind or not measured.get("s_per_step") or (old and not old.get("estimate", True) and not force):
         return False
-    t["kinds"][kind] = {"s_per_step": round(float(measured["s_per_step"]), 4),
+    kinds[kind] = {"s_per_step": round(float(measured["s_per_step"]), 4),
                         "tok_s": round(float(measured.get("tok_s") or 0)),
                         "tokens_per_step": round(float(measured.get("tokens_per_step") or 0)),
                         "estimate": False, "measured": measured.get("measured", "")}
@@ -148,11 +199,11 @@ def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, k
     if not deadline:
         return d
     now = time.time() if now is None else now
-    per_step, _ = seconds_per_step(kind, table)
+    per_step, _ = seconds_per_step(kind, table, model=d.get("model"), config=d)
     fresh = step == 0 or restart
     d.update(deadline=deadline, max_minutes=0.0)
     if fresh:  # a new schedule: as many steps as fit (refitted at the end of warmup)
-        n = max(1, int((deadline - now - LOAD_S) / per_step))
+        n = max(1, int((deadline - now - load_seconds(d.get("model"))) / per_step))
         warm = int(d.get("warmup") or 0)
         d.update(steps=step + max(n, warm + 1), fit_deadline=True)
         d["val_every"] = max(1, n // 2 + 1)  # one validation midway, one at the end
@@ -233,22 +284,27 @@ def estimate_uploads(tree: int, boot: int = 3_000_000, base_xz: int = 90_400_000
 def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree: int, *,
                 resume_from: str | None = None, resume_carry: int = 0, parts: tuple[str, ...] = (
                     "train", "bench", "latency"), costs: Costs | None = None,
-                table: dict[str, Any] | None = None, py: str = "python3 -m engine.train.gpu_recipe"
-                ) -> dict[str, Any]:
+                table: dict[str, Any] | None = None, py: str = "python3 -m engine.train.gpu_recipe",
+                model: str | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every device command of a window in order, with its carry, upload bytes and expected seconds.
 
     ``parts``: what the window does, most important first (``train``, ``bench``, ``latency``, ``kto``);
     what does not fit is dropped from the end and named in ``dropped``. Raises ValueError when even
     training does not fit."""
     c = costs or Costs()
-    per_step, estimate = seconds_per_step(kind, table)
+    if model and c.load_s == LOAD_S:
+        c = replace(c, load_s=load_seconds(model))
+    per_step, estimate = seconds_per_step(kind, table, model=model, config=config)
+    cfg = config or {}
+    tokens_per_step = round(34_271 * int(cfg.get("batch_size", 16)) * int(cfg.get("grad_accum", 2))
+                            * int(cfg.get("seq_len", 1024)) / (32 * 1024))  # SmolLM2's measured, scaled
     want = list(parts)
     while True:
         try:
             short = 0.0  # the extra poll commands' own costs come out of training: replan until it fits
             for _ in range(6):
                 out = _plan(budget_s, kind, uploads, tree, resume_from, resume_carry, want, c, py, per_step,
-                            short=short)
+                            tokens_per_step=tokens_per_step, short=short)
                 if out["total_s"] <= budget_s - c.margin_s + 1e-6 or not out["train_end_s"]:
                     break
                 short += out["total_s"] - (budget_s - c.margin_s)
@@ -262,8 +318,8 @@ def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree:
                                  f"(at least {c.train_min_s:.0f} s) after its uploads") from None
             want.pop()
             continue
-        out.update(kind=kind, s_per_step=per_step, s_per_step_estimate=estimate, parts=want,
-                   dropped=[p for p in parts if p not in want])
+        out.update(kind=kind, s_per_step=round(per_step, 3), s_per_step_estimate=estimate, parts=want,
+                   dropped=[p for p in parts if p not in want], model=model or "base", costs=c.__dict__)
         return out
 
 
@@ -327,11 +383,12 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
         if up_bytes > UPLOAD_LIMIT:
             raise ValueError(f"command {i + 1} would upload {up_bytes / MiB:.1f} MiB > {UPLOAD_LIMIT / MiB:.0f} "
                              "MiB (pack again with --tree-bytes set to the tree + what it carries)")
-        secs = c.receive_s + (c.install_base_s if last and "base.gguf.xz" in u["files"] else 0.0)
+        has_base = any(f != "boot.tar.xz" for f in u["files"])  # base.gguf.xz, or a tied-output copy
+        secs = c.receive_s + (c.install_base_s if last and has_base else 0.0)
         if i == 0:
             cmd = f"{py} receive {u['carry']}{launch}{bench_cmd}"
             secs += c.start_s
-            what = "boot bundle" + (" + base part" if "base.gguf.xz" in u["files"] else "") + \
+            what = "boot bundle" + (" + base part" if has_base else "") + \
                 (": receive, launch the job (corpus builds)" if train else "") + \
                 ("; bench engine runs detached" if bench else "")
         else:
@@ -406,8 +463,16 @@ def kto_sets(seconds: float) -> str:
 
 
 def format_plan(p: dict[str, Any]) -> str:
-    lines = [f"window: {p['budget_s']:.0f} s on {p['kind']} ({p['s_per_step']} s/step"
-             f"{', an estimate' if p['s_per_step_estimate'] else ''}); working tree {p['tree_bytes'] / MiB:.1f} MiB",
+    est = ""
+    if p["s_per_step_estimate"]:
+        est = ", an estimate" + (": SmolLM2's measured s/step x training FLOPs per step" if p.get("model")
+                                 not in (None, "base") else "")
+    c = p.get("costs") or {}
+    lines = [f"window: {p['budget_s']:.0f} s on {p['kind']}, model {p.get('model', 'base')} ({p['s_per_step']} "
+             f"s/step{est}); working tree {p['tree_bytes'] / MiB:.1f} MiB",
+             f"assumed: uploads at {c.get('upload_mib_s', 25):.0f} MiB/s (not measured), machine start "
+             f"{c.get('machine_start_s', 60):.0f} s, {c.get('gap_s', 15):.0f} s between a reply and the next "
+             f"call, model load + step-0 validation {c.get('load_s', LOAD_S):.0f} s",
              f"parts: {', '.join(p['parts'])}" + (f"  (dropped: {', '.join(p['dropped'])})" if p["dropped"] else ""),
              "", f"{'#':>2} {'start':>6} {'secs':>6} {'end':>6} {'up MiB':>7}  command"]
     for i, s in enumerate(p["commands"], 1):
