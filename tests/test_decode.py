@@ -230,6 +230,48 @@ def test_lookup_drafts_follow_the_last_ngram() -> None:
     assert Lookup([7]).draft(3) == []
 
 
+def test_lookup_follows_the_rewritten_region_in_order() -> None:
+    """A rewrite's drafts come from its region in order: its start before any output, then after the
+    output's last n-gram's next occurrence there (not the latest occurrence anywhere)."""
+    region = [1, 2, 3, 9, 1, 2, 3, 8, 5]
+    lk = Lookup([40, 41, 1, 2, 3, 7, 42], aligned=region)
+    assert lk.draft(3) == [1, 2, 3]  # no output yet: the region's start
+    lk.push([1, 2, 3])
+    assert lk.draft(2) == [9, 1]  # the first (1, 2, 3), not the prompt's latest (-> 7)
+    lk.push([9, 1, 2, 3])
+    assert lk.draft(4) == [8, 5]  # past the previous draft's point: the second (1, 2, 3)
+    lk.push([6, 6])
+    assert lk.draft(2) == []  # (3, 6, 6) / (6, 6) nowhere
+    plain = Lookup([40, 41, 1, 2, 3, 7, 42])
+    plain.push([1, 2, 3])
+    assert plain.draft(2) == [7, 42]
+
+
+def test_rewrites_draft_from_their_region(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window decoder gives a rewrite's lookup the region's ids (the cursor mark left out), a FIM
+    request none; greedy output is the same with and without drafts."""
+    import engine.decoding.window as window
+
+    seen: list[list[int] | None] = []
+    real = window.Lookup.__init__
+
+    def spy(self: window.Lookup, prompt: list[int], aligned: list[int] | None = None) -> None:
+        seen.append(aligned)
+        real(self, prompt, aligned)
+
+    monkeypatch.setattr(window.Lookup, "__init__", spy)
+    p = EditPrompt("def f():\n", "    return 1\n", "\n", 4)
+    spec = eng.rewrite(p, sampler=SamplerConfig(window=1, speculate=8))
+    sp = eng.tokenizer.special
+    want = [t for t in eng.tokenizer.encode("    return 1\n") if t != sp.cursor]
+    assert seen and seen[-1] is not None and sp.cursor not in seen[-1]
+    assert eng.tokenizer.decode(seen[-1]) == eng.tokenizer.decode(want)
+    plain = eng.rewrite(p, sampler=SamplerConfig(window=1, speculate=0))
+    assert spec.tokens == plain.tokens
+    eng.infill(FimPrompt("def f():\n    ", "\n"), max_tokens=8, sampler=SamplerConfig(window=1, speculate=8))
+    assert seen[-1] is None
+
+
 def test_decode_setting() -> None:
     assert parse_decode("ar") == {"window": 1, "speculate": 0}
     assert parse_decode("adaptive,spec=4") == {"window": "adaptive", "speculate": 4}
