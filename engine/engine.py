@@ -45,6 +45,7 @@ from engine.formats import FormatNotSupported
 from engine.loading.ar_base import is_ar_base
 from engine.model import Transformer
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
+from engine.templates import DEFAULT_EDIT_LAYOUT
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -109,6 +110,7 @@ class Engine(ByComplete):
             "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
+            "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
             "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
         }
         log.info("engine ready: %s", self.info)

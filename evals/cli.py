@@ -97,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--data", type=Path, default=None, help=f"dataset dir (default {default_data_dir()})")
     he.add_argument("--split", choices=list(SPLITS), default="single-line")
     he.add_argument("--via-lsp", action="store_true", help="through the real stdio server (gate off)")
+    he.add_argument("--init-option", action="append", default=[], metavar="KEY=JSON",
+                    help="--via-lsp: extra initializationOptions entry (repeatable; dotted keys nest), e.g. "
+                         "multilineBudgetMs=30000 (a loaded machine's time budget would cut the middles)")
     he.add_argument("--oracle", action="store_true",
                     help="score the canonical solutions (harness sanity check, no model)")
     he.add_argument("--steps-mode", choices=["parallel", "one-per-step"], default="parallel",
@@ -250,7 +253,8 @@ def run_humaneval(args: argparse.Namespace) -> int:
     config = {"kind": "humaneval-infill", "split": args.split, "runner": runner,
               "model": None if args.oracle else args.model, "device": args.device,
               "steps_mode": args.steps_mode, "threshold": args.threshold, "max_tokens": max_tokens,
-              "seed": args.seed, "check_timeout": args.check_timeout, "fim_layout": args.fim_layout}
+              "seed": args.seed, "check_timeout": args.check_timeout, "fim_layout": args.fim_layout,
+              **({"init": init_options(args)} if args.via_lsp and args.init_option else {})}
     extra = sampler_options(args.window, args.remask, args.remask_threshold, args.remask_per_step,
                             args.remask_budget)
     if extra:
@@ -273,7 +277,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
             with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
                 generate_lsp(todo, scorer, model=args.model, device=args.device, split=args.split,
                              root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
-                             init_extra={"feedbackDb": ":memory:", "maxTokens": max_tokens},
+                             init_extra={**init_options(args), "maxTokens": max_tokens},
                              progress=prog)
     finally:
         scorer.close()
