@@ -111,6 +111,7 @@ class Engine(ByComplete):
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
             "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
+            "show_thresholds": self.meta.get("show_thresholds"),  # the gate's, measured on this model
             "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
         }
         log.info("engine ready: %s", self.info)

@@ -71,6 +71,58 @@ def test_outcomes_from_the_feedback_store_and_eval_reports(tmp_path: Path) -> No
     assert [(o.id, o.accepted) for o in align.from_eval(run)] == [("1", True), ("2", False), ("3", False)]
 
 
+def test_outcomes_from_a_humaneval_run_through_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval humaneval-infill --via-lsp`` rows: shown completions with a score, accepted = tests pass;
+    a missing report or feedback store is named, not a traceback."""
+    run = tmp_path / "he"
+    run.mkdir()
+    rows = [{"id": "a", "middle": "x", "shown": True, "score": 0.9, "passed": True},
+            {"id": "b", "middle": "y", "shown": True, "score": 0.4, "passed": False},
+            {"id": "c", "middle": "\n", "shown": False, "score": None, "passed": False}]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [(o.id, o.kind, o.accepted) for o in align.from_eval(run)] == [("a", "fim", True), ("b", "fim", False)]
+    with pytest.raises(SystemExit, match="no such eval report"):
+        align.from_eval(tmp_path / "nowhere")
+    assert main(["align", "gate", "--feedback", str(tmp_path / "none.db"), "--dry-run"]) == 2
+    assert "none.db: no such feedback store" in capsys.readouterr().err
+
+
+def test_the_models_own_thresholds_apply_unless_the_user_calibrated(tmp_path: Path) -> None:
+    """The model's shipped show thresholds (engine info ``show_thresholds``) replace ``gate.threshold``
+    for their kinds; the user's calibration file wins; "off" means the setting alone."""
+    from types import SimpleNamespace
+
+    eng = SimpleNamespace(info={"show_thresholds": {"fim": {"threshold": 0.86, "precision": 0.7}}})
+    model = thresholds.model_thresholds(eng)
+    assert model == {"fim": 0.86}
+    assert thresholds.model_thresholds(SimpleNamespace(info={"show_thresholds": {"fim": 3}})) == {}
+    assert thresholds.model_thresholds(SimpleNamespace(info={})) == {} == thresholds.model_thresholds(None)
+    s = Settings()
+    assert thresholds.gate_threshold(s, "fim", model) == 0.86
+    assert thresholds.gate_threshold(s, "edit", model) == s.gate.threshold  # no shipped value for that kind
+    mine = tmp_path / "gate.json"
+    mine.write_text(json.dumps({"kinds": {"fim": {"threshold": 0.3}}}))
+    s.gate.calibration = str(mine)
+    assert thresholds.gate_threshold(s, "fim", model) == 0.3
+    s.gate.calibration = "off"
+    assert thresholds.gate_threshold(s, "fim", model) == s.gate.threshold
+    # the selection stage holds each suggestion against it, and says which threshold hid it
+    from edit_server.core.requests import FimRequest
+    from edit_server.lsp.features import hidden_reason
+    from edit_server.selectivity.select import fim_result
+
+    doc = "def f(a, b):\n    return \n"
+    req = FimRequest("file:///a.py", "/w/a.py", doc, 1, doc.index("return ") + 7)
+    s = Settings()
+    s.gate.kto = "off"
+    shown = fim_result(req, "a + b", [0.9] * 3, s, model=model)
+    hidden = fim_result(req, "a + b", [0.8] * 3, s, model=model)
+    assert shown is not None and shown.show and shown.threshold == 0.86
+    assert hidden is not None and not hidden.show and hidden.threshold == 0.86
+    assert hidden_reason(hidden, s) == "fim hidden by the gate: score 0.80 < 0.86"
+    assert fim_result(req, "a + b", [0.8] * 3, s).show  # without the model's: gate.threshold 0.5
+
+
 def test_cli_writes_a_calibration_the_pipeline_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     run.mkdir()

@@ -44,11 +44,22 @@ def from_feedback(db: str | Path) -> list[Outcome]:
 
 
 def from_eval(report_dir: str | Path) -> list[Outcome]:
-    """Scored suggestions of an eval run (``results.jsonl``; run it with ``--no-gate``)."""
+    """Scored suggestions of an eval run (``results.jsonl``): a case run (``eval replay|cases --no-gate``;
+    accepted = the suggestion is right) or a HumanEval-infilling run through the server (``eval
+    humaneval-infill --via-lsp``, gate off; accepted = the completed program passes its tests)."""
+    path = Path(report_dir) / "results.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"edit-server align gate: {path}: no such eval report")
     out = []
-    for line in (Path(report_dir) / "results.jsonl").read_text().splitlines():
+    for line in path.read_text().splitlines():
         r = json.loads(line)
-        if r.get("score") is None or not r.get("suggestion"):
+        if r.get("score") is None:
+            continue
+        if "passed" in r:  # HumanEval-infilling: FIM completions scored by their tests
+            if r.get("shown"):
+                out.append(Outcome(str(r["id"]), "fim", float(r["score"]), bool(r["passed"])))
+            continue
+        if not r.get("suggestion"):
             continue
         accepted = bool(r.get("accepted")) and not r.get("quiet_case")
         out.append(Outcome(str(r["id"]), str(r.get("kind", "fim")), float(r["score"]), accepted))
@@ -81,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     from edit_server.selectivity.feedback import default_db_path
 
     dbs = args.feedback or ([str(default_db_path())] if default_db_path().is_file() else [])
+    missing = [db for db in dbs if not Path(db).is_file()]
+    if missing:
+        print(f"edit-server align gate: {missing[0]}: no such feedback store", file=sys.stderr)
+        return 2
     outcomes = [o for db in dbs for o in from_feedback(db)] + [o for d in args.eval for o in from_eval(d)]
     cal = fit(outcomes, args.target_precision, args.min_count)
     if args.json:

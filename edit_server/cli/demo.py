@@ -67,8 +67,12 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
         print(msg, file=out, flush=True)
 
     ready: asyncio.Future = asyncio.get_running_loop().create_future()
+    hidden = [""]  # why the last suggestion was not shown (the status notification's "hidden", sent on change)
 
     def on_status(params: dict[str, Any]) -> None:
+        if "hidden" in params:
+            hidden[0] = str(params["hidden"] or "")
+            return
         say(f"  [status] {params.get('state')}: {params.get('message')}")
         if params.get("state") in ("ready", "error") and not ready.done():
             ready.set_result(params["state"])
@@ -97,7 +101,8 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
             cur += 1
             sug, ms = await s.complete(cur)
             line = s.text[s.text.rfind("\n", 0, cur) + 1 : cur]
-            say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or '(nothing shown)'}")
+            why = f"(nothing shown: {hidden[0]})" if hidden[0] else "(nothing shown)"
+            say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or why}")
         say("\n2) rename width -> w in area()'s signature, then ask for the next edit")
         sig = s.text.index("width")
         await s.edit(sig, sig + len("width"), "w")

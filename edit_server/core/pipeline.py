@@ -34,6 +34,7 @@ from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import edit_result, fim_result, skip_reason
+from edit_server.selectivity.thresholds import model_thresholds
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.types import GenerateResult, StepCallback
@@ -258,7 +259,8 @@ class Pipeline:
         if out is None:
             return None
         sug = fim_result(req, out.text, out.confidences, settings, out.reward,
-                         max_lines=max_lines(settings, self.worker.engine))
+                         max_lines=max_lines(settings, self.worker.engine),
+                         model=model_thresholds(self.worker.engine))
         if sug is None:
             self._report(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
             return None
@@ -272,7 +274,8 @@ class Pipeline:
         if out is None:
             return None
         assert isinstance(out.built, EditBuilt)
-        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward)
+        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward,
+                                 model=model_thresholds(self.worker.engine))
         if sug is None:
             return None
         self._offer(sug, out, uri, out.built.prompt)

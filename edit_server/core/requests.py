@@ -43,6 +43,7 @@ class Suggestion:
     prompt_tokens: int = 0  # usage, for front ends that report it (HTTP)
     completion_tokens: int = 0
     finish_reason: str = "stop"  # the engine's: end | length | newline (…) — "length" = cut at max tokens
+    threshold: float | None = None  # the show threshold the gate held its score against (None: no gate)
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,8 @@ def hidden_reason(sug: Suggestion, settings: Settings) -> str:
     if sug.show:
         return ""
     if sug.reason == "low score":
-        return (f"{sug.kind} hidden by the gate: score {sug.score:.2f} < "
-                f"{gate_threshold(settings, sug.kind):.2f}")
+        threshold = sug.threshold if sug.threshold is not None else gate_threshold(settings, sug.kind)
+        return f"{sug.kind} hidden by the gate: score {sug.score:.2f} < {threshold:.2f}"
     if sug.reason == EMPTY:
         return f"no {sug.kind}: {EMPTY}"
     return f"{sug.kind} hidden: {sug.reason}"

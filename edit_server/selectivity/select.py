@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,8 +132,10 @@ def diff(o: Output, new: str) -> list[TextEdit]:
     return diff_edits(o.document[o.start:o.end], new, o.start)
 
 
-def select(o: Output, settings: Settings) -> tuple[Suggestion | None, list[TextEdit]]:
-    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes."""
+def select(o: Output, settings: Settings, model: Mapping[str, float] | None = None
+           ) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes.
+    ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
     new = clean(o, cut(o))
     edits = diff(o, new)
     if not edits or o.kind == "edit" and candidates.reject_reason(
@@ -141,21 +144,24 @@ def select(o: Output, settings: Settings) -> tuple[Suggestion | None, list[TextE
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
                                    fim=o.kind == "fim") if enabled else None
-    d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled,
-                        threshold=gate_threshold(settings, o.kind),
+    threshold = gate_threshold(settings, o.kind, model)
+    d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled, threshold=threshold,
                         target_precision=settings.gate.kto_target_precision, rule=rule)
-    return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason), edits
+    return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason,
+                      threshold=threshold if enabled else None), edits
 
 
 def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
-               reward: Any = None, max_lines: int | None = None) -> Suggestion | None:
+               reward: Any = None, max_lines: int | None = None,
+               model: Mapping[str, float] | None = None) -> Suggestion | None:
     """The FIM suggestion from the engine's text, or None."""
     return select(Output("fim", req.path, req.text, req.offset, req.offset, text, confidences, reward,
-                         is_single_line(req, settings.multiline), max_lines), settings)[0]
+                         is_single_line(req, settings.multiline), max_lines), settings, model)[0]
 
 
 def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
-                settings: Settings, reward: Any = None) -> tuple[Suggestion | None, list[TextEdit]]:
+                settings: Settings, reward: Any = None, model: Mapping[str, float] | None = None
+                ) -> tuple[Suggestion | None, list[TextEdit]]:
     """The next edit from the engine's new region, and its edits."""
     return select(Output("edit", req.path, req.text, built.region_start, built.region_end, new_region,
-                         confidences, reward, cursor=req.offset, history=req.history), settings)
+                         confidences, reward, cursor=req.offset, history=req.history), settings, model)

@@ -1,12 +1,14 @@
-"""Show thresholds at serving time: per-kind thresholds learned by ``edit-server align gate`` (a JSON
-calibration file), else the ``gate.threshold`` setting. Serving reads; ``align`` writes."""
+"""Show thresholds at serving time: per-kind thresholds learned by ``edit-server align gate`` — the user's
+calibration file, else the model's own (measured on its outcomes and shipped in its adapter metadata,
+``show_thresholds``: the engine's ``info``) — else the ``gate.threshold`` setting. Serving reads; ``align``
+writes."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,24 +37,36 @@ def load_thresholds(path: str | Path) -> dict[str, float]:
         raise ValueError(f"{p}: not a gate calibration file ({e})") from e
 
 
-def gate_threshold(settings: Settings, kind: str) -> float:
+def model_thresholds(engine: object) -> dict[str, float]:
+    """kind -> show threshold the model ships (``info["show_thresholds"]``: ``{kind: {"threshold": x, …}}``)."""
+    shipped = (getattr(engine, "info", None) or {}).get("show_thresholds") or {}
+    try:
+        return {str(k): float(v["threshold"]) for k, v in shipped.items()}
+    except (KeyError, TypeError, ValueError):
+        log.warning("ignoring the model's show_thresholds: not {kind: {threshold: x}}")
+        return {}
+
+
+def gate_threshold(settings: Settings, kind: str, model: Mapping[str, float] | None = None) -> float:
     """The show threshold for ``kind``: the calibrated one when a calibration file is configured or in
-    its default place (re-read when it changes), else ``gate.threshold``."""
+    its default place (re-read when it changes), else the model's own (``model``: `model_thresholds`)
+    unless the setting is "off", else ``gate.threshold``."""
     where = settings.gate.calibration
     if where == "off":
         return settings.gate.threshold
+    fallback = (model or {}).get(kind, settings.gate.threshold) if not where else settings.gate.threshold
     path = Path(where) if where else default_calibration_path()
     try:
         key = (str(path), path.stat().st_mtime)
     except OSError:
-        return settings.gate.threshold
+        return fallback
     if key not in _CACHE:
         try:
             _CACHE[key] = load_thresholds(path)
         except ValueError:
             log.warning("ignoring gate calibration", exc_info=True)
             _CACHE[key] = {}
-    return _CACHE[key].get(kind, settings.gate.threshold)
+    return _CACHE[key].get(kind, fallback)
 
 
 def threshold_for(curve: Sequence[Sequence[float]], target_precision: float) -> float:
