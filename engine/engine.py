@@ -120,7 +120,7 @@ class Engine(ByComplete):
              **kw: Any) -> Engine:
         """``spec``: "tiny-random", "random:<preset>", "default" (the tier `engine.tiers` picks for this
         device: logged), "smollm2-bd3" (the embedded model), a registry base, an HF directory or a .gguf file."""
-        spec = resolve_spec(spec, device)
+        spec = resolve_spec(spec, resolve_device(device).type)
         if is_embedded(spec):  # on a CPU: the int8 layout, from the merged-model cache when it is there
             from engine.default import load_default
 

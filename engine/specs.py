@@ -111,7 +111,7 @@ def load_checkpoint_spec(spec: str, progress: object = None) -> LoadedCheckpoint
         return random_checkpoint(spec.split(":", 1)[1])
     from engine.tiers import is_embedded, resolve_spec
 
-    spec = resolve_spec(spec)
+    spec = resolve_spec(spec, resolve_device("auto").type)
     if is_embedded(spec):
         try:
             from engine.default import load_default  # type: ignore[import-not-found]

@@ -241,19 +241,19 @@ def choose(device: str, table: Table | None = None, have: Callable[[str], bool] 
                   + ("; skipped " + "; ".join(skipped) if skipped else "") + ")")
 
 
-def default_model(device: str = "auto", *, quiet: bool = False) -> Choice:
-    """`choose` for this machine's ``device`` ("auto": CUDA when present), logged at INFO unless ``quiet``."""
+def default_model(device: str, *, quiet: bool = False) -> Choice:
+    """`choose` for device kind ``device`` (a resolved one: "cpu", "cuda", ...; `engine.specs.resolve_device`),
+    logged at INFO unless ``quiet``."""
     from engine import options
-    from engine.specs import resolve_device
 
-    c = choose(resolve_device(device).type, adapter=options.env().adapter)
+    c = choose(device, adapter=options.env().adapter)
     if not quiet:
         log.info("%s", c.line())
     return c
 
 
-def resolve_spec(spec: str, device: str = "auto") -> str:
-    """``spec`` with ``default`` replaced by the tier it means here (`default_model`)."""
+def resolve_spec(spec: str, device: str) -> str:
+    """``spec`` with ``default`` replaced by the tier it means on device kind ``device`` (`default_model`)."""
     return default_model(device).model if spec.strip() == DEFAULT else spec
 
 

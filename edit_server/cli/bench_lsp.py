@@ -354,9 +354,11 @@ def autoregressive(model: str, device: str) -> bool:
     """Whether ``model`` (``default``: the tier it means here, `engine.tiers`) already decodes left to right:
     an autoregressive base (`engine.loading.ar_base`), whose main run is the AR run."""
     from engine.loading.ar_base import is_ar_base
+    from engine.specs import resolve_device
     from engine.tiers import DEFAULT, default_model
 
-    return is_ar_base(default_model(device, quiet=True).model if model.strip() == DEFAULT else model)
+    kind = resolve_device(device).type
+    return is_ar_base(default_model(kind, quiet=True).model if model.strip() == DEFAULT else model)
 
 
 def adapter_runs(args: argparse.Namespace) -> dict[str, tuple[str, str]]:

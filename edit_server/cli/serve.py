@@ -95,7 +95,7 @@ def run_check(args: argparse.Namespace) -> int:
     if args.model.strip() == "default":  # which tier and why (engine.tiers; also logged at INFO)
         from engine.tiers import default_model
 
-        print(f"  default    {default_model(args.device or 'auto', quiet=True).line()}")
+        print(f"  default    {default_model(eng.device.type, quiet=True).line()}")
     print(f"  model      {info.get('model')}  ({info.get('label', '')})")
     print(f"  device     {info.get('device')}  dtype {info.get('dtype')}  attention {info.get('attention')}")
     print(f"  load       {load_s:.2f} s")
