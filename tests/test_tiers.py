@@ -121,7 +121,19 @@ def test_models_json_has_the_rows_and_the_choice(capsys: pytest.CaptureFixture[s
     rows = {r["model"]: r for r in out["tiers"]}
     q = rows["qwen2.5-coder-0.5b"]
     assert q["quality"]["single_line"] == pytest.approx(0.65) and q["context"] == 32768
-    assert q["latency"]["cpu"]["inline_p50_ms"] > 300 and q["quality_row"] and q["latency_row"]
+    assert q["latency"]["cpu"]["next_edit_p50_ms"] > 1500 and q["quality_row"] and q["latency_row"]
     assert main(["models", "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     assert f"{EMBEDDED}  <- default here" in text and "--model default -> smollm2-bd3 on cpu" in text
+
+
+def test_bench_lsp_runs_an_autoregressive_base_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from edit_server.cli.bench_lsp import adapter_runs, autoregressive
+
+    monkeypatch.delenv("EDIT_SERVER_ADAPTER", raising=False)
+    assert autoregressive("qwen2.5-coder-0.5b", "cpu") and autoregressive("Qwen2.5-Coder-1.5B", "cpu")
+    assert not autoregressive("default", "cpu") and not autoregressive(EMBEDDED, "cpu")
+    args = argparse.Namespace(adapter=[], decode="", no_ar=False)
+    assert list(adapter_runs(args)) == ["main", "ar"]
