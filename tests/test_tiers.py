@@ -137,3 +137,16 @@ def test_bench_lsp_runs_an_autoregressive_base_once(monkeypatch: pytest.MonkeyPa
     assert not autoregressive("default", "cpu") and not autoregressive(EMBEDDED, "cpu")
     args = argparse.Namespace(adapter=[], decode="", no_ar=False)
     assert list(adapter_runs(args)) == ["main", "ar"]
+
+
+def test_models_resolves_for_a_gpu_without_one(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from edit_server.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing fetched: the embedded model
+    monkeypatch.delenv("EDIT_SERVER_ADAPTER", raising=False)
+    assert main(["models", "--json", "--device", "cuda"]) == 0
+    out = json.loads(capsys.readouterr().out)["default"]
+    assert out["model"] == EMBEDDED and out["device"] == "cuda"
+    assert "qwen2.5-coder-0.5b: weights not on this machine" in out["reason"]
+    assert "typing table" not in out["reason"]  # a GPU is not held to the CPU table

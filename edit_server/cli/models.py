@@ -10,7 +10,8 @@ import json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="the model tiers: size, context, quality and latency rows; what default means here")
-    p.add_argument("--device", default="auto", help="device kind to resolve --model default for (auto: this machine's)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
+                   help="device kind to resolve --model default for (auto: this machine's; cuda works without one)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -22,11 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     table = load()
     rows = tiers(table)
-    try:
-        kind = resolve_device(args.device).type
-    except RuntimeError as e:
-        print(f"edit-server models: {e}")
-        return 2
+    kind = resolve_device("auto").type if args.device == "auto" else args.device
     choice = choose(kind, table, adapter=options.env().adapter)
     if args.json:
         print(json.dumps({"default": {"model": choice.model, "device": choice.device, "reason": choice.reason},
