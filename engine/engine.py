@@ -45,7 +45,6 @@ from engine.formats import FormatNotSupported
 from engine.loading.ar_base import is_ar_base
 from engine.model import Transformer
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
-from engine.tiers import is_embedded, resolve_spec
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -120,6 +119,8 @@ class Engine(ByComplete):
              **kw: Any) -> Engine:
         """``spec``: "tiny-random", "random:<preset>", "default" (the tier `engine.tiers` picks for this
         device: logged), "smollm2-bd3" (the embedded model), a registry base, an HF directory or a .gguf file."""
+        from engine.tiers import is_embedded, resolve_spec
+
         spec = resolve_spec(spec, resolve_device(device).type)
         if is_embedded(spec):  # on a CPU: the int8 layout, from the merged-model cache when it is there
             from engine.default import load_default
