@@ -120,8 +120,12 @@ class Engine(ByComplete):
     @classmethod
     def load(cls, spec: str = "tiny-random", device: str = "auto", dtype: str | torch.dtype = "auto",
              **kw: Any) -> Engine:
-        """``spec``: "tiny-random", "random:<preset>", "default", an HF directory or a .gguf file."""
-        if spec == "default":  # on a CPU: the int8 layout, from the merged-model cache when it is there
+        """``spec``: "tiny-random", "random:<preset>", "default" (the tier `engine.tiers` picks for this
+        device: logged), "smollm2-bd3" (the embedded model), a registry base, an HF directory or a .gguf file."""
+        from engine.tiers import is_embedded, resolve_spec
+
+        spec = resolve_spec(spec, resolve_device(device).type)
+        if is_embedded(spec):  # on a CPU: the int8 layout, from the merged-model cache when it is there
             from engine.default import load_default
 
             fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": True}, resolve_device(device), None)

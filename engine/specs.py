@@ -3,8 +3,9 @@ GPU, CPU + fp32 otherwise).
 
 Specs: ``tiny-random``; ``random:<preset>`` (engine.config presets); ``random:<CONFIG>`` — random
 weights at a real model's shape, CONFIG being a ``config.json`` (or a directory holding one) or a
-registry name (`engine.registry`), for latency at real size without the weights; ``default`` (the
-shipped model); ``qwen2.5-coder-0.5b`` / ``-1.5b`` (autoregressive bases from the package registry,
+registry name (`engine.registry`), for latency at real size without the weights; ``default`` (the tier
+`engine.tiers` picks for this device from the recorded measurements); ``smollm2-bd3`` (the embedded model:
+SmolLM2-135M + the shipped block-diffusion adapter); ``qwen2.5-coder-0.5b`` / ``-1.5b`` (autoregressive bases from the package registry,
 `engine.loading.ar_base`); ``ORG/NAME[@REVISION]`` (a Hugging Face Hub model, `engine.loading.hub`); an HF
 checkpoint directory or a ``.gguf`` file.
 """
@@ -108,7 +109,10 @@ def load_checkpoint_spec(spec: str, progress: object = None) -> LoadedCheckpoint
         return random_checkpoint("tiny")
     if spec.startswith("random:"):
         return random_checkpoint(spec.split(":", 1)[1])
-    if spec == "default":
+    from engine.tiers import is_embedded, resolve_spec
+
+    spec = resolve_spec(spec, resolve_device("auto").type)
+    if is_embedded(spec):
         try:
             from engine.default import load_default  # type: ignore[import-not-found]
         except ImportError as e:

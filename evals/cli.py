@@ -314,12 +314,13 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
 
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
     from engine import options
+    from engine.tiers import EMBEDDED_SPECS
 
     adapter = options.env().adapter  # --model default with another adapter (engine/default.py)
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
             "init": init_options(args),  # not --limit: a larger limit resumes the same cases
-            **({"adapter": adapter} if adapter and args.model == "default" else {})}
+            **({"adapter": adapter} if adapter and args.model in EMBEDDED_SPECS else {})}
 
 
 def run_cases(args: argparse.Namespace) -> int:

@@ -133,10 +133,10 @@ def test_models_lists_every_tier(capsys: pytest.CaptureFixture[str]) -> None:
     from engine.registry import AR_MODELS, MODELS
 
     assert main(["models", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["tiers"]
     names = [r["model"] for r in rows]
-    assert names[:3] == ["default", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert names[:3] == ["smollm2-bd3", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     assert {e.name for e in (*MODELS, *AR_MODELS)} <= set(names)
     for r in rows:
-        assert r["size"] and r["context"] > 0 and r["quality"] and r["latency"], r
+        assert r["size"] and r["context"] > 0 and r["quality_row"] and r["latency_row"], r
     assert next(r for r in rows if r["model"] == "qwen2.5-coder-0.5b")["context"] == 32768

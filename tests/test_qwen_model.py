@@ -190,3 +190,28 @@ def test_training_keeps_qwens_fim_rows_and_initialises_only_ours(
         assert torch.equal(emb[i], orig[i]), text
     assert not torch.equal(emb[tok.special.mask], orig[tok.special.mask])  # ours: initialised from words
     assert meta["base"]["file"] == cached[1].file and "new_special_ids" not in meta
+
+
+def test_ar_requests_carry_the_serving_stop_rules(cached: tuple[Path, base.PartedBase],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One set of stop rules: an infill call on the autoregressive base (qwen-fim) gets the same scope, line
+    cap, loop, line-length, echo (re-typed suffix / dedent / prose) and budget rules as on a diffusion model."""
+    from engine import Engine
+    from engine.api import InfillCall
+    from engine.calls import call_request
+
+    monkeypatch.delenv("EDIT_SERVER_DECODE", raising=False)
+    monkeypatch.delenv("EDIT_SERVER_FASTCPU", raising=False)
+    ar = Engine.from_checkpoint(_ar_ck(cached, monkeypatch), device="cpu")
+    diff = Engine.load("tiny-random", device="cpu")
+    assert ar.format.name == "qwen-fim" and diff.format.name != "qwen-fim"
+    prompt = FimPrompt("def f(xs):\n    total = 0\n    ", "\n    return total\n", path="a.py")
+    for call in (InfillCall(prompt, max_tokens=64, max_lines=4, budget_ms=5000.0),
+                 InfillCall(prompt, max_tokens=16, single_line=True)):
+        a, d = call_request(ar, call).canvas, call_request(diff, call).canvas
+        for f in ("single_line", "scope_indent", "max_lines", "stop_loops", "max_chars", "echo"):
+            assert getattr(a, f) == getattr(d, f), f
+        assert a.echo is not None and a.echo.suffix_lines[:1] == ("return total",)
+        assert (a.deadline is None) == (d.deadline is None) == call.single_line
+    multi = call_request(ar, InfillCall(prompt, max_tokens=64, max_lines=4)).canvas
+    assert (multi.scope_indent, multi.max_lines, multi.stop_loops) == (4, 4, True)

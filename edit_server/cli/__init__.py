@@ -20,7 +20,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("train", "engine.train.cli"),
     ("eval", "edit_server.cli.serving_view"),  # evals.cli with the serving rules' view plugged in
     ("align", "edit_server.cli.align"),
-    ("models", "engine.tiers"),
+    ("models", "edit_server.cli.models"),
 ]
 BENCH: list[str] = ["edit_server.cli.bench_engine", "edit_server.cli.bench_context", "edit_server.cli.bench_lsp",
                     "edit_server.cli.bench_http"]

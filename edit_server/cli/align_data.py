@@ -181,7 +181,7 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     d.add_argument("--corpus", type=Path, help="`edit-server train corpus` directory for self-play")
     d.add_argument("--heldout-selfplay", type=int, default=None, metavar="N",
                    help="of the self-play samples, how many on the corpus' held-out files (default 25 %%)")
-    d.add_argument("--model", default="default", help="model that plays (default: the default model)")
+    d.add_argument("--model", default="smollm2-bd3", help="model that plays (default: the embedded model)")
     d.add_argument("--device", default="auto")
     d.add_argument("--threads", type=int, default=0)
     d.add_argument("--heldout-fraction", type=float, default=0.2, help="groups held out by hash")

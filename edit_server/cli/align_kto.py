@@ -35,7 +35,7 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     k.add_argument("--corpus", type=Path, help="with --selfplay: a training corpus directory")
     k.add_argument("--min-records", type=int, default=20, help="with --feedback: fewest usable records")
     k.add_argument("--adapters-dir", type=Path, default=None, help=f"default {kto_gate.adapters_dir()}")
-    k.add_argument("--model", default="default", help="reference model (its adapter merged)")
+    k.add_argument("--model", default="smollm2-bd3", help="reference model (its adapter merged)")
     k.add_argument("--device", default="auto")
     k.add_argument("--threads", type=int, default=0)
     for name, typ, default in (("steps", int, 60), ("batch-size", int, 4), ("lr", float, 5e-4),

@@ -34,7 +34,7 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     m.add_argument("--adapter", type=Path, required=True, help="KTO adapter (path without suffix)")
     m.add_argument("--data", type=Path, default=None, help="`align data` dir: its training groups are "
                    "excluded from the HumanEval sample; its held-out self-play outputs are scored too")
-    m.add_argument("--model", default="default")
+    m.add_argument("--model", default="smollm2-bd3")
     m.add_argument("--device", default="auto")
     m.add_argument("--threads", type=int, default=0)
     m.add_argument("--split", default="single-line")

@@ -14,7 +14,8 @@ user who stops typing waits for). Gate off, so every suggestion counts.
 
 The session runs twice in one invocation: with the engine's default decoding and with
 autoregressive decoding of the same weights (``EDIT_SERVER_DECODE=ar``) — the ratio between the two
-is the figure to quote on a shared machine. Per request kind: p50 / p95 of the client's round trip,
+is the figure to quote on a shared machine. An autoregressive base (``--model qwen2.5-coder-0.5b``)
+runs once: its own decoding is already left to right. Per request kind: p50 / p95 of the client's round trip,
 model steps, prompt tokens recomputed (from the server's INFO line per model call), and the server's
 peak RSS.
 """
@@ -349,6 +350,17 @@ async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
         shutil.rmtree(root, ignore_errors=True)
 
 
+def autoregressive(model: str, device: str) -> bool:
+    """Whether ``model`` (``default``: the tier it means here, `engine.tiers`) already decodes left to right:
+    an autoregressive base (`engine.loading.ar_base`), whose main run is the AR run."""
+    from engine.loading.ar_base import is_ar_base
+    from engine.specs import resolve_device
+    from engine.tiers import DEFAULT, default_model
+
+    kind = resolve_device(device).type
+    return is_ar_base(default_model(kind, quiet=True).model if model.strip() == DEFAULT else model)
+
+
 def adapter_runs(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
     """Run name -> (EDIT_SERVER_DECODE, adapter path): main (and ar) for the shipped adapter, then main:NAME
     (and ar:NAME) for each ``--adapter NAME=PATH``."""
@@ -372,6 +384,9 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
                                   "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds")}}
+    if not args.no_ar and autoregressive(args.model, args.device):
+        args.no_ar = True  # the same decoding twice
+        report["note"] = f"{args.model} decodes left to right: no separate AR run"
     runs = adapter_runs(args)
     got: dict[str, list[tuple[Session, dict[str, float], list[str]]]] = {name: [] for name in runs}
     for _ in range(max(1, args.rounds)):  # alternating, so all see the same machine

@@ -16,7 +16,8 @@ def settings_flags(p: argparse.ArgumentParser, model_default: str | None = None,
     and ``--device`` (unless ``model`` is False), ``--set``, and ``--config`` when ``config``."""
     if model:
         p.add_argument("--model", default=model_default,
-                       help='"default" (embedded), "tiny-random", an HF directory or a .gguf file')
+                       help='"default" (the measured tier for this device: edit-server models), "smollm2-bd3" (embedded), '
+                            '"qwen2.5-coder-0.5b", "tiny-random", an HF directory or a .gguf file')
         p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any setting (README 'Settings'), camelCase, dotted for nested keys, JSON values: "

@@ -92,6 +92,10 @@ def run_check(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - t0
     info = eng.info
     print("edit-server check")
+    if args.model.strip() == "default":  # which tier and why (engine.tiers; also logged at INFO)
+        from engine.tiers import default_model
+
+        print(f"  default    {default_model(eng.device.type, quiet=True).line()}")
     print(f"  model      {info.get('model')}  ({info.get('label', '')})")
     print(f"  device     {info.get('device')}  dtype {info.get('dtype')}  attention {info.get('attention')}")
     print(f"  load       {load_s:.2f} s")

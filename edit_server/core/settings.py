@@ -133,7 +133,8 @@ def _check(key: str, value: Any) -> str | None:
     if key == "contextBudget" and value and value < MIN_CONTEXT_BUDGET:
         return f"must be 0 (auto) or at least {MIN_CONTEXT_BUDGET} tokens (got {value})"
     if key == "model" and (not value or "\x00" in value or len(value) > MAX_MODEL_SPEC):
-        return ('must be "default", "tiny-random", an HF directory, a .gguf file or ORG/NAME[@REVISION] '
+        return ('must be "default", "smollm2-bd3", "qwen2.5-coder-0.5b", "tiny-random", an HF directory, a .gguf '
+                'file or ORG/NAME[@REVISION] '
                 f"(got {value!r:.60})")
     if key == "remote.url" and value:
         from urllib.parse import urlsplit

@@ -26,6 +26,7 @@ from torch import nn
 
 from engine.loading.stacked import LoRAState, attach, base_adapter_sha, save_stacked, stacked_tensors
 from engine.reward import T_MIN
+from engine.tiers import EMBEDDED
 from engine.train.kto.elbo import logp, make_elbo_batch
 from engine.train.kto.loss import class_weights, kl_reference, kto_loss
 from engine.train.kto.records import read_set, to_example
@@ -38,7 +39,7 @@ Pair = tuple[list[int], list[int]]
 
 @dataclass
 class KtoConfig:
-    model: str = "default"  # engine spec of the reference: "default", "tiny-random", an HF dir, ...
+    model: str = EMBEDDED  # engine spec of the reference: "smollm2-bd3" (the embedded model), "tiny-random", an HF dir, ...
     data: str = ""  # `edit-server align data` directory
     out: str = ""  # adapter path without suffix
     steps: int = 60

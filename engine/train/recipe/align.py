@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from engine.tiers import EMBEDDED_SPECS
 from engine.train.recipe import COLLECT_PART, ROOT
 from engine.train.recipe.job import RecipeError, Work, _write, alive, job_env, read_json, wait_base
 from engine.train.recipe.parts import PartsError, join, missing, sha256_file, split
@@ -62,7 +63,7 @@ def start(work: Path, plan: dict[str, Any] | None = None, *, adapter: str = "", 
           python: str = sys.executable) -> dict[str, Any]:
     """Launch the alignment job detached. ``plan`` (None: the one already in the work dir, e.g. restored by a
     resume); ``adapter``: "run" (the training run's), "shipped" (this checkout's default), a path, or "" (the
-    run's when there is one, else the shipped one) — used only when the model is "default"."""
+    run's when there is one, else the shipped one) — used only when the model is the embedded one."""
     a = AlignWork(work)
     if not (a.w.boot / "recipe.json").is_file():
         raise RecipeError(f"{a.w.boot / 'recipe.json'}: not received yet (run `receive` with the first upload)")
@@ -83,7 +84,7 @@ def start(work: Path, plan: dict[str, Any] | None = None, *, adapter: str = "", 
     if have is not None and "reference" in have and a.ref.with_suffix(".safetensors").is_file():
         plan = {**plan, "reference": have["reference"]}  # the copied reference stays the one aligned against
     a.dir.mkdir(parents=True, exist_ok=True)
-    if plan.get("model") == "default" and not a.ref.with_suffix(".safetensors").is_file():
+    if plan.get("model") in EMBEDDED_SPECS and not a.ref.with_suffix(".safetensors").is_file():
         src = _reference(a.w, adapter)
         for ext in (".safetensors", ".json"):
             shutil.copyfile(src.with_suffix(ext), a.ref.with_suffix(ext))
@@ -216,7 +217,7 @@ def run_job(work: Path) -> int:
             from engine.train.recipe.job import build_job_corpus
 
             build_job_corpus(a.w, recipe)
-        if plan["model"] == "default" and recipe.get("base"):
+        if plan["model"] in EMBEDDED_SPECS and recipe.get("base"):
             _phase(a, "wait-base")
             wait_base(recipe["base"]["name"])
         if need_data:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.bench import peak_memory, prompt_ids, sync
+from engine.tiers import EMBEDDED
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--dtype", default="auto")
         sp.add_argument("--budget-s", type=float, default=90.0)
         sp.add_argument("--out", type=Path)
-    lat.add_argument("--model", default="default")
+    lat.add_argument("--model", default=EMBEDDED)
     lat.add_argument("--file", help="the file typed in (default: engine/templates.py)")
     lat.add_argument("--positions", type=int, default=12)
     a = p.parse_args(argv)

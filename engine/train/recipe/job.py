@@ -27,6 +27,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from engine.tiers import EMBEDDED
 from engine.train.recipe import MiB
 from engine.train.recipe.parts import check_part, copy_parts, join, missing, sha256_file
 
@@ -317,7 +318,7 @@ def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
     t_end = time.time() + seconds
     for i, split in enumerate(splits):
         out = w.run / "eval" / split
-        cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", "default", "--split", split,
+        cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", EMBEDDED, "--split", split,
                "--limit", str(ev["limit"]), "--out", str(out), "--no-progress",
                "--data", str(w.boot / "data" / "humaneval-infilling")]
         env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
@@ -351,7 +352,7 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
 
 def run_latency(w: Work, seconds: float) -> None:
     """The trained default's single-line and next-edit latency on this machine (``engine.train.recipe.bench_gpu latency``)."""
-    cmd = [sys.executable, "-m", "engine.train.recipe.bench_gpu", "latency", "--model", "default", "--budget-s",
+    cmd = [sys.executable, "-m", "engine.train.recipe.bench_gpu", "latency", "--model", EMBEDDED, "--budget-s",
            str(int(seconds)), "--out", str(w.root / "bench" / "latency.json")]
     env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
     try:

@@ -27,6 +27,6 @@ t gpu $G poll --wait 1500 --every 60 --to "$R/out" > "$R/poll.log"
 # here
 t $G keep "$R/out" --to "$R/kept" > "$R/keep.json"
 t $G export "$R/kept" --to "$R/exported/default"
-t env EDIT_SERVER_ADAPTER="$R/exported/default" $PY -m evals humaneval-infill --model default --device cpu \
+t env EDIT_SERVER_ADAPTER="$R/exported/default" $PY -m evals humaneval-infill --model smollm2-bd3 --device cpu \
     --split single-line --limit 3 --out "$R/eval-here" --no-progress > "$R/eval-here.txt"
 cat "$R/timings"
