@@ -201,3 +201,25 @@ def test_worker_returns_the_alternatives(eng: Any) -> None:
     finally:
         w.stop()
         w.join(5)
+
+
+def test_replay_table_rows(tmp_path) -> None:
+    """`edit-server eval table --replay`: docs/QUALITY.md's row format from a run's report.json."""
+    import json
+
+    from evals.table import replay_table
+
+    cat = {"next-edit": {"n": 4, "accept_rate": 0.25, "line_f1_mean": 0.375, "shown_rate": 0.5},
+           "elsewhere": {"n": 2, "no_edit_correct": 0.5}, "done": {"n": 2, "no_edit_correct": 1.0}}
+    summ = {"n": 8, "no_edit_correct": 0.75, "shown_rate": 0.375, "precision_when_shown": 1 / 3,
+            "latency_ms_p50": 1234.0, "latency_ms_p95": 5678.0}
+    gated = {"gate": {"threshold": 0.5, "summary": {**summ, "shown_rate": 0.125},
+                      "by_category": {**cat, "next-edit": {**cat["next-edit"], "shown_rate": 0.25}}}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps(
+        {"config": {"source": "replay x", "gate": False}, "summary": summ, "by_category": cat, "gated": gated}))
+    lines = replay_table(tmp_path).splitlines()
+    assert lines[4] == ("| gate off (every suggestion) | 8 | 25 % (1/4) | 0.38 | 50 % | 50 % | 100 % | 75 % "
+                        "| 38 % | 33 % |")
+    assert lines[5].startswith("| gate (score ≥ 0.5, no syntax error) | 8 | 25 % (1/4) | 0.38 | 25 % |")
+    assert "latency p50 1,234 ms, p95 5,678 ms" in lines
