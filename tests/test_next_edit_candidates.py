@@ -84,10 +84,17 @@ def test_no_substitution_from_insertions_mixed_changes_or_whitespace() -> None:
     assert same == repeat_edit.Substitution("old", "new")
 
 
-def test_the_new_text_just_written_is_not_substituted_again() -> None:
-    text = "self.foo = 1\nprint(foo)\n"
-    got = repeat_edit.apply(text, 0, len(text), repeat_edit.Substitution("foo", "self.foo"))
-    assert got == "self.foo = 1\nprint(self.foo)\n"
+def test_a_wrap_or_extension_is_not_repeated_a_replacement_is() -> None:
+    def sub(a: str, b: str) -> repeat_edit.Substitution | None:
+        return repeat_edit.hunk_substitution(unified_diff("m.py", a, b))
+
+    assert sub("f(x, foo)\n", "f(x, self.foo)\n") is None  # foo is a whole token of self.foo
+    assert sub("def f(a: bool):\n", "def f(a: str | bool):\n") is None
+    assert sub("g(done)\n", "g(done, later=1)\n") is None
+    assert sub("d = Decoder()\n", "d = ContentDecoder()\n") == repeat_edit.Substitution("Decoder", "ContentDecoder")
+    text = "x = Decoder()\ny = ContentDecoder()\n"  # the occurrence inside a longer word stays
+    assert repeat_edit.apply(text, 0, len(text), repeat_edit.Substitution("Decoder", "ContentDecoder")) == \
+        "x = ContentDecoder()\ny = ContentDecoder()\n"
 
 
 # -- the selection stage over several candidates ------------------------------------------------------

@@ -9,9 +9,12 @@ change across lines). `candidate` returns that rewritten region, or None.
   the current text): each run of removed lines must be followed by as many added lines, and every such
   line pair must make the same substitution (their common prefix / suffix removed, widened to whole
   words) — anything else (a line added or removed, two different changes) gives no candidate;
+* a wrap or extension — ``new`` holds ``old`` as a whole token (``x`` → ``x, y=1``, ``bool`` → ``str | bool``,
+  ``foo`` → ``self.foo``) — is local to its place and is not repeated; a replacement is (``Decoder`` →
+  ``ContentDecoder`` is one: ``Decoder`` is not a whole token there). Chosen on the training repositories'
+  sessions (docs/QUALITY.md), never on the held-out ones;
 * occurrences are matched at token boundaries (``old`` starting / ending with a word character is not
-  matched inside a longer word) and never inside an occurrence of ``new`` (``foo`` → ``self.foo`` does not
-  touch the ``self.foo`` just written);
+  matched inside a longer word);
 * only the region changes: text outside ``[start, end)`` is never touched.
 
 Its score for the gate is `SCORE`, a fixed prior (there are no token confidences): above most of the
@@ -97,7 +100,7 @@ def hunk_substitution(diff: str) -> Substitution | None:
             return None
     if not flush() or found is None:
         return None
-    if len(found.old.strip()) < MIN_OLD or found.old.strip() == found.new.strip():
+    if len(found.old.strip()) < MIN_OLD or found.old.strip() == found.new.strip() or _occurrences(found.new, found.old):
         return None
     return found
 
@@ -117,14 +120,11 @@ def _occurrences(text: str, old: str) -> list[int]:
 
 
 def apply(text: str, start: int, end: int, sub: Substitution) -> str | None:
-    """``text[start:end]`` with ``sub`` at every occurrence of ``sub.old`` inside it (not inside an
-    occurrence of ``sub.new``), or None when there is none."""
+    """``text[start:end]`` with ``sub`` at every occurrence of ``sub.old`` inside it, or None when there is
+    none."""
     region = text[start:end]
-    taken = [(i, i + len(sub.new)) for i in _occurrences(region, sub.new)] if sub.new.strip() else []
-    hits = [i for i in _occurrences(region, sub.old)
-            if not any(a <= i < b or a < i + len(sub.old) <= b for a, b in taken)]
     out, at = [], 0
-    for i in hits:
+    for i in _occurrences(region, sub.old):
         if i < at:  # overlapping occurrences: the first wins
             continue
         out += [region[at:i], sub.new]
