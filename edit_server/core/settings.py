@@ -41,10 +41,12 @@ class NextEdit(Feature, rename="camel", kw_only=True):
 
     # model rewrites of the editable region per request: the sampler's own + (n - 1) sampled alternatives
     # (`engine.api.RewriteCall.variant`; decoded one after another on the shared prompt KV); 1 = one rewrite
+    # (the default: with the shipped model, sampled alternatives showed more wrong edits, docs/QUALITY.md)
     candidates: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
     # one more candidate without the model: the user's last in-line substitution (a rename, a changed
-    # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`)
-    repeat_edit: bool = False
+    # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
+    # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
+    repeat_edit: bool = True
 
 
 class Limits(msgspec.Struct, rename="camel", kw_only=True):
