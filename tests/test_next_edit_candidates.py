@@ -230,3 +230,37 @@ def test_replay_table_rows(tmp_path) -> None:
                         "| 38 % | 33 % |")
     assert lines[5].startswith("| gate (score ≥ 0.5, no syntax error) | 8 | 25 % (1/4) | 0.38 | 25 % |")
     assert "latency p50 1,234 ms, p95 5,678 ms" in lines
+
+
+def test_pipeline_asks_for_alternatives_on_next_edits_only_not_on_the_engine_route(eng: Any) -> None:
+    """A next edit with ``nextEdit.candidates`` 3 makes 3 engine calls (one per candidate); the engine route
+    (``/v1/engine/complete``: the caller gets one result) makes one."""
+    import asyncio
+
+    from edit_server.core.pipeline import Pipeline
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.calls = inner, []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def complete(self, calls: Any) -> Any:
+            self.calls.append([getattr(c, "variant", 0) for c in calls])
+            return self.inner.complete(calls)
+
+    counting = Counting(eng)
+    s = Settings(feedback_db=":memory:", next_edit=NextEdit(candidates=3))
+    p = Pipeline(s, lambda *_: None, engine=counting)  # type: ignore[arg-type]
+    try:
+        assert p.worker.ready.wait(30)
+        prompt = EditPrompt("import os\n\n", "def add(a, b):\n    return a + b\n", "\n", 5, path="m.py")
+        assert asyncio.run(p.engine_call("k", prompt)) is not None
+        assert counting.calls == [[0]]
+        text = "def f(w):\n    return w\n"
+        p.open_document("file:///w/a.py", "/w/a.py", text, 1)
+        asyncio.run(p.next_edit("file:///w/a.py", 5))
+        assert counting.calls[1:] == [[0], [1], [2]]
+    finally:
+        p.stop()

@@ -246,7 +246,8 @@ class Pipeline:
             job = Job(key, fim_request(key, prompt), settings, prompt, single_line=single_line)
         else:
             req, built = edit_request(key, prompt)
-            job = Job(key, req, self.settings, built)
+            one = msgspec.structs.replace(self.settings.next_edit, candidates=1)  # the caller gets one result
+            job = Job(key, req, msgspec.structs.replace(self.settings, next_edit=one), built)
         out = await self._run(job)
         return out.result if out is not None else None
 
