@@ -122,6 +122,8 @@ def _occurrences(text: str, old: str) -> list[int]:
 def apply(text: str, start: int, end: int, sub: Substitution) -> str | None:
     """``text[start:end]`` with ``sub`` at every occurrence of ``sub.old`` inside it, or None when there is
     none."""
+    if not sub.old:
+        return None
     region = text[start:end]
     out, at = [], 0
     for i in _occurrences(region, sub.old):
