@@ -42,13 +42,18 @@ class InfillCall:
 
 @dataclass(frozen=True)
 class RewriteCall:
-    """Rewrite ``prompt.region`` given its surroundings and the edit history."""
+    """Rewrite ``prompt.region`` given its surroundings and the edit history. ``variant`` 0 = the
+    sampler's own output (greedy by default); i > 0 = a sampled alternative: the same sampler at
+    `engine.decoding.policy.VARIANT_TEMPERATURE` with seed i (`variant_sampler`), for the several
+    candidates a next edit may weigh. Run one after another with the same ``cache_key``, the variants
+    reuse the first call's prompt KV (the prefix cache): only their decoding costs."""
 
     prompt: EditPrompt
     sampler: SamplerConfig | None = None
     cache_key: str | None = None
     abort: AbortSignal | None = None
     on_step: StepCallback | None = None
+    variant: int = 0
 
 
 Call = InfillCall | RewriteCall

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
 from engine.decoding.echo import echo_for_edit, echo_for_fim
-from engine.decoding.policy import resolve
+from engine.decoding.policy import resolve, variant_sampler
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
 from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
@@ -83,7 +83,8 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")
-    return FormatRequest(lay.before, spec, c.sampler, c.cache_key, c.abort, after=list(lay.after),
+    sampler = c.sampler if isinstance(c, InfillCall) or not c.variant else variant_sampler(cfg, c.variant)
+    return FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 
 

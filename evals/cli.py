@@ -157,6 +157,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
+    tb.add_argument("--replay", action="store_true",
+                    help="the next-edit replay table of docs/QUALITY.md (per run: as served, with the gate)")
     tb.set_defaults(func=_clean_errors(run_table))
 
 
@@ -215,9 +217,9 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_table(args: argparse.Namespace) -> int:
-    from evals.table import tables
+    from evals.table import replay_table, tables
 
-    print(tables(args.dir))
+    print(replay_table(args.dir) if getattr(args, "replay", False) else tables(args.dir))
     return 0
 
 

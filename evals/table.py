@@ -1,4 +1,5 @@
-"""`edit-server eval table DIR`: one Markdown table of every report under DIR (for docs/QUALITY.md)."""
+"""`edit-server eval table DIR`: one Markdown table of every report under DIR (for docs/QUALITY.md);
+``--replay``: the next-edit replay table of docs/QUALITY.md's issue-25 section, per run (`replay_table`)."""
 
 from __future__ import annotations
 
@@ -34,4 +35,44 @@ def tables(root: Path) -> str:
             out.append(f"| {name} | {cfg.get('model')} | {'on' if cfg.get('gate') else 'off'} | "
                        + " | ".join(_fmt(s.get(c)) for c in CASE_COLS) + " |")
         out.append("")
+    return "\n".join(out)
+
+
+REPLAY_HEAD = ("| variant | n | next-edit exact | next-edit line F1 | next-edit shown | no-edit correct: elsewhere "
+               "| no-edit correct: done | no-edit correct: all | shown rate | precision when shown |\n"
+               "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * x:.0f} %"
+
+
+def replay_row(variant: str, summary: dict[str, Any], by_category: dict[str, Any]) -> str:
+    """One row of the replay table: next-edit exact / line F1 / shown, no-edit correct per quiet kind."""
+    ne = by_category.get("next-edit", {})
+    exact = f"{_pct(ne.get('accept_rate'))} ({round((ne.get('accept_rate') or 0) * ne.get('n', 0))}/{ne.get('n', 0)})"
+    f1 = "–" if ne.get("line_f1_mean") is None else f"{ne['line_f1_mean']:.2f}"
+    return (f"| {variant} | {summary.get('n')} | {exact} | {f1} | {_pct(ne.get('shown_rate'))} | "
+            f"{_pct(by_category.get('elsewhere', {}).get('no_edit_correct'))} | "
+            f"{_pct(by_category.get('done', {}).get('no_edit_correct'))} | {_pct(summary.get('no_edit_correct'))} | "
+            f"{_pct(summary.get('shown_rate'))} | {_pct(summary.get('precision_when_shown'))} |")
+
+
+def replay_table(root: Path) -> str:
+    """Per replay run under ``root`` (or ``root`` itself): its rows as served (gate off: every suggestion
+    the server's selection kept) and with the gate's view (score ≥ threshold, no syntax error)."""
+    reps = [root / "report.json"] if (root / "report.json").is_file() else sorted(root.glob("*/report.json"))
+    out: list[str] = []
+    for rep in reps:
+        d = json.loads(rep.read_text())
+        cfg = d.get("config", {})
+        lat = d.get("summary", {})
+        out += [f"{rep.parent.name}: {cfg.get('source')}", "", REPLAY_HEAD]
+        gate = "gate on" if cfg.get("gate") else "gate off (every suggestion)"
+        out.append(replay_row(gate, d.get("summary", {}), d.get("by_category", {})))
+        g = d.get("gated", {}).get("gate")
+        if g:
+            out.append(replay_row(f"gate (score ≥ {g['threshold']}, no syntax error)", g["summary"],
+                                  g["by_category"]))
+        out += ["", f"latency p50 {lat.get('latency_ms_p50') or 0:,.0f} ms, p95 {lat.get('latency_ms_p95') or 0:,.0f} ms", ""]
     return "\n".join(out)

@@ -123,7 +123,7 @@ def test_partial_lines_of_this_projects_code_are_never_flagged() -> None:
     rng = random.Random(7)
     files = sorted((ROOT / "edit_server").rglob("*.py"))
     flagged, caught, n = [], 0, 0
-    for f in rng.sample(files, 30):
+    for f in rng.sample(files, min(60, len(files))):  # ~300 cases: a 2 % bound needs more than 150
         lines = f.read_text(encoding="utf-8").split("\n")
         for _ in range(6):
             k_line = rng.randrange(len(lines))

@@ -33,7 +33,7 @@ from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
-from edit_server.selectivity.select import edit_result, fim_result, skip_reason
+from edit_server.selectivity.select import Candidate, edit_results, fim_result, repeat_candidate, skip_reason
 from edit_server.selectivity.thresholds import model_thresholds
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
@@ -247,7 +247,8 @@ class Pipeline:
             job = Job(key, fim_request(key, prompt), settings, prompt, single_line=single_line)
         else:
             req, built = edit_request(key, prompt)
-            job = Job(key, req, self.settings, built)
+            one = msgspec.structs.replace(self.settings.next_edit, candidates=1)  # the caller gets one result
+            job = Job(key, req, msgspec.structs.replace(self.settings, next_edit=one), built)
         out = await self._run(job)
         return out.result if out is not None else None
 
@@ -274,11 +275,11 @@ class Pipeline:
         if out is None:
             return None
         assert isinstance(out.built, EditBuilt)
-        sug, edits = edit_result(req, out.built, out.text, out.confidences, self.settings, out.reward,
-                                 model=model_thresholds(self.worker.engine))
+        cands, outcomes = edit_candidates(req, out, self.settings)
+        i, sug, edits = edit_results(req, out.built, cands, self.settings, model_thresholds(self.worker.engine))
         if sug is None:
             return None
-        self._offer(sug, out, uri, out.built.prompt)
+        self._offer(sug, outcomes[i], uri, out.built.prompt)
         return EditAnswer(sug, edits, req.text, req.version)
 
     def _offer(self, sug: Suggestion, out: Outcome, uri: str, prompt: Built | EditPrompt) -> None:
@@ -292,6 +293,23 @@ class Pipeline:
                 self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
             self.feedback.offered(sug.id, sug.kind, uri, sug.score, prompt=prompt, completion=out.text,
                                   shown_text=sug.text)
+
+
+def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple[list[Candidate], list[Outcome]]:
+    """A next edit's candidates — the model's rewrite, its sampled alternatives (``nextEdit.candidates``),
+    the repeated last edit (``nextEdit.repeatEdit``) — and the outcome each is offered to feedback as."""
+    assert isinstance(out.built, EditBuilt)
+    cands = [Candidate(out.text, out.confidences, out.reward)]
+    outcomes = [out]
+    for r, reward in out.alternatives:
+        cands.append(Candidate(r.text, list(r.confidences), reward, "sampled"))
+        outcomes.append(Outcome(out.built, r, out.batch, reward))
+    rep = repeat_candidate(req, out.built) if settings.next_edit.repeat_edit else None
+    if rep is not None:
+        cands.append(rep)
+        outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
+                                                          "end"), out.batch))
+    return cands, outcomes
 
 
 def fim_request(key: str, prompt: FimPrompt) -> FimRequest:

@@ -36,6 +36,19 @@ class Feature(msgspec.Struct, rename="camel", kw_only=True):
     enabled: bool = True
 
 
+class NextEdit(Feature, rename="camel", kw_only=True):
+    """Next edits (`edit_server.selectivity.select.pick` weighs the candidates, shows the best or none)."""
+
+    # model rewrites of the editable region per request: the sampler's own + (n - 1) sampled alternatives
+    # (`engine.api.RewriteCall.variant`; decoded one after another on the shared prompt KV); 1 = one rewrite
+    # (the default: with the shipped model, sampled alternatives showed more wrong edits, docs/QUALITY.md)
+    candidates: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
+    # one more candidate without the model: the user's last in-line substitution (a rename, a changed
+    # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
+    # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
+    repeat_edit: bool = True
+
+
 class Limits(msgspec.Struct, rename="camel", kw_only=True):
     """Input caps: what a careless or hostile client can make the server hold or parse."""
 
@@ -107,7 +120,7 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     # 0 = auto: 1,200 on a CPU, 2,000 on a GPU / remote
     multiline_budget_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 0
     inline_completion: Feature = msgspec.field(default_factory=Feature)
-    next_edit: Feature = msgspec.field(default_factory=Feature)
+    next_edit: NextEdit = msgspec.field(default_factory=NextEdit)
     gate: Gate = msgspec.field(default_factory=Gate)
     exclude: list[str] = msgspec.field(default_factory=lambda: ["**/.env", "**/*.pem", "**/*.key"])
     history_size: Annotated[int, msgspec.Meta(ge=0, le=64)] = 6

@@ -94,6 +94,8 @@ class Outcome:
     result: GenerateResult
     batch: int = 1
     reward: Any = None  # engine.reward.Reward of the KTO-aligned model, when one is loaded
+    # a next edit's sampled alternatives (setting nextEdit.candidates > 1): (result, reward) each
+    alternatives: list[tuple[GenerateResult, Any]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -147,7 +149,15 @@ def aligned_engine(eng: Engine, adapter: str | Path | None = "") -> tuple[Engine
         return eng, None
 
 
-def engine_call(job: Job, built: Built, engine: EngineAPI | None = None) -> Call:
+def alternatives_wanted(job: Job) -> int:
+    """How many sampled alternatives a job wants besides its first result: ``nextEdit.candidates`` - 1
+    for a next edit on the local engine (a remote backend has no seeded sampling: it would repeat itself)."""
+    if job.kind != "edit" or job.settings.remote.url:
+        return 0
+    return job.settings.next_edit.candidates - 1
+
+
+def engine_call(job: Job, built: Built, engine: EngineAPI | None = None, variant: int = 0) -> Call:
     """The engine call for a job: the block rule, output cut and cursor handling are the engine's."""
     if isinstance(job.req, FimRequest):
         assert isinstance(built, FimPrompt)
@@ -157,7 +167,8 @@ def engine_call(job: Job, built: Built, engine: EngineAPI | None = None) -> Call
                           max_lines=None if one else max_lines(job.settings, engine),
                           budget_ms=None if one else multiline_budget_ms(job.settings, engine))
     assert isinstance(built, EditBuilt)
-    return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort, on_step=job.on_step)
+    return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort,
+                       on_step=job.on_step if not variant else None, variant=variant)
 
 
 class EngineWorker:
@@ -394,7 +405,25 @@ class EngineWorker:
                      "decode %.0f ms, batch %d, %d tokens", j.kind, j.key, r.prompt_tokens, r.cached_tokens,
                      r.steps, r.forwards, r.finish_reason, t.get("prefill_ms", 0.0), t.get("decode_ms", 0.0),
                      len(built), len(r.tokens))
-            self._settle(j, Outcome(b, r, len(built), self._reward(j, b, r)))
+            self._settle(j, Outcome(b, r, len(built), self._reward(j, b, r), self._alternatives(j, b)))
+
+    def _alternatives(self, job: Job, built: Built) -> list[tuple[GenerateResult, Any]]:
+        """A next edit's sampled alternatives (`engine.api.RewriteCall.variant` 1, 2, …), one call after
+        another: each finds the first call's prompt KV in the prefix cache (same key), so only its decoding
+        costs. A failed or aborted one ends the list (the candidates so far still count)."""
+        out: list[tuple[GenerateResult, Any]] = []
+        for v in range(1, alternatives_wanted(job) + 1):
+            if job.abort.aborted or self.engine is None:
+                break
+            try:
+                r = self.engine.complete([engine_call(job, built, self.engine, variant=v)])[0]
+            except Exception:
+                log.warning("sampled next-edit alternative %d failed", v, exc_info=True)
+                break
+            if r.aborted:
+                break
+            out.append((r, self._reward(job, built, r)))
+        return out
 
     def _reward(self, job: Job, built: Built, r: GenerateResult) -> Any:
         """The aligned model's implicit reward of the output (one coupled forward pair), or None."""

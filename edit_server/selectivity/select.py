@@ -7,19 +7,26 @@ the line cap (engines that do not stop there themselves), the gate's filters (`g
 `gate.clean_edit`), the edits against the document, the syntax errors they would introduce
 (`syntax_check`), and the show/hide decision (`kto_gate.decide`: the implicit reward when there is one,
 else the confidence score against the calibrated threshold). `fim_result` / `edit_result` state the two
-kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all."""
+kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all.
+
+A next edit may have several candidates for one region (`Candidate`: the model's rewrite, sampled
+alternatives, the repeated last edit — setting ``nextEdit.candidates`` / ``nextEdit.repeatEdit``): `pick`
+takes each through the same stage and keeps the best — shown by the gate first, then without a syntax
+error introduced, then the highest score (the first candidate on ties) — or none. The ranking is the same
+with the gate off (the syntax check then only ranks), so a gate-off run shows the candidate the gate
+would have decided on."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import candidates, gate, kto_gate, syntax_check
+from edit_server.selectivity import candidates, gate, kto_gate, repeat_edit, syntax_check
 from edit_server.selectivity.thresholds import gate_threshold
 from engine.decoding.stops import lines_cut
 
@@ -132,23 +139,48 @@ def diff(o: Output, new: str) -> list[TextEdit]:
     return diff_edits(o.document[o.start:o.end], new, o.start)
 
 
-def select(o: Output, settings: Settings, model: Mapping[str, float] | None = None
-           ) -> tuple[Suggestion | None, list[TextEdit]]:
-    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes.
-    ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
+def _select(o: Output, settings: Settings, model: Mapping[str, float] | None = None, rank: bool = False
+            ) -> tuple[Suggestion | None, list[TextEdit], str | None]:
+    """`select`, and the syntax rule's verdict (checked when the gate is on, or to ``rank``)."""
     new = clean(o, cut(o))
     edits = diff(o, new)
     if not edits or o.kind == "edit" and candidates.reject_reason(
             o.document, o.cursor, o.path, o.start, o.document[o.start:o.end], new, o.history):
-        return None, []  # nothing, or a rewrite never worth showing (re-typed, an undo, lines just left)
+        return None, [], None  # nothing, or a rewrite never worth showing (re-typed, an undo, lines just left)
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
-                                   fim=o.kind == "fim") if enabled else None
+                                   fim=o.kind == "fim") if enabled or rank else None
     threshold = gate_threshold(settings, o.kind, model)
     d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled, threshold=threshold,
-                        target_precision=settings.gate.kto_target_precision, rule=rule)
+                        target_precision=settings.gate.kto_target_precision, rule=rule if enabled else None)
     return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason,
-                      threshold=threshold if enabled else None), edits
+                      threshold=threshold if enabled else None), edits, rule
+
+
+def select(o: Output, settings: Settings, model: Mapping[str, float] | None = None
+           ) -> tuple[Suggestion | None, list[TextEdit]]:
+    """The suggestion (shown or hidden, with the reason) and its edits; (None, []) when nothing changes.
+    ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
+    sug, edits, _ = _select(o, settings, model)
+    return sug, edits
+
+
+def pick(outputs: Sequence[Output], settings: Settings, model: Mapping[str, float] | None = None
+         ) -> tuple[int, Suggestion | None, list[TextEdit]]:
+    """The best of several outputs for one span (its index, suggestion and edits): each through `select`,
+    ranked shown first, then no syntax error introduced, then score; ``(-1, None, [])`` when none is left."""
+    if len(outputs) == 1:
+        sug, edits = select(outputs[0], settings, model)
+        return (0 if sug is not None else -1), sug, edits
+    best: tuple[tuple[bool, bool, float], int, Suggestion, list[TextEdit]] | None = None
+    for i, o in enumerate(outputs):
+        sug, edits, rule = _select(o, settings, model, rank=True)
+        if sug is None:
+            continue
+        key = (sug.show, rule is None, sug.score)
+        if best is None or key > best[0]:
+            best = (key, i, sug, edits)
+    return (-1, None, []) if best is None else best[1:]  # type: ignore[return-value]
 
 
 def fim_result(req: FimRequest, text: str, confidences: list[float], settings: Settings,
@@ -159,9 +191,34 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
                          is_single_line(req, settings.multiline), max_lines), settings, model)[0]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One rewrite of a next edit's region: the model's (``origin`` "model", or "sampled" for an
+    alternative; its confidences and reward) or the repeated last edit ("repeat": `repeat_edit.SCORE`)."""
+
+    new: str
+    confidences: list[float]
+    reward: Any = None
+    origin: str = "model"
+
+
 def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
                 settings: Settings, reward: Any = None, model: Mapping[str, float] | None = None
                 ) -> tuple[Suggestion | None, list[TextEdit]]:
     """The next edit from the engine's new region, and its edits."""
-    return select(Output("edit", req.path, req.text, built.region_start, built.region_end, new_region,
-                         confidences, reward, cursor=req.offset, history=req.history), settings, model)
+    return edit_results(req, built, [Candidate(new_region, confidences, reward)], settings, model)[1:]
+
+
+def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate], settings: Settings,
+                 model: Mapping[str, float] | None = None) -> tuple[int, Suggestion | None, list[TextEdit]]:
+    """The next edit `pick` makes of the candidates for the region (the index of the one taken, -1 when
+    none), and its edits. ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
+    return pick([Output("edit", req.path, req.text, built.region_start, built.region_end, c.new,
+                        c.confidences, c.reward, cursor=req.offset, history=req.history) for c in cands],
+                settings, model)
+
+
+def repeat_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:
+    """The repeated last edit as a candidate for the region (`repeat_edit`), or None."""
+    new = repeat_edit.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
+    return None if new is None else Candidate(new, [repeat_edit.SCORE], None, "repeat")

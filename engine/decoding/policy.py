@@ -60,3 +60,14 @@ def resolve(cfg: SamplerConfig | None, default: SamplerConfig) -> SamplerConfig:
         return default
     fill = {k: getattr(default, k) for k in ("window", "speculate") if getattr(cfg, k) is None}
     return replace(cfg, **fill) if fill else cfg
+
+
+VARIANT_TEMPERATURE = 0.7  # sampled next-edit alternatives (`engine.api.RewriteCall.variant`)
+
+
+def variant_sampler(cfg: SamplerConfig, variant: int) -> SamplerConfig:
+    """``cfg`` for alternative ``variant`` of a call: itself for 0, else sampled at `VARIANT_TEMPERATURE`
+    (top-p 0.95) with seed ``variant`` — reproducible, and different per variant."""
+    if variant <= 0:
+        return cfg
+    return replace(cfg, temperature=VARIANT_TEMPERATURE, top_p=0.95, seed=variant)

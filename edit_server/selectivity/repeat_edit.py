@@ -1,0 +1,145 @@
+"""The "repeat the last edit" next-edit candidate: no model (pure functions).
+
+When the user's last edit of the document was a substitution inside lines — ``old`` → ``new`` on every
+line it touched, e.g. a rename, a changed literal or argument — the same substitution at the other
+occurrences of ``old`` in the editable region is a likely next edit (real histories often repeat one
+change across lines). `candidate` returns that rewritten region, or None.
+
+* the substitution is read from the last hunk of the document's history (a unified diff whose new side is
+  the current text): each run of removed lines must be followed by as many added lines, and every such
+  line pair must make the same substitution (their common prefix / suffix removed, widened to whole
+  words) — anything else (a line added or removed, two different changes) gives no candidate;
+* a wrap or extension — ``new`` holds ``old`` as a whole token (``x`` → ``x, y=1``, ``bool`` → ``str | bool``,
+  ``foo`` → ``self.foo``) — is local to its place and is not repeated; a replacement is (``Decoder`` →
+  ``ContentDecoder`` is one: ``Decoder`` is not a whole token there). Chosen on the training repositories'
+  sessions (docs/QUALITY.md), never on the held-out ones;
+* occurrences are matched at token boundaries (``old`` starting / ending with a word character is not
+  matched inside a longer word);
+* only the region changes: text outside ``[start, end)`` is never touched.
+
+Its score for the gate is `SCORE`, a fixed prior (there are no token confidences): above most of the
+shipped model's rewrite scores, so `select.pick` prefers it to them, and ``gate.threshold`` above it hides
+it like any other suggestion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edit_server.selectivity.candidates import HunkLike
+
+SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
+MIN_OLD = 2  # characters of ``old`` (stripped) a substitution needs: one-letter tokens are too common
+_WORD = re.compile(r"\w")
+
+
+@dataclass(frozen=True)
+class Substitution:
+    old: str
+    new: str
+
+
+def _is_word(ch: str) -> bool:
+    return bool(_WORD.match(ch))
+
+
+def line_substitution(a: str, b: str) -> Substitution | None:
+    """What turns line ``a`` into line ``b``: the differing middle, widened to whole words (None: equal)."""
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    p = 0
+    while p < n and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < n - p and a[len(a) - 1 - q] == b[len(b) - 1 - q]:
+        q += 1
+    while p > 0 and _is_word(a[p - 1]):  # the common prefix ends inside a word: take the whole word
+        p -= 1
+    while q > 0 and _is_word(a[len(a) - q]):
+        q -= 1
+    return Substitution(a[p:len(a) - q], b[p:len(b) - q])
+
+
+def hunk_substitution(diff: str) -> Substitution | None:
+    """The one substitution every changed line pair of a unified diff makes, or None."""
+    found: Substitution | None = None
+    rem: list[str] = []
+    add: list[str] = []
+
+    def flush() -> bool:
+        nonlocal found
+        if not rem and not add:
+            return True
+        if len(rem) != len(add):
+            return False
+        for a, b in zip(rem, add, strict=True):
+            s = line_substitution(a, b)
+            if s is None or found is not None and s != found:
+                return False
+            found = s
+        rem.clear()
+        add.clear()
+        return True
+
+    for line in diff.splitlines():
+        if line.startswith(("--- ", "+++ ", "@@")):
+            if not flush():
+                return None
+            continue
+        tag, body = line[:1], line[1:]
+        if tag == "-":
+            if add:  # a removal after additions: not a run of pairs
+                return None
+            rem.append(body)
+        elif tag == "+":
+            add.append(body)
+        elif not flush():
+            return None
+    if not flush() or found is None:
+        return None
+    if len(found.old.strip()) < MIN_OLD or found.old.strip() == found.new.strip() or _occurrences(found.new, found.old):
+        return None
+    return found
+
+
+def _occurrences(text: str, old: str) -> list[int]:
+    """Starts of ``old`` in ``text`` at token boundaries."""
+    out = []
+    i = text.find(old)
+    while i >= 0:
+        before_ok = not (_is_word(old[0]) and i > 0 and _is_word(text[i - 1]))
+        j = i + len(old)
+        after_ok = not (_is_word(old[-1]) and j < len(text) and _is_word(text[j]))
+        if before_ok and after_ok:
+            out.append(i)
+        i = text.find(old, i + 1)
+    return out
+
+
+def apply(text: str, start: int, end: int, sub: Substitution) -> str | None:
+    """``text[start:end]`` with ``sub`` at every occurrence of ``sub.old`` inside it, or None when there is
+    none."""
+    if not sub.old:
+        return None
+    region = text[start:end]
+    out, at = [], 0
+    for i in _occurrences(region, sub.old):
+        if i < at:  # overlapping occurrences: the first wins
+            continue
+        out += [region[at:i], sub.new]
+        at = i + len(sub.old)
+    if not out:
+        return None
+    return "".join(out) + region[at:]
+
+
+def candidate(text: str, start: int, end: int, path: str, history: Sequence[HunkLike]) -> str | None:
+    """The region ``text[start:end]`` with the last edit of ``path`` repeated in it, or None."""
+    last = next((h for h in reversed(history) if h.path == path), None)
+    if last is None:
+        return None
+    sub = hunk_substitution(last.diff)
+    return apply(text, start, end, sub) if sub is not None else None

@@ -1,0 +1,266 @@
+"""Several next-edit candidates (issue 25, item 5): sampled alternatives from the engine (tiny random model),
+the repeated last edit (no model), and the one selection stage picking the best of them or none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edit_server.core.history import Hunk
+from edit_server.core.requests import EditBuilt, EditRequest
+from edit_server.core.settings import Gate, NextEdit, Settings
+from edit_server.core.worker import Job, Outcome, alternatives_wanted
+from edit_server.selectivity import repeat_edit
+from edit_server.selectivity.select import Candidate, edit_result, edit_results, repeat_candidate
+from engine.api import RewriteCall
+from engine.templates import EditPrompt
+from engine.textdiff import unified_diff
+from engine.types import GenerateResult
+
+
+def _hunk(old: str, new: str, path: str = "m.py") -> Hunk:
+    return Hunk(path, unified_diff(path, old, new), 0.0, False)
+
+
+def _req(before: str, now: str, cur: int, path: str = "m.py") -> tuple[EditRequest, EditBuilt]:
+    req = EditRequest(f"file:///w/{path}", path, now, 2, cur, [_hunk(before, now, path)])
+    return req, EditBuilt(EditPrompt("", now, "", cur, path=path), 0, len(now))
+
+
+# -- the repeated last edit ----------------------------------------------------------------------------
+
+BEFORE = "def f(count):\n    total = count + 1\n    print(count)\n    return count * 2\n"
+RENAMED = BEFORE.replace("def f(count)", "def f(n)")
+
+
+def test_rename_is_repeated_at_the_other_occurrences() -> None:
+    req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
+    sub = repeat_edit.hunk_substitution(req.history[-1].diff)
+    assert sub == repeat_edit.Substitution("count", "n")
+    cand = repeat_candidate(req, built)
+    assert cand is not None and cand.origin == "repeat" and cand.confidences == [repeat_edit.SCORE]
+    assert cand.new == "def f(n):\n    total = n + 1\n    print(n)\n    return n * 2\n"
+
+
+def test_substitution_widens_to_whole_words_and_respects_token_boundaries() -> None:
+    assert repeat_edit.line_substitution("foo(bar)", "foo(baz)") == repeat_edit.Substitution("bar", "baz")
+    assert repeat_edit.line_substitution("x = 1", "x = 10") == repeat_edit.Substitution("1", "10")
+    text = "x = bar\ny = bars + bar_1 + foo.bar\n"
+    sub = repeat_edit.Substitution("bar", "baz")
+    assert repeat_edit.apply(text, 0, len(text), sub) == "x = baz\ny = bars + bar_1 + foo.baz\n"
+
+
+def test_no_candidate_when_the_old_text_no_longer_occurs() -> None:
+    before = "a = old_value\nb = 2\n"
+    now = "a = new_value\nb = 2\n"
+    req, built = _req(before, now, now.index("b"))
+    assert repeat_edit.hunk_substitution(req.history[-1].diff) == repeat_edit.Substitution("old_value", "new_value")
+    assert repeat_candidate(req, built) is None
+
+
+def test_never_touches_text_outside_the_region() -> None:
+    now = "x = count\n" + RENAMED + "y = count\n"
+    before = "x = count\n" + BEFORE + "y = count\n"
+    start, end = len("x = count\n"), len("x = count\n") + len(RENAMED)
+    req = EditRequest("file:///w/m.py", "m.py", now, 2, start + 8, [_hunk(before, now)])
+    built = EditBuilt(EditPrompt(now[:start], now[start:end], now[end:], 8, path="m.py"), start, end)
+    cand = repeat_candidate(req, built)
+    assert cand is not None
+    assert cand.new == "def f(n):\n    total = n + 1\n    print(n)\n    return n * 2\n"
+    assert "count" not in cand.new  # the region only: the caller's edits span [start, end)
+    _, sug, edits = edit_results(req, built, [cand], Settings())
+    assert sug is not None and edits and all(start <= e.start and e.end <= end for e in edits)
+
+
+def test_no_substitution_from_insertions_mixed_changes_or_whitespace() -> None:
+    added = repeat_edit.hunk_substitution(unified_diff("m.py", "a = 1\n", "a = 1\nb = 2\n"))
+    two = repeat_edit.hunk_substitution(unified_diff("m.py", "x = foo\ny = bar\n", "x = foo2\ny = bar2\n"))
+    indent = repeat_edit.hunk_substitution(unified_diff("m.py", "x = 1\n", "    x = 1\n"))
+    short = repeat_edit.hunk_substitution(unified_diff("m.py", "f(a)\n", "f(b)\n"))
+    assert (added, two, indent, short) == (None, None, None, None)
+    # the same change on two lines is one substitution
+    same = repeat_edit.hunk_substitution(unified_diff("m.py", "f(old)\ng(old)\n", "f(new)\ng(new)\n"))
+    assert same == repeat_edit.Substitution("old", "new")
+
+
+def test_a_wrap_or_extension_is_not_repeated_a_replacement_is() -> None:
+    def sub(a: str, b: str) -> repeat_edit.Substitution | None:
+        return repeat_edit.hunk_substitution(unified_diff("m.py", a, b))
+
+    assert sub("f(x, foo)\n", "f(x, self.foo)\n") is None  # foo is a whole token of self.foo
+    assert sub("def f(a: bool):\n", "def f(a: str | bool):\n") is None
+    assert sub("g(done)\n", "g(done, later=1)\n") is None
+    assert sub("d = Decoder()\n", "d = ContentDecoder()\n") == repeat_edit.Substitution("Decoder", "ContentDecoder")
+    text = "x = Decoder()\ny = ContentDecoder()\n"  # the occurrence inside a longer word stays
+    assert repeat_edit.apply(text, 0, len(text), repeat_edit.Substitution("Decoder", "ContentDecoder")) == \
+        "x = ContentDecoder()\ny = ContentDecoder()\n"
+
+
+# -- the selection stage over several candidates ------------------------------------------------------
+
+B0 = "a = 1\nb = 2\nc = 3\nd = 4\n"
+B1 = "a = 1\nb = 20\nc = 3\nd = 4\n"
+
+
+def test_filter_drops_an_undo_and_the_pick_takes_the_other() -> None:
+    req, built = _req(B0, B1, B1.index("b = 20") + 6)
+    undo = Candidate(B0, [0.99] * 4)  # the most confident one takes the last edit back
+    other = Candidate(B1.replace("d = 4", "d = 40"), [0.7] * 4, origin="sampled")
+    i, sug, edits = edit_results(req, built, [undo, other], Settings())
+    assert i == 1 and sug is not None and sug.show and sug.text == other.new
+    assert abs(sug.score - 0.7) < 1e-9 and [(e.text) for e in edits] == ["0"]
+    assert edit_results(req, built, [undo], Settings()) == (-1, None, [])
+
+
+def test_ranking_prefers_shown_then_syntax_clean_then_score_with_the_gate_on_or_off() -> None:
+    req, built = _req(B0, B1, B1.index("b = 20") + 6)
+    broken = Candidate(B1.replace("d = 4", "d = (4"), [0.99] * 4)
+    low = Candidate(B1.replace("d = 4", "d = 5"), [0.3] * 4)
+    good = Candidate(B1.replace("d = 4", "d = 40"), [0.8] * 4)
+    for enabled in (True, False):
+        s = Settings(gate=Gate(enabled=enabled))
+        i, sug, _ = edit_results(req, built, [broken, low, good], s)
+        assert i == 2 and sug is not None and sug.show, enabled
+        i, sug, _ = edit_results(req, built, [broken, low], s)  # the gate would show neither
+        assert i == 1 and sug is not None and sug.show is (not enabled), enabled
+    # ties go to the first candidate (the model's own rewrite)
+    twin = Candidate(good.new.replace("40", "41"), [0.8] * 4)
+    assert edit_results(req, built, [good, twin], Settings())[0] == 0
+
+
+def test_one_candidate_is_exactly_the_single_rewrite_path() -> None:
+    req, built = _req(B0, B1, B1.index("b = 20") + 6)
+    new = B1.replace("d = 4", "d = 40")
+    sug, edits = edit_result(req, built, new, [0.9] * 4, Settings())
+    i, sug2, edits2 = edit_results(req, built, [Candidate(new, [0.9] * 4)], Settings())
+    assert i == 0 and sug is not None and sug2 is not None and edits == edits2
+    assert (sug.text, sug.score, sug.show, sug.reason) == (sug2.text, sug2.score, sug2.show, sug2.reason)
+
+
+def test_pipeline_candidates_follow_the_settings() -> None:
+    from edit_server.core.pipeline import edit_candidates
+
+    req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
+    res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
+    alt = GenerateResult(RENAMED.replace("+ 1", "+ 2"), [1, 2], [0.6, 0.6], 1, 1, 10, 10, "end")
+    out = Outcome(built, res, 1, None, [(alt, None)])
+    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False)))
+    assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
+    cands, outs = edit_candidates(req, out, Settings())  # on by default
+    assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
+    # the model re-typed the region (filtered), the alternative is weaker than the repeated rename
+    i, sug, _ = edit_results(req, built, cands, Settings())
+    assert i == 2 and sug is not None and "count" not in sug.text
+
+
+def test_alternatives_wanted_only_for_local_next_edits() -> None:
+    from edit_server.core.requests import FimRequest
+    from edit_server.core.settings import Remote
+
+    s3 = Settings(next_edit=NextEdit(candidates=3))
+    edit = EditRequest("u", "/w/a.py", "x = 1\n", 1, 0)
+    assert alternatives_wanted(Job("u", edit, s3)) == 2
+    assert alternatives_wanted(Job("u", edit, Settings())) == 0
+    assert alternatives_wanted(Job("u", FimRequest("u", "/w/a.py", "x", 1, 1, True), s3)) == 0
+    assert alternatives_wanted(Job("u", edit, Settings(next_edit=NextEdit(candidates=3),
+                                                       remote=Remote(url="http://127.0.0.1:1")))) == 0
+
+
+# -- the engine's sampled alternatives (tiny random model) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def eng() -> Any:
+    from engine import Engine
+
+    return Engine.load("tiny-random", device="cpu")
+
+
+def test_variants_are_sampled_reproducible_and_reuse_the_prompt_kv(eng: Any) -> None:
+    region = "def add(a, b):\n    return a + b\n"
+    p = EditPrompt("import os\n\n", region, "\nprint(add(1, 2))\n", 5, path="m.py")
+    greedy = eng.complete([RewriteCall(p, cache_key="doc")])[0]
+    assert eng.complete([RewriteCall(p, cache_key="doc", variant=0)])[0].tokens == greedy.tokens
+    v1 = eng.complete([RewriteCall(p, cache_key="doc", variant=1)])[0]
+    v2 = eng.complete([RewriteCall(p, cache_key="doc", variant=2)])[0]
+    assert v1.cached_tokens > 0 and v1.cached_tokens >= v1.prompt_tokens - eng.block_size  # prompt KV reused
+    again = eng.complete([RewriteCall(p, variant=1)])[0]
+    assert again.tokens == v1.tokens  # seeded: the same variant twice is the same text
+    assert len({tuple(greedy.tokens), tuple(v1.tokens), tuple(v2.tokens)}) == 3
+
+
+def test_worker_returns_the_alternatives(eng: Any) -> None:
+    from edit_server.core.worker import EngineWorker
+
+    states: list[tuple[str, str]] = []
+    w = EngineWorker(lambda s, m: states.append((s, m)))
+    try:
+        w.load("tiny-random", "cpu", Settings(), eng)
+        assert w.ready.wait(60), states
+        text = "def f(w):\n    return w\n"
+        one = w.submit(Job("u", EditRequest("u", "/w/a.py", text, 1, 5), Settings())).result(60)
+        three = w.submit(Job("u", EditRequest("u", "/w/a.py", text, 1, 5),
+                             Settings(next_edit=NextEdit(candidates=3)))).result(60)
+        assert one is not None and one.alternatives == []
+        assert three is not None and len(three.alternatives) == 2
+        assert three.result.tokens == one.result.tokens  # the first candidate is the single rewrite
+    finally:
+        w.stop()
+        w.join(5)
+
+
+def test_replay_table_rows(tmp_path) -> None:
+    """`edit-server eval table --replay`: docs/QUALITY.md's row format from a run's report.json."""
+    import json
+
+    from evals.table import replay_table
+
+    cat = {"next-edit": {"n": 4, "accept_rate": 0.25, "line_f1_mean": 0.375, "shown_rate": 0.5},
+           "elsewhere": {"n": 2, "no_edit_correct": 0.5}, "done": {"n": 2, "no_edit_correct": 1.0}}
+    summ = {"n": 8, "no_edit_correct": 0.75, "shown_rate": 0.375, "precision_when_shown": 1 / 3,
+            "latency_ms_p50": 1234.0, "latency_ms_p95": 5678.0}
+    gated = {"gate": {"threshold": 0.5, "summary": {**summ, "shown_rate": 0.125},
+                      "by_category": {**cat, "next-edit": {**cat["next-edit"], "shown_rate": 0.25}}}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps(
+        {"config": {"source": "replay x", "gate": False}, "summary": summ, "by_category": cat, "gated": gated}))
+    lines = replay_table(tmp_path).splitlines()
+    assert lines[4] == ("| gate off (every suggestion) | 8 | 25 % (1/4) | 0.38 | 50 % | 50 % | 100 % | 75 % "
+                        "| 38 % | 33 % |")
+    assert lines[5].startswith("| gate (score ≥ 0.5, no syntax error) | 8 | 25 % (1/4) | 0.38 | 25 % |")
+    assert "latency p50 1,234 ms, p95 5,678 ms" in lines
+
+
+def test_pipeline_asks_for_alternatives_on_next_edits_only_not_on_the_engine_route(eng: Any) -> None:
+    """A next edit with ``nextEdit.candidates`` 3 makes 3 engine calls (one per candidate); the engine route
+    (``/v1/engine/complete``: the caller gets one result) makes one."""
+    import asyncio
+
+    from edit_server.core.pipeline import Pipeline
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.calls = inner, []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def complete(self, calls: Any) -> Any:
+            self.calls.append([getattr(c, "variant", 0) for c in calls])
+            return self.inner.complete(calls)
+
+    counting = Counting(eng)
+    s = Settings(feedback_db=":memory:", next_edit=NextEdit(candidates=3))
+    p = Pipeline(s, lambda *_: None, engine=counting)  # type: ignore[arg-type]
+    try:
+        assert p.worker.ready.wait(30)
+        prompt = EditPrompt("import os\n\n", "def add(a, b):\n    return a + b\n", "\n", 5, path="m.py")
+        assert asyncio.run(p.engine_call("k", prompt)) is not None
+        assert counting.calls == [[0]]
+        text = "def f(w):\n    return w\n"
+        p.open_document("file:///w/a.py", "/w/a.py", text, 1)
+        asyncio.run(p.next_edit("file:///w/a.py", 5))
+        assert counting.calls[1:] == [[0], [1], [2]]
+    finally:
+        p.stop()
