@@ -27,3 +27,15 @@ def unified_diff(path: str, old: str, new: str, *, context: int = 3, first_line:
             line += "\n\\ No newline at end of file\n"
         out.append(line)
     return "".join(out)
+
+
+def changed_span(old: str, new: str) -> tuple[int, int, int]:
+    """The smallest span turning ``old`` into ``new``: (start, end in ``old``, end in ``new``)."""
+    n = min(len(old), len(new))
+    p = 0
+    while p < n and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
+        s += 1
+    return p, len(old) - s, len(new) - s

@@ -296,15 +296,3 @@ def history_states(case: Case) -> dict[str, list[str]]:
         chain = states.setdefault(path, [case.files[path]])
         chain.insert(0, apply_diff(chain[0], diff, reverse=True))
     return states
-
-
-def changed_span(old: str, new: str) -> tuple[int, int, int]:
-    """The smallest span turning ``old`` into ``new``: (start, end in ``old``, end in ``new``)."""
-    n = min(len(old), len(new))
-    p = 0
-    while p < n and old[p] == new[p]:
-        p += 1
-    s = 0
-    while s < n - p and old[len(old) - 1 - s] == new[len(new) - 1 - s]:
-        s += 1
-    return p, len(old) - s, len(new) - s

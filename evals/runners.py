@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from evals.cases import Case, Edit, changed_span, diff_path, history_states, judge
+from engine.textdiff import changed_span
+from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore

@@ -14,7 +14,8 @@ from typing import Any
 from edit_server.core.documents import EditEvent
 from edit_server.core.history import EditHistory
 from edit_server.selectivity.candidates import reject_reason
-from evals.cases import Case, Edit, apply_edits, changed_span, history_states
+from engine.textdiff import changed_span
+from evals.cases import Case, Edit, apply_edits, history_states
 
 
 def _event(path: str, old: str, new: str) -> EditEvent:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edit_server.selectivity.candidates import HunkLike
+from engine.textdiff import changed_span
 
 SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
 MIN_OLD = 2  # characters of ``old`` (stripped) a substitution needs: one-letter tokens are too common
@@ -49,13 +50,8 @@ def line_substitution(a: str, b: str) -> Substitution | None:
     """What turns line ``a`` into line ``b``: the differing middle, widened to whole words (None: equal)."""
     if a == b:
         return None
-    n = min(len(a), len(b))
-    p = 0
-    while p < n and a[p] == b[p]:
-        p += 1
-    q = 0
-    while q < n - p and a[len(a) - 1 - q] == b[len(b) - 1 - q]:
-        q += 1
+    p, end, _ = changed_span(a, b)
+    q = len(a) - end
     while p > 0 and _is_word(a[p - 1]):  # the common prefix ends inside a word: take the whole word
         p -= 1
     while q > 0 and _is_word(a[len(a) - q]):

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.train.recipe import BACK_FILES, BACK_TOTAL, COLLECT_PART, ROOT, MiB
 from engine.train.recipe.base_parts import HOLD, hold_commands, window_tree_bytes
-from engine.train.recipe.window import Costs, format_plan, pack_uploads, plan_window
+from engine.train.recipe.window import Costs, fill_uploads, format_plan, pack_uploads, plan_window
 
 PACK = "runs/gpu-pack-qwen"
 BOOT_ESTIMATE = 4_000_000  # code + HumanEval data + the 151,936-token tokenizer.json, xz (before a pack)
@@ -64,18 +64,7 @@ def estimate_base_uploads(name: str, tree: int, room: int) -> list[dict[str, Any
     from engine.loading.base import parted_base
     from engine.loading.tied import tied_name
 
-    fname = tied_name(parted_base(name))
-    ups: list[dict[str, Any]] = [{"bytes": BOOT_ESTIMATE, "files": ["boot.tar.xz"]}]
-    left, free = size, room - BOOT_ESTIMATE
-    while left > 0:
-        if free <= 0:
-            ups.append({"bytes": 0, "files": []})
-            free = room
-        n = min(left, free)
-        ups[-1]["bytes"] += n
-        ups[-1]["files"] = sorted(set(ups[-1]["files"]) | {fname})
-        left, free = left - n, free - n
-    return [{"carry": f"{PACK}/up{i}", **u} for i, u in enumerate(ups, 1)]
+    return fill_uploads(BOOT_ESTIMATE, size, tied_name(parted_base(name)), room, PACK)
 
 
 def collect_fits(config: dict[str, Any]) -> dict[str, Any]:

@@ -269,16 +269,23 @@ def estimate_uploads(tree: int, boot: int = 3_000_000, base_xz: int = 90_400_000
     cap = limit - tree - margin
     if cap < boot:
         raise ValueError(f"the working tree ({tree / MiB:.1f} MiB) leaves no room for the boot bundle")
-    ups, left, room = [{"bytes": boot, "files": ["boot.tar.xz"]}], base_xz, cap - boot
+    return fill_uploads(boot, base_xz, "base.gguf.xz", cap, "runs/gpu-pack")
+
+
+def fill_uploads(boot: int, size: int, name: str, room: int, pack: str) -> list[dict[str, Any]]:
+    """Uploads of ``room`` bytes each: the boot bundle first and whole, then ``size`` bytes of ``name``
+    in the room left (its parts spread over as many uploads as it takes)."""
+    ups: list[dict[str, Any]] = [{"bytes": boot, "files": ["boot.tar.xz"]}]
+    left, free = size, room - boot
     while left > 0:
-        if room <= 0:
+        if free <= 0:
             ups.append({"bytes": 0, "files": []})
-            room = cap
-        n = min(left, room)
+            free = room
+        n = min(left, free)
         ups[-1]["bytes"] += n
-        ups[-1]["files"] = sorted(set(ups[-1]["files"]) | {"base.gguf.xz"})
-        left, room = left - n, room - n
-    return [{"carry": f"runs/gpu-pack/up{i}", **u} for i, u in enumerate(ups, 1)]
+        ups[-1]["files"] = sorted(set(ups[-1]["files"]) | {name})
+        left, free = left - n, free - n
+    return [{"carry": f"{pack}/up{i}", **u} for i, u in enumerate(ups, 1)]
 
 
 def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree: int, *,
