@@ -250,8 +250,8 @@ def test_worker_uses_the_engines_meta_degraded_and_close() -> None:
 def test_auto_budget_follows_model_and_device() -> None:
     from types import SimpleNamespace
 
-    def eng(device: str, ctx: int, layout: str | None = None) -> SimpleNamespace:
-        return SimpleNamespace(args=SimpleNamespace(max_seq_len=ctx), info={"device": device, "edit_layout": layout})
+    def eng(device: str, ctx: int) -> SimpleNamespace:
+        return SimpleNamespace(args=SimpleNamespace(max_seq_len=ctx), info={"device": device})
 
     auto = Settings()
     assert auto.context_budget == 0
@@ -259,35 +259,10 @@ def test_auto_budget_follows_model_and_device() -> None:
     assert auto_budget(auto, eng("cuda:0", 8192)) == 8192 - contexts.CANVAS_RESERVE
     assert auto_budget(auto, eng("cuda:0", 131072)) == 32768 - contexts.CANVAS_RESERVE
     # CPU: capped so a cold prefill stays interactive
-    assert auto_budget(auto, eng("cpu", 8192)) == contexts.CPU_AUTO_BUDGET
-    # a next edit on a CPU: half that while the history sits before the file (every edit re-prefills it)
-    assert auto_budget(auto, eng("cpu", 8192), "edit") == contexts.CPU_AUTO_EDIT_BUDGET < contexts.CPU_AUTO_BUDGET
-    assert auto_budget(auto, eng("cpu", 8192, "history-file"), "edit") == contexts.CPU_AUTO_EDIT_BUDGET
-    assert auto_budget(auto, eng("cpu", 8192, "file-history"), "edit") == contexts.CPU_AUTO_BUDGET
-    assert auto_budget(auto, eng("cuda:0", 8192), "edit") == 8192 - contexts.CANVAS_RESERVE
+    assert auto_budget(auto, eng("cpu", 8192)) == contexts.CPU_AUTO_BUDGET == 1024
     # an explicit setting wins
     assert auto_budget(Settings(context_budget=300), eng("cuda:0", 8192)) == 300
-    assert auto_budget(Settings(context_budget=300), eng("cpu", 8192), "edit") == 300
-
-
-def test_edit_prompts_are_built_with_the_edit_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The builder gets the FIM budget for completions and the edit budget for next edits (a CPU engine:
-    1,024 vs 2,048), also after didChangeConfiguration."""
-    from types import SimpleNamespace
-
-    cpu = SimpleNamespace(args=SimpleNamespace(max_seq_len=8192), info={"device": "cpu"})
-    ctx = make_context(Settings(), [tmp_path], cpu)  # type: ignore[arg-type]
-    seen: list[tuple[str, int | None]] = []
-    for kind in ("fim", "edit"):
-        real = getattr(ctx.builder, f"build_{kind}")
-        monkeypatch.setattr(ctx.builder, f"build_{kind}", lambda *a, _k=kind, _r=real, **kw:
-                            seen.append((_k, kw["budget"])) or _r(*a, **kw))
-    text = "def f(x):\n    return x\n"
-    ctx.fim(FimRequest("u", str(tmp_path / "a.py"), text, 1, 10))
-    ctx.edit(EditRequest("u", str(tmp_path / "a.py"), text, 1, 10))
-    ctx.configure(Settings(context_budget=700), cpu)  # type: ignore[arg-type]
-    ctx.edit(EditRequest("u", str(tmp_path / "a.py"), text, 2, 10))
-    assert seen == [("fim", contexts.CPU_AUTO_BUDGET), ("edit", contexts.CPU_AUTO_EDIT_BUDGET), ("edit", 700)]
+    assert auto_budget(Settings(context_budget=300), eng("cpu", 8192)) == 300
 
 
 def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     b.refresh_git(str(path.resolve()))
     b.wait_idle(60)
     fn = b.build_fim if args.kind == "fim" else b.build_edit
-    build = fn(str(path.resolve()), text, offset, [], budget=ctx.budget if args.kind == "fim" else ctx.edit_budget)
+    build = fn(str(path.resolve()), text, offset, [], budget=ctx.budget)
     b.close()
     prompt, rep = build.prompt, build.report
     if args.json:

@@ -20,29 +20,25 @@ from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 
-CPU_AUTO_BUDGET = 2048  # cold prefill of 2K tokens takes seconds on a laptop CPU (docs/PERFORMANCE.md)
-# a next edit re-prefills nearly its whole prompt when the edit history sits before the file (edit layout
-# history-file): 1,024 tokens halve that on a 2-core CPU, replay quality unchanged (docs/QUALITY.md, session 9)
-CPU_AUTO_EDIT_BUDGET = 1024
+# a cold prefill of 2K tokens takes 1.5 s on a 2-core CPU, and every next edit re-prefills nearly its whole
+# prompt (the history sits before the file): 1,024 tokens halve both, held-out replay quality unchanged for
+# completions and next edits, better under the multi-line time budget (docs/QUALITY.md, session 9)
+CPU_AUTO_BUDGET = 1024
 CPU_MULTILINE_BUDGET_MS = 1200  # the empty-line goal: p50 1 s / p95 2 s on a 2-core CPU (docs/PERFORMANCE.md)
 GPU_MULTILINE_BUDGET_MS = 2000
 CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)
 CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
 
 
-def auto_budget(settings: Settings, engine: EngineAPI | None, kind: str = "fim") -> int:
-    """Prompt-token budget of a ``kind`` ("fim" / "edit") prompt: the setting, or (0 = auto) the model's
-    context capped at 32,768 on a GPU (a remote backend counts as one) and on a CPU at 2,048 — 1,024 for
-    a next edit when the model's edit layout puts the history before the file (every edit re-prefills
-    what follows it) — minus room for the canvas."""
+def auto_budget(settings: Settings, engine: EngineAPI | None) -> int:
+    """Prompt-token budget: the setting, or (0 = auto) the model's context capped at 32,768 on a GPU
+    and at 1,024 on a CPU (a remote backend counts as a GPU), minus room for the canvas."""
     if settings.context_budget:
         return settings.context_budget
     max_len = getattr(getattr(engine, "args", None), "max_seq_len", None) or 8192
     ctx = min(max_len, MAX_CONTEXT_BUDGET)
     if on_cpu(engine):
-        history_first = (getattr(engine, "info", None) or {}).get("edit_layout") in (None, "history-file")
-        cap = CPU_AUTO_EDIT_BUDGET if kind == "edit" and history_first else CPU_AUTO_BUDGET
-        ctx = min(ctx, cap + CANVAS_RESERVE)
+        ctx = min(ctx, CPU_AUTO_BUDGET + CANVAS_RESERVE)
     return max(MIN_CONTEXT_BUDGET, ctx - CANVAS_RESERVE)
 
 
@@ -76,11 +72,10 @@ def context_options(settings: Settings, engine: EngineAPI | None) -> ContextOpti
 class BuilderContext:
     """The context builder (edit_server.context): syntax-aware windows, sources, exclusions, budget."""
 
-    def __init__(self, builder: ContextBuilder, settings: Settings, budget: int, edit_budget: int | None = None) -> None:
+    def __init__(self, builder: ContextBuilder, settings: Settings, budget: int) -> None:
         self.builder = builder
         self.settings = settings
-        self.budget = budget  # FIM prompts
-        self.edit_budget = budget if edit_budget is None else edit_budget  # next-edit prompts
+        self.budget = budget
 
     @property
     def degraded(self) -> str | None:
@@ -94,7 +89,6 @@ class BuilderContext:
         if changes:
             self.builder.update_options(**changes)
         self.settings, self.budget = settings, new.budget
-        self.edit_budget = auto_budget(settings, engine, "edit")
 
     def update_document(self, path: str, text: str, version: int) -> None:
         self.builder.update_document(path, text, version)
@@ -110,7 +104,7 @@ class BuilderContext:
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
-        b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.edit_budget)
+        b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget)
         _log_build(b.report)
         if b.report.blocked:
             return None
@@ -134,4 +128,4 @@ def make_context(settings: Settings, roots: list[Path], engine: EngineAPI | None
     with the engine's tokenizer (``tokenizer``: another, for ``edit-server context`` without a model)."""
     opts = context_options(settings, engine)
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)  # none: estimated counts
-    return BuilderContext(open_builder(roots, tok, opts), settings, opts.budget, auto_budget(settings, engine, "edit"))
+    return BuilderContext(open_builder(roots, tok, opts), settings, opts.budget)

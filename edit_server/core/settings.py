@@ -106,7 +106,7 @@ class Remote(msgspec.Struct, rename="camel", kw_only=True):
 class Settings(msgspec.Struct, rename="camel", kw_only=True):
     model: str = "default"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    # prompt tokens; 0 = auto: the model's context (capped at 32,768) on a GPU, 2,048 on a CPU
+    # prompt tokens; 0 = auto: the model's context (capped at 32,768) on a GPU, 1,024 on a CPU
     context_budget: Annotated[int, msgspec.Meta(ge=0, le=MAX_CONTEXT_BUDGET)] = 0
     debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=5000)] = 0
     max_tokens: Annotated[int, msgspec.Meta(ge=1, le=512)] = 64
