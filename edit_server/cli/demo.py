@@ -26,6 +26,7 @@ def perimeter(width, height):
     return
 '''.replace("return\n", "return \n")
 TYPED = "2 * (w"
+PAUSE_S = 1.2  # longer than the edit history's pause: the rename is a hunk of its own
 
 
 class Session:
@@ -104,6 +105,7 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
             why = f"(nothing shown: {hidden[0]})" if hidden[0] else "(nothing shown)"
             say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or why}")
         say("\n2) rename width -> w in area()'s signature, then ask for the next edit")
+        await asyncio.sleep(PAUSE_S)  # the user moves to area(): the typing's hunk closes (a pause of > 1 s)
         sig = s.text.index("width")
         await s.edit(sig, sig + len("width"), "w")
         edits, ms = await s.next_edit(sig + 1)
