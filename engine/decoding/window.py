@@ -41,15 +41,14 @@ class Lookup:
     there first: the region's start before any output, then what follows the first occurrence of the
     output's last n tokens past the point the previous draft came from (the latest occurrence
     anywhere would often be the output's own previous line). Offline on 80 held-out replay cases (ideal
-    rewrites of click + ky sessions), this cut the verify forwards 2,260 → 1,859 at 8 drafts per forward
+    rewrites of click + ky sessions), this cut the verify forwards 2,260 → 1,857 at 8 drafts per forward
     (docs/PERFORMANCE.md)."""
 
     def __init__(self, prompt: list[int], aligned: list[int] | None = None) -> None:
         self.seq: list[int] = []
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> end of its latest occurrence
-        self.out: list[int] = []
         self.push(prompt)
-        self.out = []  # the output so far: what is pushed after the prompt
+        self.start = len(prompt)  # the output so far is ``seq[start:]``
         self.aligned = aligned or []
         self.at = 0  # where in ``aligned`` the last aligned draft came from
         self.ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> ends of its occurrences in ``aligned``
@@ -62,23 +61,23 @@ class Lookup:
         n-gram would only point at itself)."""
         s, old = self.seq, len(self.seq)
         s.extend(ids)
-        self.out.extend(ids)
         for end in range(max(1, old), len(s)):
             for n in NGRAM:
                 if end >= n:
                     self.index[tuple(s[end - n:end])] = end
 
     def draft(self, k: int) -> list[int]:
+        s = self.seq
         if self.aligned:
-            if not self.out:
+            written = len(s) - self.start
+            if not written:
                 return self.aligned[:k]
             for n in NGRAM:
-                if len(self.out) >= n:
-                    end = next((e for e in self.ends.get(tuple(self.out[-n:]), ()) if e > self.at), None)
+                if written >= n:
+                    end = next((e for e in self.ends.get(tuple(s[-n:]), ()) if e > self.at), None)
                     if end is not None:
                         self.at = end
                         return self.aligned[end:end + k]
-        s = self.seq
         for n in NGRAM:
             end = self.index.get(tuple(s[-n:])) if len(s) >= n else None
             if end is not None:
