@@ -51,11 +51,9 @@ def cache_dir() -> Path | None:
 def _stat(path: Path) -> dict[str, Any]:
     st = path.stat()
     if st.st_size <= CONTENT_KEY_MAX:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return {"name": path.name, "size": st.st_size, "sha256": h.hexdigest()}
+        from engine.loading.base import sha256_file
+
+        return {"name": path.name, "size": st.st_size, "sha256": sha256_file(path)}
     return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 

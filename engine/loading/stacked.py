@@ -17,7 +17,6 @@ adapter's label and sha256), ``z0`` and the ELBO settings the reward uses. Nothi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from engine.caches.prefix import Slot, common_prefix
 from engine.decoding.steps import Job
 from engine.engine import Engine
 from engine.loading.adapter import AdapterError, load_adapter
+from engine.loading.base import sha256_file
 
 FORMAT = "edit-server-kto/1"
 
@@ -144,14 +144,6 @@ def stacked_tensors(model: nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def save_stacked(path: Path, model: nn.Module, meta: dict[str, Any]) -> Path:
     """Write ``path``.safetensors + ``path``.json (atomically); returns the .safetensors path."""
     path = Path(path)
@@ -181,7 +173,7 @@ def base_adapter_sha(base_meta: dict[str, Any]) -> str | None:
     """sha256 of the base adapter a loaded model merged (``meta["adapter"]``, from `load_default`)."""
     where = base_meta.get("adapter")
     st = Path(f"{where}.safetensors") if where else None
-    return file_sha256(st) if st is not None and st.is_file() else None
+    return sha256_file(st) if st is not None and st.is_file() else None
 
 
 def check_stacks_on(meta: dict[str, Any], base_meta: dict[str, Any], source: str) -> None:

@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from engine.loading.base import sha256_file
 from engine.loading.stacked import LoRAState, attach, base_adapter_sha, save_stacked, stacked_tensors
 from engine.reward import T_MIN
 from engine.tiers import EMBEDDED
@@ -292,16 +293,6 @@ class _Live:
         tmp.replace(self.path)
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, z0: float | None,
                history: list[dict[str, Any]]) -> None:
     """``d/lora-NNNNNN.safetensors``, ``d/optim-NNNNNN.safetensors``, then ``d/state.json`` (renamed into place
@@ -317,7 +308,7 @@ def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int,
         name = f"{part}-{step:06d}.safetensors"
         tmp = d / f"{name}.tmp"
         save_file(tensors, str(tmp))
-        files[part] = {"name": name, "sha256": _sha256(tmp)}
+        files[part] = {"name": name, "sha256": sha256_file(tmp)}
         tmp.replace(d / name)
     tmp = d / "state.json.tmp"
     tmp.write_text(json.dumps({"step": step, "z0_ema": z0, "history": history, "param_groups": sd["param_groups"],
