@@ -67,9 +67,12 @@ class SamplerConfig:
     # window's 2-position first steps (docs/PERFORMANCE.md, issue 14: bench lsp 0.73x AR with 8)
     single_line_window: int = 1
     speculate: int | None = None
-    # single-line canvases verify at most this many drafts per forward: on real typing (bench lsp) a
-    # wrong draft costs more than the 4-7-token answer saves (0.71-0.82x AR with 8, capped at the newline)
-    single_line_speculate: int = 0
+    # single-line canvases verify at most this many drafts per forward. With 8, a forward widens past the
+    # CPU fast path's weight-only kernel (engine.cpu.fastcpu.SMALL = 3 positions) and a wrong draft cost more
+    # than the 4-7-token answer saved (0.71-0.82x AR); 2 drafts + the pending token stay within it, where a
+    # forward costs about what one position does: 40 single-line sites, same outputs, decode 9.6 -> 7.3 s,
+    # slowest 1,661 -> 821 ms (docs/PERFORMANCE.md, session 10); 3 drafts leave the kernel and change outputs
+    single_line_speculate: int = 2
     stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
     give_up: GiveUp | None = None
     remask: Literal["off", "confidence"] = "off"

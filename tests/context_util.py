@@ -28,11 +28,35 @@ class Hunk:
     open: bool = False
 
 
-def two_module_workspace(root: Path, util: str, main_text: str) -> tuple[ContextBuilder, Path]:
+def two_module_workspace(root: Path, util: str, main_text: str, tokenizer: Any = None
+                         ) -> tuple[ContextBuilder, Path]:
     """``root/lib/util.py`` (``util``) and ``root/main.py`` (``main_text``, open in the builder); no git."""
     (root / "lib").mkdir()
     (root / "lib" / "__init__.py").write_text("")
     (root / "lib" / "util.py").write_text(util)
     main = root / "main.py"
     main.write_text(main_text)
-    return ContextBuilder([root], TOK, options(git=False)), main
+    return ContextBuilder([root], tokenizer or TOK, options(git=False)), main
+
+
+class MergingTokenizer:
+    """Byte-level, but "\\n" followed by ``follow`` becomes one token: counts are not additive per line
+    (like GPT-2-style BPE merging a newline with the next line's indentation)."""
+
+    def __init__(self, follow: str = " ") -> None:
+        self.special = TOK.special
+        self.nl = TOK.encode("\n")[0]
+        self.follow = {TOK.encode(ch)[0] for ch in follow}
+        self.merged = TOK.vocab_size + 1
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for t in TOK.encode(text):
+            if t in self.follow and out and out[-1] in (self.nl, self.merged):
+                out[-1] = self.merged
+            else:
+                out.append(t)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        return TOK.decode([i for i in ids if i != self.merged])

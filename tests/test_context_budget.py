@@ -11,7 +11,7 @@ from edit_server.context import ContextBuilder
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM
 from engine.templates import fim_specials, render_edit, render_fim
 from engine.tokenizer import Tokenizer
-from tests.context_util import TOK, Hunk, options, two_module_workspace
+from tests.context_util import TOK, Hunk, MergingTokenizer, options, two_module_workspace
 
 UTIL = '''"""Utilities."""
 
@@ -146,29 +146,6 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
     assert r.prompt.history == (mine,)
 
 
-class MergingTokenizer:
-    """Byte-level, but "\\n" followed by ``follow`` becomes one token: counts are not additive per line
-    (like GPT-2-style BPE merging a newline with the next line's indentation)."""
-
-    def __init__(self, follow: str = " ") -> None:
-        self.special = TOK.special
-        self.nl = TOK.encode("\n")[0]
-        self.follow = {TOK.encode(ch)[0] for ch in follow}
-        self.merged = TOK.vocab_size + 1
-
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        for t in TOK.encode(text):
-            if t in self.follow and out and out[-1] in (self.nl, self.merged):
-                out[-1] = self.merged
-            else:
-                out.append(t)
-        return out
-
-    def decode(self, ids: list[int]) -> str:
-        return TOK.decode([i for i in ids if i != self.merged])
-
-
 @pytest.mark.parametrize("follow,counting", [(" ", "blocks"), (" \nabcdefghijklmnopqrstuvwxyz", "render")])
 @pytest.mark.parametrize("budget", [120, 400, 1500])
 def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int, follow: str,
@@ -186,7 +163,9 @@ def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int,
         assert r.report.counting == counting
         assert r.report.verified_by_render == (counting == "render")
         assert len(render(tok, r.prompt).ids) == r.report.total <= budget
-        assert budget < 400 or r.report.total > budget * 0.8  # and the budget is still used
+        # and the budget is still used: a FIM window cut by the budget leaves up to an eighth of its
+        # room free to type into (context.sticky), and snaps to whole functions (~30 tokens here)
+        assert budget < 400 or r.report.total > budget * (0.7 if fn == b.build_fim else 0.8)
     b.close()
 
 

@@ -12,7 +12,7 @@ import edit_server.context.builder as builder_mod
 from edit_server.context import ContextBuilder
 from edit_server.context import sticky as sticky_mod
 from engine.templates import render_edit, render_fim
-from tests.context_util import TOK, Hunk, two_module_workspace
+from tests.context_util import TOK, Hunk, MergingTokenizer, two_module_workspace
 
 UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
 
@@ -156,3 +156,50 @@ def test_a_next_edit_starts_with_the_fim_prompts_sections(ws) -> None:
     assert shared > 100 and edit_ids[:shared] == fim_ids[:shared]
     b.update_options(exclude=("**/x.sql",))  # drops the sticky build: the edit collects its own context
     assert not b.build_edit(path, text, offset, mine, budget=700).report.sticky
+
+
+def test_a_hunk_of_another_file_that_falls_out_of_the_recent_list_keeps_the_build(ws) -> None:
+    """The history holds the n most recent hunks: as this file's hunks come in, another file's older
+    hunk drops out. The build that showed it stays (a stale hunk in the prompt beats a re-prefill);
+    a new hunk of another file still means a full build."""
+    b, path, text = ws
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    util = str(Path(path).parent / "lib" / "util.py")
+    older = Hunk(util, "@@ -1 +1 @@\n-x = 1\n+x = 2\n", 1.0)
+    fim = b.build_fim(path, text, offset, [older], budget=700)
+    assert not fim.report.sticky and any("x = 2" in h for h in fim.prompt.history)
+    mine = Hunk(path, "@@ -1 +1 @@\n-a\n+b\n", 2.0, open=True)
+    kept = b.build_fim(path, text, offset, [mine], budget=700)  # the older hunk fell out of the list
+    assert kept.report.sticky and kept.report.sticky_miss == ""
+    assert kept.prompt.history == fim.prompt.history
+    newer = Hunk(util, "@@ -1 +1 @@\n-x = 2\n+x = 3\n", 3.0)
+    rebuilt = b.build_fim(path, text, offset, [mine, newer], budget=700)
+    assert not rebuilt.report.sticky and rebuilt.report.sticky_miss == "other files' history"
+
+
+def test_typing_stays_sticky_when_per_line_counts_overestimate(tmp_path: Path) -> None:
+    """A GPT-2-style tokenizer merges "\\n" with the next line's indentation, so per-line sums overcount
+    the window: the build is measured exactly, leaves its reserve free (it is not grown back to the
+    budget) and a keystroke compares what it added against that reserve, not per-line sums against
+    exact ones — typing keeps the build, and the window's first line, for many keystrokes."""
+    tok = MergingTokenizer(" ")
+    text = _text()
+    b, main = two_module_workspace(tmp_path, UTIL, text, tokenizer=tok)
+    path = str(main)
+    b.update_document(path, text, 1)
+    b.build_fim(path, text, 10, [], budget=700)
+    assert b.wait_idle() and not b.counter.exact and b.counter.exact_text
+    offset = text.index("def f30") + len("def f30(x):\n    y = ")
+    first = b.build_fim(path, text, offset, [], budget=700)
+    assert not first.report.sticky and first.report.window_lines[0] > 0  # cut by the budget
+    assert 700 - first.report.total >= 700 // 16  # the reserve to type into is still free
+    typed = "helper(x + 1, y) + other(z)"
+    lines = []
+    for i, ch in enumerate(typed):
+        text = text[:offset + i] + ch + text[offset + i:]
+        b.update_document(path, text, 2 + i)
+        fim = b.build_fim(path, text, offset + i + 1, [], budget=700)
+        assert len(render_fim(tok, fim.prompt).ids) == fim.report.total <= 700
+        lines.append((fim.report.sticky, fim.report.window_lines[0]))
+    assert lines == [(True, first.report.window_lines[0])] * len(typed)
+    b.close()

@@ -176,10 +176,15 @@ class ContextBuilder(Workspace):
             key = others_key(history, path)
             old = self._sticky_build(path)
             git_diff = self._git_diff(path)
-            bounds = old and old.bounds(text, offset, len(doc.lines), key, rep.budget, git_diff,
-                                        self.options.sticky_ttl_s)
+            got = old.miss(text, offset, len(doc.lines), key, rep.budget, git_diff,
+                           self.options.sticky_ttl_s) if old else "no build kept"
+            bounds = None if isinstance(got, str) else got
             win = bounds and fim_window_between(doc, offset, *bounds, self.counter, costs)
-            if old and win and win.tokens <= old.room:  # typing inside the last window: only the cursor moves
+            grown = win.tokens - old.base if old and win else 0  # tokens typed into the window since its build
+            rep.sticky_miss = got if isinstance(got, str) else "" if grown <= old.spare else \
+                f"window outgrew its room: {grown} > {old.spare} tokens"
+            reserve = 0
+            if old and win and grown <= old.spare:  # typing inside the last window: only the cursor moves
                 sections, hist = list(old.sections), old.hist
                 rep.sources, rep.sticky = old.reports(), True
             else:
@@ -194,7 +199,7 @@ class ContextBuilder(Workspace):
                     # instead of overflowing it and re-collecting the sources (a ~1K-token re-prefill)
                     room = win.tokens + max(0, left)
                     grow = min(STICKY_GROW, room // 8) if self.options.sticky_ttl_s > 0 else 0
-                    target = max(1, room - grow)
+                    target, reserve = max(1, room - grow), grow
                     if target != win.tokens:
                         win = fim_window(doc, offset, target, self.counter, costs, self.options.prefix_ratio)
 
@@ -208,7 +213,8 @@ class ContextBuilder(Workspace):
                 rep.excluded = dict(old.excluded)
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, lambda n: fim_window(
-                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs)
+                    doc, offset, n, self.counter, costs, self.options.prefix_ratio), render_fim, costs,
+                    reserve=reserve, grow=old is None)
             if self.settled and (old is None or (win.start_line, win.end_line) != bounds):
                 self._keep_sticky(path, doc, win, key, rep, tuple(sections), hist, git_diff)
             rep.ms = (time.perf_counter() - t0) * 1e3
@@ -223,8 +229,7 @@ class ContextBuilder(Workspace):
         tail = doc.text[starts[win.end_line]:] if win.end_line < n else ""
         self._sticky[path] = StickyFim(rep.budget, doc.text[:starts[win.start_line]], tail, win.start_line,
                                        n - win.end_line, key, sections, hist, copy_reports(rep.sources),
-                                       dict(rep.excluded), rep.budget - rep.fixed - sum(r.used for r in rep.sources),
-                                       git_diff)
+                                       dict(rep.excluded), win.tokens, rep.budget - rep.total, git_diff)
 
     def _sticky_build(self, path: str) -> StickyFim | None:
         return self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None

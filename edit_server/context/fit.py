@@ -9,11 +9,16 @@ from engine.tokens import TokenizerLike
 
 
 def fit(counter: TokenCounter, tokenizer: TokenizerLike, rep, prompt, win: Window, make, window, render,
-        costs: LineCosts):
+        costs: LineCosts, reserve: int = 0, grow: bool = True):
     """Per-line counts were not exact: measure the prompt exactly (block sums, else by rendering
-    it); shrink the window until the prompt fits, or grow it while it fits with room to spare."""
+    it); shrink the window until the prompt fits, or grow it while it fits with room to spare.
+
+    ``reserve``: tokens a budget-cut window leaves free below the budget (a sticky build's room to type
+    into), so growing aims at ``budget - reserve``. ``grow=False`` (a sticky build: its lines are
+    fixed) only measures, and shrinks the window if the prompt is over the budget."""
     assert tokenizer is not None
     others = sum(r.used for r in rep.sources)
+    goal = max(0, rep.budget - max(0, reserve))
 
     def measure(p) -> tuple[int, int]:
         if counter.exact_text:  # block sums: exact without encoding the whole prompt
@@ -24,19 +29,23 @@ def fit(counter: TokenCounter, tokenizer: TokenizerLike, rep, prompt, win: Windo
         n = len(render(tokenizer, p).ids)
         return n, n - rep.fixed - others
 
+    def rank(n: int) -> tuple[bool, int]:  # at or under the goal, largest first; else the smallest
+        return (n <= goal, n if n <= goal else -n)
+
     best, tried = None, set()
     for _ in range(8):
         n, wt = measure(prompt)
         tried.add((win.start_line, win.end_line))
-        if n <= rep.budget and (best is None or n > best[0]):
+        fits = n <= rep.budget
+        if fits and (best is None or rank(n) > rank(best[0])):
             best = (n, wt, prompt, win)
         truncated = win.start_line > 0 or win.end_line < len(costs.lines)
-        if n <= rep.budget and (rep.budget - n <= max(4, rep.budget // 100) or not truncated):
+        if fits and (not grow or not truncated or 0 <= goal - n <= max(4, rep.budget // 100)):
             break
-        step = rep.budget - n if n <= rep.budget else -(n - rep.budget) - 4 - win.tokens // 100
+        step = goal - n if fits else -(n - rep.budget) - 4 - win.tokens // 100
         nxt = window(max(0, win.tokens + step))
         if (nxt.start_line, nxt.end_line) in tried:
-            if n > rep.budget:  # no progress while over: drop to the cursor line's window
+            if not fits:  # no progress while over: drop to the cursor line's window
                 nxt = window(0)
                 if (nxt.start_line, nxt.end_line) in tried:
                     break

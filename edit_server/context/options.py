@@ -73,6 +73,7 @@ class BuildReport:
     degraded: str | None = None  # the builder's degraded reason (ContextBuilder.degraded), if any
     failed: dict[str, str] = field(default_factory=dict)  # source -> error type (the source was dropped)
     sticky: bool = False  # the sections, history and window lines of the document's last build (typing)
+    sticky_miss: str = ""  # why the document's last build was not reused ("" when it was, or for edits)
 
 
 @dataclass

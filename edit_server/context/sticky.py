@@ -9,8 +9,9 @@ seconds on a CPU). So the last build of a document is kept and reused while
 
 * the document is unchanged before the window's first line and from its end line on,
 * the cursor is inside the window's lines,
-* the edit history of *other* files is the same (this file's own edits are in the window; an edit
-  elsewhere in it changes the text outside the window or stays visible in it),
+* the edit history of *other* files has no hunk the build did not see (this file's own edits are in
+  the window; an edit elsewhere in it changes the text outside the window or stays visible in it; an
+  older hunk that only fell out of the recent list as this file's hunks came in stays in the prompt),
 * the budget is the same and the window still fits what the build left for it,
 * the file's uncommitted git diff is the one the build saw (a save refreshes it),
 * and the build is younger than ``ttl_s`` (context sources refresh at least that often).
@@ -60,30 +61,50 @@ class StickyFim:
     hist: tuple[str, ...]
     sources: list[src.SourceReport]
     excluded: dict[str, str]
-    room: int  # tokens the build left for the window
+    base: int  # the window's tokens at the build (per-line sums, as the sticky window is counted)
+    spare: int  # tokens the build left under its budget (exact): what typing may add to the window
     git_diff: str | None  # the file's uncommitted diff the build saw (a save refreshes it)
     created: float = dataclasses.field(default_factory=time.monotonic)
+
+    def stale(self, budget: int, history: tuple[tuple[str, str], ...], git_diff: str | None,
+              ttl_s: float = TTL_S, now: float | None = None) -> str | None:
+        """Why the build's sections no longer hold (None: same budget, other files' history and git
+        diff, still young)."""
+        now = time.monotonic() if now is None else now
+        if budget != self.budget:
+            return "budget"
+        if not set(history) <= set(self.history):  # a hunk that only fell out of the recent list is fine
+            return "other files' history"
+        if git_diff != self.git_diff:
+            return "git diff"
+        return "expired" if now - self.created > ttl_s else None
 
     def fresh(self, budget: int, history: tuple[tuple[str, str], ...], git_diff: str | None,
               ttl_s: float = TTL_S, now: float | None = None) -> bool:
         """The build's sections still hold: same budget, other files' history and git diff, young."""
-        now = time.monotonic() if now is None else now
-        return budget == self.budget and history == self.history and git_diff == self.git_diff \
-            and now - self.created <= ttl_s
+        return self.stale(budget, history, git_diff, ttl_s, now) is None
+
+    def miss(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
+             git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | str:
+        """The window's (first line, end line) for a request at ``offset`` of ``text``, or why a full
+        build is needed."""
+        why = self.stale(budget, history, git_diff, ttl_s, now)
+        if why:
+            return why
+        end = len(text) - len(self.tail)
+        if not (text.startswith(self.head) and text.endswith(self.tail) and len(self.head) <= offset):
+            return "edit outside the window"
+        if self.tail and (offset >= end or text[end - 1] != "\n"):  # the cursor left the window / lines merged
+            return "cursor outside the window"
+        e = n_lines - self.tail_lines
+        return (self.start_line, e) if self.start_line < e else "window closed"
 
     def bounds(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
                git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
         """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
         full build is needed."""
-        if not self.fresh(budget, history, git_diff, ttl_s, now):
-            return None
-        end = len(text) - len(self.tail)
-        if not (text.startswith(self.head) and text.endswith(self.tail) and len(self.head) <= offset):
-            return None
-        if self.tail and (offset >= end or text[end - 1] != "\n"):  # the cursor left the window / lines merged
-            return None
-        e = n_lines - self.tail_lines
-        return (self.start_line, e) if self.start_line < e else None
+        got = self.miss(text, offset, n_lines, history, budget, git_diff, ttl_s, now)
+        return None if isinstance(got, str) else got
 
     def reports(self) -> list[src.SourceReport]:
         return copy_reports(self.sources)

@@ -114,9 +114,9 @@ class BuilderContext:
 def _log_build(r: BuildReport) -> None:
     """One INFO line per context build: sizes, lines and reuse only (never text)."""
     if log.isEnabledFor(logging.INFO):
-        log.info("context %s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s, %.1f ms",
+        log.info("context %s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s%s, %.1f ms",
                   r.kind, r.total, r.budget, r.fixed, r.window.used, *r.window_lines, sum(x.used for x in r.sources),
-                  r.sticky, r.ms)
+                  r.sticky, f" ({r.sticky_miss})" if r.sticky_miss else "", r.ms)
 
 
 Context = BuilderContext
