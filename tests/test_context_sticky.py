@@ -172,6 +172,12 @@ def test_a_hunk_of_another_file_that_falls_out_of_the_recent_list_keeps_the_buil
     kept = b.build_fim(path, text, offset, [mine], budget=700)  # the older hunk fell out of the list
     assert kept.report.sticky and kept.report.sticky_miss == ""
     assert kept.prompt.history == fim.prompt.history
+    b.update_options(sticky_ttl_s=sticky_mod.TTL_S)  # drops the sticky builds
+    mine2 = Hunk(path, "@@ -2 +2 @@\n-c\n+d\n", 2.5, open=True)
+    assert not b.build_fim(path, text, offset, [mine, mine2], budget=700).report.sticky
+    # mine2 undone: the older hunk of util.py is back in the recent list; the build did not show it,
+    # but it is older than what the build saw: the build stays
+    assert b.build_fim(path, text, offset, [older, mine], budget=700).report.sticky
     newer = Hunk(util, "@@ -1 +1 @@\n-x = 2\n+x = 3\n", 3.0)
     rebuilt = b.build_fim(path, text, offset, [mine, newer], budget=700)
     assert not rebuilt.report.sticky and rebuilt.report.sticky_miss == "other files' history"

@@ -31,7 +31,7 @@ from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
 from edit_server.context.secrets import rules_for
-from edit_server.context.sticky import STICKY_GROW, StickyFim, copy_reports, others_key
+from edit_server.context.sticky import STICKY_GROW, Others, StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
 from edit_server.context.window import (
     LineCosts,
@@ -220,7 +220,7 @@ class ContextBuilder(Workspace):
             rep.ms = (time.perf_counter() - t0) * 1e3
             return FimBuild(prompt, rep)
 
-    def _keep_sticky(self, path: str, doc: Document, win: Window, key: tuple[tuple[str, str], ...],
+    def _keep_sticky(self, path: str, doc: Document, win: Window, key: Others,
                      rep: BuildReport, sections: tuple[Section, ...], hist: tuple[str, ...],
                      git_diff: str | None) -> None:
         if self.options.sticky_ttl_s <= 0:

@@ -9,9 +9,10 @@ seconds on a CPU). So the last build of a document is kept and reused while
 
 * the document is unchanged before the window's first line and from its end line on,
 * the cursor is inside the window's lines,
-* the edit history of *other* files has no hunk the build did not see (this file's own edits are in
+* the edit history of *other* files has no hunk newer than the build (this file's own edits are in
   the window; an edit elsewhere in it changes the text outside the window or stays visible in it; an
-  older hunk that only fell out of the recent list as this file's hunks came in stays in the prompt),
+  older hunk that fell out of the recent list as this file's hunks came in stays in the prompt, and
+  one that comes back when such a hunk is undone changes nothing: `Others.news`),
 * the budget is the same and the window still fits what the build left for it,
 * the file's uncommitted git diff is the one the build saw (a save refreshes it),
 * and the build is younger than ``ttl_s`` (context sources refresh at least that often).
@@ -44,9 +45,26 @@ def copy_reports(reports: Sequence[src.SourceReport]) -> list[src.SourceReport]:
     return [dataclasses.replace(r, items=list(r.items)) for r in reports]
 
 
-def others_key(history: Sequence[src.HunkLike], path: str) -> tuple[tuple[str, str], ...]:
-    """The part of the edit history a sticky build depends on: the other files' hunks."""
-    return tuple((h.path, h.diff) for h in history if not src.same_path(h.path, path))
+@dataclass(frozen=True)
+class Others:
+    """What a sticky build depends on in the edit history: the other files' hunks (path, diff,
+    timestamp), and the newest hunk of any file the build saw."""
+
+    hunks: tuple[tuple[str, str, float], ...] = ()
+    newest: float = float("-inf")
+
+    def news(self, built: Others) -> bool:
+        """A hunk of another file the build did not see: a new one, or one that changed since (its
+        timestamp moves). One that only fell out of the recent list and came back (this file's newer
+        hunk was undone) is older than the build's newest and does not count."""
+        seen = {(p, d) for p, d, _ in built.hunks}
+        return any((p, d) not in seen and t > built.newest for p, d, t in self.hunks)
+
+
+def others_key(history: Sequence[src.HunkLike], path: str) -> Others:
+    """The part of the edit history a sticky build depends on (`Others`)."""
+    return Others(tuple((h.path, h.diff, h.timestamp) for h in history if not src.same_path(h.path, path)),
+                  max((h.timestamp for h in history), default=float("-inf")))
 
 
 @dataclass
@@ -56,7 +74,7 @@ class StickyFim:
     tail: str  # document text from the window's end line on
     start_line: int
     tail_lines: int  # lines from the window's end on
-    history: tuple[tuple[str, str], ...]
+    history: Others
     sections: tuple[Section, ...]
     hist: tuple[str, ...]
     sources: list[src.SourceReport]
@@ -66,25 +84,25 @@ class StickyFim:
     git_diff: str | None  # the file's uncommitted diff the build saw (a save refreshes it)
     created: float = dataclasses.field(default_factory=time.monotonic)
 
-    def stale(self, budget: int, history: tuple[tuple[str, str], ...], git_diff: str | None,
+    def stale(self, budget: int, history: Others, git_diff: str | None,
               ttl_s: float = TTL_S, now: float | None = None) -> str | None:
         """Why the build's sections no longer hold (None: same budget, other files' history and git
         diff, still young)."""
         now = time.monotonic() if now is None else now
         if budget != self.budget:
             return "budget"
-        if not set(history) <= set(self.history):  # a hunk that only fell out of the recent list is fine
+        if history.news(self.history):  # a hunk that only fell out of the recent list is fine
             return "other files' history"
         if git_diff != self.git_diff:
             return "git diff"
         return "expired" if now - self.created > ttl_s else None
 
-    def fresh(self, budget: int, history: tuple[tuple[str, str], ...], git_diff: str | None,
+    def fresh(self, budget: int, history: Others, git_diff: str | None,
               ttl_s: float = TTL_S, now: float | None = None) -> bool:
         """The build's sections still hold: same budget, other files' history and git diff, young."""
         return self.stale(budget, history, git_diff, ttl_s, now) is None
 
-    def miss(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
+    def miss(self, text: str, offset: int, n_lines: int, history: Others, budget: int,
              git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | str:
         """The window's (first line, end line) for a request at ``offset`` of ``text``, or why a full
         build is needed."""
@@ -99,7 +117,7 @@ class StickyFim:
         e = n_lines - self.tail_lines
         return (self.start_line, e) if self.start_line < e else "window closed"
 
-    def bounds(self, text: str, offset: int, n_lines: int, history: tuple[tuple[str, str], ...], budget: int,
+    def bounds(self, text: str, offset: int, n_lines: int, history: Others, budget: int,
                git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
         """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
         full build is needed."""
