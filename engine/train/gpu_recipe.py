@@ -9,7 +9,8 @@
     poll      (GPU)   keep the machine busy for --wait seconds (status lines), collecting each new checkpoint
     stop      (GPU)   checkpoint + export after the current step; the job then evaluates
     collect   (GPU)   newest checkpoint in ≤ 15 MiB parts + sha256 manifest, status.json, log tail
-    keep      (here)  verify collected parts, store them under engine/weights/gpu-ckpt (committable)
+    keep      (here)  verify collected parts, store them under engine/weights/gpu-ckpt (committable; a parted
+                      base's under engine/weights/gpu-ckpt-<base>, e.g. gpu-ckpt-qwen2.5-coder-0.5b)
     restore   (GPU)   verify + join kept/collected parts under the job (which reads them once the base is
                       complete); --extend: the job warm-restarts from them
     resume    (GPU)   verify + join kept/collected parts into a fresh work dir, then start; --extend: a warm
@@ -70,8 +71,11 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
     model = str(config.get("model", "base")).strip().lower()
     if model == "base":
         from engine.loading.base import fetch_base
+        from engine.train.recipe.base_parts import window_hold, window_tree_bytes
 
         base = a.gguf or fetch_base()
+        if tree is None and window_hold(base=False):  # the parted bases' kept checkpoints: out for the window
+            tree = window_tree_bytes(hold=window_hold(base=False))
     elif is_ar_base(model):  # a parted base: its tied-output copy, uncompressed, beside the window's tree
         from engine.train.recipe.base_parts import base_entry, tied_base, window_tree_bytes
 
@@ -148,14 +152,17 @@ def window_from(a: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def run_plan(a: argparse.Namespace) -> dict[str, Any]:
+    from engine.train.recipe.base_parts import hold_commands, window_hold, window_tree_bytes
     from engine.train.recipe.pack import tree_bytes
     from engine.train.recipe.window import Costs, estimate_uploads, format_plan, pack_uploads, plan_window
 
     if a.base:
         return run_base_plan(a)
-    tree = a.tree_bytes if a.tree_bytes is not None else tree_bytes()
+    hold = window_hold(base=False)  # the parted bases' kept checkpoints (36 MiB each) sit this window out
+    tree = a.tree_bytes if a.tree_bytes is not None else window_tree_bytes(hold=hold) if hold else tree_bytes()
     uploads = pack_uploads(a.pack) or estimate_uploads(tree)
     resume_from, carry, prep = None, 0, ""
+    a.resume_from = str(KEEP_DIR) if a.resume_from is None else a.resume_from
     if a.resume_from and Path(a.resume_from).is_dir():
         from engine.train.recipe.collect import verify
 
@@ -171,10 +178,13 @@ def run_plan(a: argparse.Namespace) -> dict[str, Any]:
                      if v is not None})
     plan = plan_window(a.budget_s, a.kind, uploads, tree, resume_from=resume_from, resume_carry=carry,
                        parts=tuple(a.parts.split(",")), costs=costs)
-    plan["prepare"] = prep
+    before, after = hold_commands(hold)
+    prep = " && ".join(x for x in (prep, before) if x)
+    plan.update(prepare=prep, after=after)
     if not a.json:
         print(("here, first: " + prep + "\n") if prep else "", end="")
         print(format_plan(plan))
+        print(("here, after the window: " + after) if after else "", end="\n" if after else "")
         return {}
     return plan
 
@@ -189,7 +199,8 @@ def run_base_plan(a: argparse.Namespace) -> dict[str, Any]:
                                         ("upload_mib_s", a.upload_mib_s)) if v is not None})
     plan = base_window(a.base, a.budget_s, a.kind, pack=a.pack if a.pack != PACK_DIR else None,
                        tree=a.tree_bytes, parts=tuple(a.parts.split(",")), costs=costs,
-                       config=a.config or QWEN_CONFIG)
+                       config=a.config or QWEN_CONFIG, kept=Path(a.resume_from) if a.resume_from else None,
+                       fresh=a.resume_from == "")
     if not a.json:
         print(format_base_window(plan))
         return {}
@@ -307,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--kind", default="nvidia-h200", help="status' kind")
     pl.add_argument("--pack", type=Path, default=PACK_DIR)
     pl.add_argument("--tree-bytes", type=int, help="working-tree bytes (default: measured with git)")
-    pl.add_argument("--from", dest="resume_from", default=str(KEEP_DIR),
-                    help="a kept checkpoint to extend (default engine/weights/gpu-ckpt; '' for a fresh run)")
+    pl.add_argument("--from", dest="resume_from", default=None,
+                    help="a kept checkpoint to extend (default engine/weights/gpu-ckpt, with --base "
+                    "engine/weights/gpu-ckpt-<base>; '' for a fresh run)")
     pl.add_argument("--parts", default="train,bench,latency",
                     help="most important first: train, bench, latency, kto (dropped from the end if short)")
     pl.add_argument("--base", default="", help="a parted base to train instead (qwen2.5-coder-0.5b): its own window")
@@ -338,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--part-mib", type=float, default=COLLECT_PART / MiB)
     e = sub.add_parser("keep", help="verify collected parts and store them (here)")
     e.add_argument("src", type=Path)
-    e.add_argument("--to", type=Path, default=KEEP_DIR)
+    e.add_argument("--to", type=Path, default=None, help="default: engine/weights/gpu-ckpt, or "
+                   "engine/weights/gpu-ckpt-<base> for a parted base's run (from the manifest's config)")
     e.add_argument("--force", action="store_true")
     r2 = work(sub.add_parser("restore", help="join kept/collected parts into the work dir, no start (GPU)"))
     r2.add_argument("--from", dest="src", type=Path, default=KEEP_DIR)

@@ -4,7 +4,9 @@
 
     adapter/{name}            the trainable weights in the adapter format (`lora.adapter_tensors`, fp32)
     optim/{i}/{exp_avg,...}   AdamW state per parameter index; for the embedding only the added rows
-                              (the base rows' moments are exactly zero: their gradient is masked)
+                              (the base rows' moments are exactly zero: their gradient is masked); the
+                              moments in ``ckpt_moments``' dtype (fp32, or bf16: training keeps fp32 in
+                              memory and resuming casts them back), ``step`` as it is
     rng/noise, rng/torch      torch.Generator / global RNG states (uint8), rng/cuda when on CUDA
 
 and, as the header's metadata ``train_state`` (JSON): format, step, the whole config, optimizer param
@@ -30,6 +32,7 @@ from torch import nn
 from engine.train.lora import adapter_tensors
 
 FORMAT = "edit-server-train-ckpt/1"
+MOMENT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # TrainConfig.ckpt_moments
 META_KEY = "train_state"
 LATEST = "latest.json"
 
@@ -43,9 +46,13 @@ def rng_from_json(state: list[Any]) -> tuple[Any, ...]:
     return (state[0], tuple(state[1]), state[2])
 
 
-def optimizer_tensors(opt: torch.optim.Optimizer, base_vocab: int) -> tuple[dict[str, torch.Tensor],
-                                                                            dict[str, int], list[dict]]:
-    """(tensors, rows_from per param index, JSON param groups) of an AdamW state."""
+def optimizer_tensors(opt: torch.optim.Optimizer, base_vocab: int, moments: str = "float32") -> tuple[
+        dict[str, torch.Tensor], dict[str, int], list[dict]]:
+    """(tensors, rows_from per param index, JSON param groups) of an AdamW state, its moments (floating
+    tensors with dim > 0; never ``step``) cast to ``moments`` (a `MOMENT_DTYPES` name)."""
+    if moments not in MOMENT_DTYPES:
+        raise ValueError(f"ckpt_moments: {moments!r} is not one of {', '.join(MOMENT_DTYPES)}")
+    to = MOMENT_DTYPES[moments]
     sd = opt.state_dict()
     params = [p for g in opt.param_groups for p in g["params"]]
     tensors: dict[str, torch.Tensor] = {}
@@ -59,6 +66,8 @@ def optimizer_tensors(opt: torch.optim.Optimizer, base_vocab: int) -> tuple[dict
         for k, v in st.items():
             if torch.is_tensor(v):
                 v = v[cut:] if cut and v.dim() else v
+                if k != "step" and v.dim() and v.is_floating_point():
+                    v = v.to(to)
                 tensors[f"optim/{i}/{k}"] = v.detach().cpu().contiguous()
     groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in g.items()} for g in sd["param_groups"]]
     return tensors, rows, groups
@@ -69,15 +78,18 @@ def _is_embedding(p: torch.Tensor, opt: torch.optim.Optimizer) -> bool:
 
 
 def save_checkpoint(d: Path, model: nn.Module, opt: torch.optim.Optimizer, base_vocab: int,
-                    state: dict[str, Any], rngs: dict[str, torch.Tensor], *, keep: int = 2) -> Path:
-    """Write ``d/step-NNNNNN.safetensors`` (tmp + rename), then ``d/latest.json``; prune old ones."""
+                    state: dict[str, Any], rngs: dict[str, torch.Tensor], *, keep: int = 2,
+                    moments: str = "float32") -> Path:
+    """Write ``d/step-NNNNNN.safetensors`` (tmp + rename), then ``d/latest.json``; prune old ones.
+    ``moments``: the AdamW moments' dtype in the file (recorded as the state's ``ckpt_moments``)."""
     d.mkdir(parents=True, exist_ok=True)
     tensors = {f"adapter/{k}": v for k, v in adapter_tensors(model, base_vocab).items()}
-    optim, rows, groups = optimizer_tensors(opt, base_vocab)
+    optim, rows, groups = optimizer_tensors(opt, base_vocab, moments)
     tensors.update(optim)
     tensors.update({f"rng/{k}": v.cpu().contiguous() for k, v in rngs.items()})
     step = int(state["step"])
-    meta = {**state, "format": FORMAT, "param_groups": groups, "optim_rows": rows, "base_vocab": base_vocab}
+    meta = {**state, "format": FORMAT, "param_groups": groups, "optim_rows": rows, "base_vocab": base_vocab,
+            "ckpt_moments": moments}
     path = d / f"step-{step:06d}.safetensors"
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={META_KEY: json.dumps(meta)})
@@ -150,7 +162,8 @@ def load_into(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
 
 def restore(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any],
                                                                             dict[str, torch.Tensor]]:
-    """Load weights and optimizer state; returns (state JSON, rng tensors)."""
+    """Load weights and optimizer state (moments stored in bf16 come back in the parameter's dtype, fp32);
+    returns (state JSON, rng tensors)."""
     tensors, state = read_checkpoint(path)
     load_into(model, tensors)
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -160,6 +173,9 @@ def restore(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[d
             continue
         _, i, k = key.split("/", 2)
         cut = int(state["optim_rows"].get(i, 0))
+        p = params[int(i)]
+        if k != "step" and v.dim() and v.is_floating_point() and p.is_floating_point():
+            v = v.to(p.dtype)  # explicit (Optimizer.load_state_dict casts too): fp32 moments in memory
         if cut and v.dim():
             full = torch.zeros(params[int(i)].shape, dtype=v.dtype)
             full[cut:] = v

@@ -14,7 +14,8 @@ uploaded per command including the working tree, ≤ 8 files of ≤ 16 MiB back,
 - `status`: one JSON line. `stop`: checkpoint + export now, then the job evaluates.
 - `collect` (GPU, every poll): the newest checkpoint (LoRA + optimizer + RNG + loss curve, one
   safetensors file) in ≤ 15 MiB parts + sha256 manifest, status.json and the log tail, into ``$OUT``.
-- `keep` (here): verify collected parts and store them under ``engine/weights/gpu-ckpt`` (committable).
+- `keep` (here): verify collected parts and store them under ``engine/weights/gpu-ckpt`` (committable; a
+  parted base's under ``engine/weights/gpu-ckpt-<base>``, `keep_dir`).
 - `resume` (GPU, any later window): verify + join kept parts into a fresh work dir, then `start`.
 - `align-*` (`align`): the KTO alignment stage — the same start / status / poll / collect / resume discipline for a
   detached job that runs `python -m edit_server align data|kto` (engine never imports edit_server).
@@ -33,8 +34,20 @@ COLLECT_PART = 15 * MiB  # one collected checkpoint part (≤ 16 MiB per file co
 BACK_FILES, BACK_FILE_MAX, BACK_TOTAL = 8, 16 * MiB, 64 * MiB  # what comes back from one command
 COMMIT_MAX = 50_000_000  # a checkpoint kept under engine/weights/
 ROOT = Path(__file__).resolve().parents[3]
-KEEP_DIR = ROOT / "engine" / "weights" / "gpu-ckpt"
+KEEP_DIR = ROOT / "engine" / "weights" / "gpu-ckpt"  # SmolLM2's (the default model's) kept checkpoint
+KEEP_PREFIX = "gpu-ckpt-"  # + a parted base's name: that base's kept checkpoint, beside SmolLM2's
 PACK_DIR = ROOT / "runs" / "gpu-pack"
+
+
+def keep_dir(model: str | None, root: Path = ROOT) -> Path:
+    """Where a kept checkpoint of a run on ``model`` lives: ``engine/weights/gpu-ckpt`` for SmolLM2 (``base``)
+    and anything that is not a parted base, ``engine/weights/gpu-ckpt-<base>`` for a parted base
+    (``qwen2.5-coder-0.5b``) — never over another base's."""
+    from engine.loading.base import PARTED
+
+    name = str(model or "base").strip().lower()
+    weights = root / "engine" / "weights"
+    return weights / f"{KEEP_PREFIX}{name}" if name in PARTED else weights / KEEP_DIR.name
 
 
 def default_work() -> Path:

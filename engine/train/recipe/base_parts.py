@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.loading.base import PartedBase, check_gguf_header, default_cache_dir, fetch_parted, parted_base
 from engine.loading.tied import DROPPED, FROM_FILE, FROM_SHA256, OUTPUT, tied_name, tied_spec
-from engine.train.recipe import PART_MAX, ROOT, UPLOAD_LIMIT
+from engine.train.recipe import KEEP_PREFIX, PART_MAX, ROOT, UPLOAD_LIMIT
 from engine.train.recipe.pack import MARGIN as MARGIN
 from engine.train.recipe.pack import capacity, tree_bytes, write_uploads
 from engine.train.recipe.parts import sha256_file
@@ -34,6 +34,20 @@ from engine.train.recipe.parts import sha256_file
 # moved out of the working tree for a window that does not use them (`plan` prints the mv commands)
 HOLD = ("engine/weights/gpu-ckpt", "engine/weights/default.safetensors")
 HOLD_DIR = "../edit-server-window-hold"
+
+
+def kept_bases(root: Path = ROOT) -> tuple[str, ...]:
+    """The parted bases' kept checkpoints in the tree (``engine/weights/gpu-ckpt-<base>``, `recipe.keep_dir`).
+    Every window moves them out of the tree (a Qwen checkpoint is ~36 MiB: with every upload it would leave
+    no room); the window that continues one carries a copy once (``.devcarry/resume``)."""
+    weights = root / "engine" / "weights"
+    return tuple(sorted(f"engine/weights/{p.name}" for p in weights.glob(f"{KEEP_PREFIX}*") if p.is_dir()))
+
+
+def window_hold(root: Path = ROOT, *, base: bool = True) -> tuple[str, ...]:
+    """What a window moves out of the tree first: every kept parted-base checkpoint, and for a parted base's
+    window (``base``) also `HOLD` (SmolLM2's checkpoint and adapter)."""
+    return (HOLD if base else ()) + kept_bases(root)
 
 
 def write_tied(src: Path, dest: Path, spec: PartedBase, *, drop: str = OUTPUT) -> Path:
@@ -114,8 +128,10 @@ def tied_base(name: str, cache_dir: Path | None = None, *, source: Path | None =
     return {**info, "path": str(dest), "seconds": round(time.time() - t0, 1)}
 
 
-def window_tree_bytes(root: Path = ROOT, hold: tuple[str, ...] = HOLD) -> int:
-    """The working tree's bytes during a window that moved ``hold`` out first (measured with git)."""
+def window_tree_bytes(root: Path = ROOT, hold: tuple[str, ...] | None = None) -> int:
+    """The working tree's bytes during a window that moved ``hold`` (default: `window_hold`) out first
+    (measured with git)."""
+    hold = window_hold(root) if hold is None else hold
     held = 0
     for h in hold:
         p = root / h
@@ -126,7 +142,9 @@ def window_tree_bytes(root: Path = ROOT, hold: tuple[str, ...] = HOLD) -> int:
 
 def hold_commands(hold: tuple[str, ...] = HOLD, where: str = HOLD_DIR) -> tuple[str, str]:
     """(before the window, after it): shell commands, run in the repository root, that move ``hold`` out of
-    the working tree and back (git sees them deleted meanwhile: commit nothing in between)."""
+    the working tree and back (git sees them deleted meanwhile: commit nothing in between); none for none."""
+    if not hold:
+        return "", ""
     before = f"mkdir -p {where} && " + " && ".join(f"mv {h} {where}/" for h in hold)
     after = " && ".join(f"mv {where}/{Path(h).name} {h}" for h in hold) + f" && rmdir {where} && git status --short"
     return before, after

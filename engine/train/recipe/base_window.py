@@ -9,8 +9,12 @@ The same window machinery as SmolLM2's (`recipe.window.plan_window`: the clock, 
   adapter, 40 MB that a Qwen window never reads) moves out before the first command and back after the
   last — the plan prints both commands, and every command's upload is checked against 64 MiB with the
   tree as it will be;
-- training starts fresh (no kept Qwen checkpoint yet) with ``steps`` fitted from the kind's seconds per
-  step of *this* config: measured once a window has recorded it (`gpu_recipe keep` / `record` →
+- the first window trains fresh; every later one warm-restarts from the kept checkpoint
+  (``engine/weights/gpu-ckpt-<base>``, `recipe.keep_dir`: committable since ``ckpt_moments: bfloat16``
+  makes Qwen's rank-8 checkpoint 37.5 MB), which is held out of the tree too and carried once as
+  ``.devcarry/resume`` (``restore --extend`` under the job: with its own command when no base upload has
+  room for it), so the windows compound. ``steps`` are fitted from the kind's seconds per step of *this*
+  config: measured once a window has recorded it (`gpu_recipe keep` / `record` →
   ``throughput.json``' ``models``), until then SmolLM2's measured H200 speed scaled by training FLOPs per
   step (`window.flops_ratio`), labelled an estimate; the trainer refits the steps to the deadline at the
   end of warmup from the speed it measures, and the job writes that speed to ``run/throughput.json``;
@@ -26,8 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.train.recipe import BACK_FILES, BACK_TOTAL, COLLECT_PART, ROOT, MiB
-from engine.train.recipe.base_parts import HOLD, hold_commands, window_tree_bytes
+from engine.train.recipe import BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, ROOT, MiB, keep_dir
+from engine.train.recipe.base_parts import HOLD, hold_commands, window_hold, window_tree_bytes
 from engine.train.recipe.window import Costs, fill_uploads, format_plan, pack_uploads, plan_window
 
 PACK = "runs/gpu-pack-qwen"
@@ -36,6 +40,7 @@ COLLECT_EXTRA = ("manifest.json", "status.json", "job.log")
 # the last upload's receive: join 346 MB, sha256 of every part and of the whole, the GGUF header, the move
 # (60 s on the shared 2-core VM at load ~8; SmolLM2's 98 MB xz took 19-28 s there and is planned at 8 s)
 INSTALL_S = 25.0
+HEADER_SLACK = 1_000_000  # the checkpoint's JSON header (config, loss history, curve) beside its tensors
 
 
 def q8_0_bytes(rows: int, cols: int) -> int:
@@ -84,16 +89,49 @@ def collect_fits(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+CARRY = ".devcarry/resume"  # the kept checkpoint's copy, carried once (ignored by git: not in the tree)
+
+
+def kept_checkpoint(src: Path, name: str) -> dict[str, Any] | None:
+    """The intact kept checkpoint of ``name`` in ``src`` (None when ``src`` holds none): its step, folder
+    (relative to the repository where it is inside), bytes to carry and config. A damaged one, or one of
+    another base, is an error (PartsError / ValueError), not a silent fresh start."""
+    from engine.train.recipe.collect import verify
+
+    if not (Path(src) / "manifest.json").is_file() and not any(Path(src).glob("ckpt-*")):
+        return None
+    m = verify(Path(src))
+    d = Path(m["_dir"]).resolve()
+    model = str(m.get("config", {}).get("model", "")).strip().lower()
+    if model != name:
+        raise ValueError(f"{src}: the kept checkpoint trains {model!r}, not {name!r}")
+    rel = str(d.relative_to(ROOT)) if d.is_relative_to(ROOT) else str(d)
+    return {"dir": rel, "step": int(m["step"]), "bytes": sum(p.stat().st_size for p in d.iterdir() if p.is_file()),
+            "checkpoint_bytes": int(m["checkpoint"]["size"]), "config": m.get("config") or {}}
+
+
 def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = None, tree: int | None = None,
                 parts: tuple[str, ...] = ("train", "bench", "latency"), costs: Costs | None = None,
                 config: Path | dict[str, Any] | None = None, table: dict[str, Any] | None = None,
-                hold: tuple[str, ...] = HOLD) -> dict[str, Any]:
-    """The window for parted base ``name``: `plan_window`'s commands, plus what to do here before and after."""
+                hold: tuple[str, ...] | None = None, kept: Path | None = None, fresh: bool = False) -> dict[str, Any]:
+    """The window for parted base ``name``: `plan_window`'s commands, plus what to do here before and after.
+
+    ``kept`` (default: `keep_dir` of ``name``, ``engine/weights/gpu-ckpt-<name>``): a kept checkpoint there
+    makes the window a warm restart from it (``restore --extend`` under the job once the base is complete);
+    it is held out of the tree like the other weights (``hold``, default `window_hold`) and carried once as
+    ``.devcarry/resume``, so each base upload keeps its room. ``fresh``: ignore it."""
+    from engine.train.recipe.collect import checkpoint_bytes
     from engine.train.recipe.pack import capacity
 
     cfg = config if isinstance(config, dict) else json.loads(Path(config).read_text()) if config else {}
     if cfg and str(cfg.get("model", "")).lower() != name:
         raise ValueError(f"the config trains {cfg.get('model')!r}, not {name!r}")
+    src = Path(kept) if kept is not None else keep_dir(name)
+    k = None if fresh else kept_checkpoint(src, name)
+    hold = window_hold() if hold is None else hold
+    if k and not k["dir"].startswith(("runs/", ".devcarry/")) and not Path(k["dir"]).is_absolute() \
+            and not any(k["dir"] == h or k["dir"].startswith(h + "/") for h in hold):
+        hold = (*hold, k["dir"])  # in the tree: out for the window (its copy is carried once)
     pack_dir = Path(pack) if pack is not None else ROOT / PACK
     tree = window_tree_bytes(hold=hold) if tree is None else tree
     room = capacity(tree)
@@ -107,24 +145,39 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
     c = costs or Costs()
     if c.install_base_s == Costs.install_base_s:
         c = replace(c, install_base_s=INSTALL_S)
-    plan = plan_window(budget_s, kind, uploads, tree, resume_from=None, parts=parts, costs=c, table=table,
-                       model=name, config=cfg)
+    plan = plan_window(budget_s, kind, uploads, tree, resume_from=CARRY if k else None,
+                       resume_carry=k["bytes"] if k else 0, parts=parts, costs=c, table=table, model=name,
+                       config=cfg)
     before, after = hold_commands(hold)
     size, measured = tied_size(name)
     cfg_rel = "engine/train/configs/gpu_qwen05b_bd3.json"
+    # what the window's checkpoint will be: the kept one's shapes with the recipe's moments (a warm restart
+    # takes ``ckpt_moments`` from the recipe, `window.EXTEND_KEYS`)
+    final = {**k["config"], **{x: cfg[x] for x in ("ckpt_moments",) if x in cfg}} if k else cfg
+    ck = checkpoint_bytes(final) if final else 0
+    committable = bool(final) and ck + HEADER_SLACK <= COMMIT_MAX
+    dest = str(keep_dir(name).relative_to(ROOT)) if committable else "runs/qwen-ckpt"
+    prep = [f"rm -rf {CARRY} && mkdir -p {Path(CARRY).parent} && cp -r {k['dir']} {CARRY}   # the kept "
+            f"checkpoint (step {k['step']}), carried once: the window warm-restarts from it"] if k else []
     plan.update(
         base=name, packed=packed, base_bytes=size, base_bytes_measured=measured, capacity=room,
-        collect=collect_fits(cfg) if cfg else None,
+        collect=collect_fits(final) if final else None, kept=({kk: v for kk, v in k.items() if kk != "config"}
+                                                           if k else None),
+        keep_to=dest, committable=committable, hold=list(hold),
         here_before=[f"python -m engine.train.gpu_recipe pack --config {cfg_rel} --out {PACK} --max-files 12000 "
                      "--eval-split single-line multi-line --eval-limit 100   # boot + the tied base, cut for "
                      "the window's tree",
                      f"python -m engine.train.gpu_recipe plan --base {name} --budget-s {budget_s:.0f} --kind {kind}"
                      "   # again: the plan from the pack",
-                     before + "   # the window's tree: without the SmolLM2 checkpoint and adapter"],
+                     *prep,
+                     before + "   # the window's tree: without the SmolLM2 checkpoint and adapter"
+                     + (" and the kept checkpoints (carried once instead)" if len(hold) > len(HOLD) else "")],
         here_after=[after + "   # the moved paths back (also when the window failed)",
-                    "python -m engine.train.gpu_recipe keep <files_at> --to runs/qwen-ckpt   # not committable: "
-                    "> 50 MB; also records the measured s/step in throughput.json",
-                    "python -m engine.train.gpu_recipe export runs/qwen-ckpt --to runs/qwen-adapter/default",
+                    f"python -m engine.train.gpu_recipe keep <files_at> --to {dest}   # "
+                    + (f"committable ({ck / 1e6:.1f} MB ≤ {COMMIT_MAX / 1e6:.0f} MB): the next window extends it"
+                       if committable else f"not committable: > {COMMIT_MAX / 1e6:.0f} MB")
+                    + "; also records the measured s/step in throughput.json",
+                    f"python -m engine.train.gpu_recipe export {dest} --to runs/qwen-adapter/default",
                     "EDIT_SERVER_ADAPTER=runs/qwen-adapter/default python -m evals humaneval-infill --model default "
                     "--device cpu --split single-line --limit 100"],
     )
@@ -136,6 +189,12 @@ def format_base_window(p: dict[str, Any]) -> str:
              f"{'' if p['base_bytes_measured'] else ' (estimated: no copy cached yet)'}; "
              f"{'from the pack' if p['packed'] else 'no pack yet: uploads estimated'}; "
              f"room per upload {p['capacity'] / MiB:.1f} MiB beside the tree", ""]
+    k = p.get("kept")
+    lines.append(f"warm restart from {k['dir']} (step {k['step']}, {k['bytes'] / MiB:.1f} MiB carried once as "
+                 f"{CARRY}): the window extends it" if k else
+                 f"first window of this base: training starts fresh (no kept checkpoint in "
+                 f"{keep_dir(p['base']).relative_to(ROOT)})")
+    lines += [""]
     lines += ["here, before the window:"] + [f"  {c}" for c in p["here_before"]] + [""]
     lines.append(format_plan(p))
     if p.get("collect"):

@@ -1,4 +1,5 @@
-"""Checkpoints off the GPU and back on: collect (GPU → ``$OUT``), keep (here → engine/weights/gpu-ckpt),
+"""Checkpoints off the GPU and back on: collect (GPU → ``$OUT``), keep (here → engine/weights/gpu-ckpt, or
+``gpu-ckpt-<base>`` for a parted base),
 restore/resume (any later window), export (checkpoint → adapter pair), and the checkpoint's size.
 
 A collected folder ``ckpt-NNNNNN/``: ``manifest.json`` (step, config, validation curve, the checkpoint
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.train.recipe import BACK_FILE_MAX, BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, KEEP_DIR
+from engine.train.recipe import BACK_FILE_MAX, BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, keep_dir
 from engine.train.recipe.job import Work, read_json, start, status
 from engine.train.recipe.parts import PartsError, join, missing, split
 
@@ -123,10 +124,18 @@ def verify(src: Path) -> dict[str, Any]:
     raise PartsError("; ".join(why))
 
 
-def keep(src: Path, dest: Path = KEEP_DIR, *, force: bool = False) -> dict[str, Any]:
-    """Verify a collected folder and store it at ``dest`` (committable) unless ``dest`` holds a later step."""
+def keep(src: Path, dest: Path | None = None, *, force: bool = False) -> dict[str, Any]:
+    """Verify a collected folder and store it at ``dest`` (default: the run's base's `keep_dir`,
+    committable when ≤ 50 MB) unless ``dest`` holds a later step — or another base's checkpoint (refused
+    without ``force``: SmolLM2's and Qwen's never overwrite each other)."""
     m = verify(src)
+    model = str(m.get("config", {}).get("model", "base")).strip().lower()
+    dest = keep_dir(model) if dest is None else Path(dest)
     old = read_json(dest / "manifest.json") or {}
+    theirs = str(old.get("config", {}).get("model", model)).strip().lower()
+    if old and theirs != model and not force:
+        raise PartsError(f"{dest} holds a checkpoint of {theirs!r}, not of {model!r} (keep it in "
+                         f"{keep_dir(model)}, or force)")
     if old.get("step", -1) > m["step"] and not force:
         return {"kept": False, "why": f"{dest} already holds step {old['step']} > {m['step']}"}
     tmp = Path(tempfile.mkdtemp(prefix=".keep-", dir=dest.parent if dest.parent.is_dir() else None))
@@ -138,7 +147,8 @@ def keep(src: Path, dest: Path = KEEP_DIR, *, force: bool = False) -> dict[str, 
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(tmp), dest)
     size = m["checkpoint"]["size"]
-    return {"kept": True, "step": m["step"], "dest": str(dest), "bytes": size, "committable": size <= COMMIT_MAX}
+    return {"kept": True, "step": m["step"], "dest": str(dest), "bytes": size, "committable": size <= COMMIT_MAX,
+            "model": model}
 
 
 def restore(src: Path, work: Path, *, force: bool = False) -> Path:
@@ -209,7 +219,8 @@ def export(src: Path, to: Path) -> tuple[Path, Path]:
 
 
 def checkpoint_bytes(config: dict[str, Any]) -> int:
-    """Tensor bytes of one checkpoint for ``config`` (fp32 weights + 2 AdamW moments, added rows only)."""
+    """Tensor bytes of one checkpoint for ``config``: fp32 weights + 2 AdamW moments in ``ckpt_moments``'
+    dtype (fp32 or bf16), of the LoRA matrices, the norms and the added embedding rows."""
     from engine.config import PRESETS, preset
     from engine.tokens import SPECIAL_TOKENS
     from engine.train.lora import DEFAULT_TARGETS
@@ -227,7 +238,9 @@ def checkpoint_bytes(config: dict[str, Any]) -> int:
     lora = sum(rank * sum(shapes[t]) for t in config.get("targets", DEFAULT_TARGETS)) * a.n_layers
     norms = (2 * a.n_layers + 1) * a.dim
     rows = ADDED_ROWS.get(model, len(SPECIAL_TOKENS)) * a.dim * (1 if a.tie_embeddings else 2)
-    return 3 * 4 * (lora + norms + rows)
+    moments = str(config.get("ckpt_moments", "float32"))
+    per = 4 + 2 * (2 if moments == "bfloat16" else 4)
+    return per * (lora + norms + rows)
 
 
 # trained embedding rows of a base whose vocabulary already holds reserved slots (the adapter JSON's
