@@ -17,6 +17,8 @@ from evals.lsp_client import LspClient, offset_of, server_command, utf16_positio
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
+DIGEST_LOGGER = "edit_server.core.contexts"  # logs "context <kind> digest <hash> (...)" at DEBUG
+_DIGEST = re.compile(r"context (?:fim|edit) digest (\S+ \([^)]*\))")
 log = logging.getLogger(__name__)
 
 
@@ -96,8 +98,8 @@ class CaseRunner:
             self.client = None
         if self.client is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.client = LspClient(server_command(self.model, self.device), cwd=self.root,
-                                    stderr_path=self.log_path)
+            self.client = LspClient(server_command(self.model, self.device, ["--log-debug", DIGEST_LOGGER]),
+                                    cwd=self.root, stderr_path=self.log_path)
             await self.client.start(self.root, self.init, timeout=self.timeout)
             await self.client.wait_ready(self.timeout)
             await warm_up(self.client, self.root, self.timeout)
@@ -166,6 +168,7 @@ class CaseRunner:
         cur = case.cursor
         text = case.files[cur.path]
         pos = utf16_position(text, cur.offset)
+        log_at = self._log_size()
         t0 = time.perf_counter()
         err = None
         try:
@@ -183,6 +186,7 @@ class CaseRunner:
         for uri in uris.values():
             await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
         edits, score = parse_suggestion(case, result, paths)
+        digest = await self._digest(log_at)
         j = judge(case, edits)
         return {"id": case.id, "kind": case.kind, "language": case.language,
                 "category": str(case.meta.get("category", case.kind if case.expected else "no-edit")),
@@ -190,7 +194,28 @@ class CaseRunner:
                 "shown": j.shown, "accepted": j.accepted, "partial": j.partial, "line_f1": j.line_f1,
                 "correct": j.correct, "score": score, "latency_ms": ms, "error": err,
                 **(serving_view(case, edits) if j.shown else {"syntax_error": None, "candidate": None}),
-                "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
+                "suggestion": [[e.path, e.start, e.end, e.text] for e in edits], "prompt_digest": digest}
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    async def _digest(self, since: int, wait_s: float = 1.0) -> str | None:
+        """The digest of the prompt the server built for this case (its log from ``since`` on): the same
+        digest in two runs = the same prompt. None: no build logged (the request was answered without)."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(since)
+                    found = _DIGEST.findall(f.read().decode("utf-8", "replace"))
+            except OSError:
+                found = []
+            if found or time.monotonic() > end:
+                return found[-1] if found else None
+            await asyncio.sleep(0.05)  # the client copies the server's stderr as it comes
 
 
 def parse_suggestion(case: Case, result: Any, paths: dict[str, str]) -> tuple[list[Edit], float | None]:
