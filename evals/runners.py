@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,6 +18,9 @@ from evals.lsp_client import LspClient, offset_of, server_command, utf16_positio
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
+# the same case gives the same prompt in every run: one history hunk per replayed edit whatever the timing,
+# the builder's background work (indexing the document, git) done before each build
+REPRODUCIBLE: dict[str, Any] = {"historyPauseMs": 0, "settleContext": True}
 DIGEST_LOGGER = "edit_server.core.contexts"  # logs "context <kind> digest <hash> (...)" at DEBUG
 _DIGEST = re.compile(r"context (?:fim|edit) digest (\S+ \([^)]*\))")
 log = logging.getLogger(__name__)
@@ -83,7 +87,7 @@ class CaseRunner:
         gate_opts: dict[str, Any] = {**extra.pop("gate", {}), "enabled": gate}  # e.g. gate.calibration
         if threshold is not None:
             gate_opts["threshold"] = threshold
-        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0, **extra}
+        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0, **REPRODUCIBLE, **extra}
         self.client: LspClient | None = None
         self._served = 0
 
@@ -134,16 +138,19 @@ class CaseRunner:
                 uris[path] = f.resolve().as_uri()
         except (ValueError, OSError, KeyError) as e:
             raise BadCase(f"{type(e).__name__}: {e}") from e
-        client = await self._ensure()
         try:
-            return await self._run(client, case, states, uris)
-        except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
-            log.warning("case %s failed: %s", case.id, e)
+            client = await self._ensure()
             try:
-                await self.close()  # a fresh server for the next case (no half-open documents)
-            except Exception:  # noqa: BLE001 - it is being replaced anyway
-                self.client = None
-            return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
+                return await self._run(client, case, states, uris)
+            except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
+                log.warning("case %s failed: %s", case.id, e)
+                try:
+                    await self.close()  # a fresh server for the next case (no half-open documents)
+                except Exception:  # noqa: BLE001 - it is being replaced anyway
+                    self.client = None
+                return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)  # no later case (nor a restarted server's scan) sees it
 
     async def _run(self, client: LspClient, case: Case, states: dict[str, list[str]],
                    uris: dict[str, str]) -> dict[str, Any]:
@@ -183,6 +190,8 @@ class CaseRunner:
         except Exception as e:  # noqa: BLE001 - recorded as no suggestion
             result, err = None, str(e)
         ms = (time.perf_counter() - t0) * 1000
+        # gone before the close: the server drops the files from its index (no later case sees them)
+        shutil.rmtree(self.root / _case_dir(case), ignore_errors=True)
         for uri in uris.values():
             await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
         edits, score = parse_suggestion(case, result, paths)

@@ -97,14 +97,21 @@ class BuilderContext:
     def close_document(self, path: str) -> None:
         self.builder.close_document(path)
 
+    def _settle(self, path: str, text: str) -> None:
+        """``settleContext`` (eval runs): the build sees the workspace with no background work pending."""
+        if self.settings.settle_context and not self.builder.settle(path, text):
+            log.warning("context: background work still pending after the settle timeout")
+
     def fim(self, req: FimRequest) -> FimPrompt | None:
         self.update_document(req.path, req.text, req.version)
+        self._settle(req.path, req.text)
         b = self.builder.build_fim(req.path, req.text, req.offset, req.history, budget=self.budget)
         _log_build(b.report, b.prompt)
         return None if b.report.blocked else b.prompt
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
+        self._settle(req.path, req.text)
         b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget)
         _log_build(b.report, b.prompt)
         if b.report.blocked:
