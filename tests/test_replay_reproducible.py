@@ -102,6 +102,24 @@ def test_history_pause_zero_keeps_every_change_its_own_hunk() -> None:
         assert len(h) == hunks
 
 
+def test_identifiers_near_the_cursor_come_in_one_order() -> None:
+    """The definitions in a prompt follow these names: tree-sitter's captures came back in another order
+    at every call (20 orders in 20 calls here), so the same build gave other definitions."""
+    from edit_server.context.symbols import identifiers_near
+    from edit_server.context.syntax import Document
+
+    js = "".join(f"const v{i} = (a{i}, b{i}) => fetch(a{i}, {{timeout: b{i}, hooks: h{i}}});\n" for i in range(40))
+    py = "".join(f"x{i} = call{i}(alpha{i}, beta{i}) + gamma{i}.delta{i}\n" for i in range(40))
+    for name, text in (("m.js", js), ("m.py", py)):
+        got = set()
+        for _ in range(20):
+            d = Document.open(f"/w/{name}", text, 1)
+            got.add(tuple(identifiers_near(d.lang, d.tree, d.lines, 20)))
+        (names,) = got
+        assert names[:2] == (("v20", "a20") if name == "m.js" else ("x20", "call20"))  # the cursor's row, in text order
+        assert names.index("a19") < names.index("a21") if name == "m.js" else names.index("x19") < names.index("x21")
+
+
 NAMES = ("m.py", "n.py", "o.py")
 V1 = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(30))
 
