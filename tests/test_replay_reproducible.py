@@ -172,3 +172,26 @@ def test_two_runs_of_the_same_cases_give_the_same_prompts_and_suggestions(repo: 
         assert second[cid]["suggestion"] == rec["suggestion"], cid
     # the cases of one file share its name but never each other's files: k=2 prompts are not k=1's
     assert len({r["prompt_digest"] for r in first.values()}) == len(cases)
+    from evals.store import compare_runs
+
+    assert compare_runs(tmp_path / "a", tmp_path / "b") == (len(cases), [])
+
+
+def test_compare_runs_names_what_differs(tmp_path: Path) -> None:
+    import json
+
+    from evals.store import compare_runs
+
+    def run(name: str, recs: list[dict]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"id": "cut')
+        return d
+
+    a = run("a", [{"id": "1", "suggestion": [], "prompt_digest": "p"}, {"id": "2", "suggestion": [["m.py", 0, 1, "x"]],
+                  "prompt_digest": "q"}, {"id": "3", "suggestion": [], "prompt_digest": "r"}, {"id": "only-a"}])
+    b = run("b", [{"id": "1", "suggestion": [], "prompt_digest": "p"}, {"id": "2", "suggestion": [],
+                  "prompt_digest": "q2"}, {"id": "3", "suggestion": [["m.py", 0, 0, "y"]], "prompt_digest": "r"}])
+    assert compare_runs(a, b) == (1, [("2", "suggestion and prompt"), ("3", "suggestion")])
+    with pytest.raises(FileNotFoundError, match="no results"):
+        compare_runs(a, tmp_path / "none")
