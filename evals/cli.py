@@ -155,6 +155,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rr.add_argument("dir", type=Path)
     rr.set_defaults(func=_clean_errors(run_report))
 
+    cp = sub.add_parser("compare", help="two runs of the same cases, case by case: which suggestions and "
+                                        "prompts (prompt_digest) differ; exit 1 if any does")
+    cp.add_argument("first", type=Path, help="a run's directory (its results.jsonl)")
+    cp.add_argument("second", type=Path)
+    cp.set_defaults(func=_clean_errors(run_compare))
+
     tb = sub.add_parser("table", help="one Markdown table of every report.json under DIR")
     tb.add_argument("dir", type=Path)
     tb.add_argument("--replay", action="store_true",
@@ -214,6 +220,18 @@ def run_report(args: argparse.Namespace) -> int:
     summary = write_cases(args.dir, config, records)
     _print_summary(f"edit cases ({config.get('source')})", summary, args.dir)
     return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from evals.store import compare_runs
+
+    same, diffs = compare_runs(args.first, args.second)
+    for case_id, what in diffs:
+        print(f"{case_id}: {what}")
+    n_sug = sum("suggestion" in w for _, w in diffs)
+    n_prompt = sum("prompt" in w for _, w in diffs)
+    print(f"{same + len(diffs)} cases in both: {n_sug} suggestions differ, {n_prompt} prompts differ")
+    return 1 if diffs else 0
 
 
 def run_table(args: argparse.Namespace) -> int:

@@ -31,4 +31,5 @@ async def warm_up(client: LspClient, root: Path, timeout: float) -> None:
             await client.request(method, params, timeout=timeout)
         except Exception as e:  # noqa: BLE001 - warm-up only
             log.debug("warm-up %s failed: %s", method, e)
+    f.unlink(missing_ok=True)  # gone before the close: the server forgets it (no warm-up code in any index)
     await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,6 +18,11 @@ from evals.lsp_client import LspClient, offset_of, server_command, utf16_positio
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
+# the same case gives the same prompt in every run: one history hunk per replayed edit whatever the timing,
+# the builder's background work (indexing the document, git) done before each build
+REPRODUCIBLE: dict[str, Any] = {"historyPauseMs": 0, "settleContext": True}
+DIGEST_LOGGER = "edit_server.core.contexts"  # logs "context <kind> digest <hash> (...)" at DEBUG
+_DIGEST = re.compile(r"context (?:fim|edit) digest (\S+ \([^)]*\))")
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +87,7 @@ class CaseRunner:
         gate_opts: dict[str, Any] = {**extra.pop("gate", {}), "enabled": gate}  # e.g. gate.calibration
         if threshold is not None:
             gate_opts["threshold"] = threshold
-        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0, **extra}
+        self.init = {"model": model, "device": device, "gate": gate_opts, "debounceMs": 0, **REPRODUCIBLE, **extra}
         self.client: LspClient | None = None
         self._served = 0
 
@@ -96,8 +102,8 @@ class CaseRunner:
             self.client = None
         if self.client is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.client = LspClient(server_command(self.model, self.device), cwd=self.root,
-                                    stderr_path=self.log_path)
+            self.client = LspClient(server_command(self.model, self.device, ["--log-debug", DIGEST_LOGGER]),
+                                    cwd=self.root, stderr_path=self.log_path)
             await self.client.start(self.root, self.init, timeout=self.timeout)
             await self.client.wait_ready(self.timeout)
             await warm_up(self.client, self.root, self.timeout)
@@ -132,16 +138,19 @@ class CaseRunner:
                 uris[path] = f.resolve().as_uri()
         except (ValueError, OSError, KeyError) as e:
             raise BadCase(f"{type(e).__name__}: {e}") from e
-        client = await self._ensure()
         try:
-            return await self._run(client, case, states, uris)
-        except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
-            log.warning("case %s failed: %s", case.id, e)
+            client = await self._ensure()
             try:
-                await self.close()  # a fresh server for the next case (no half-open documents)
-            except Exception:  # noqa: BLE001 - it is being replaced anyway
-                self.client = None
-            return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
+                return await self._run(client, case, states, uris)
+            except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
+                log.warning("case %s failed: %s", case.id, e)
+                try:
+                    await self.close()  # a fresh server for the next case (no half-open documents)
+                except Exception:  # noqa: BLE001 - it is being replaced anyway
+                    self.client = None
+                return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)  # no later case (nor a restarted server's scan) sees it
 
     async def _run(self, client: LspClient, case: Case, states: dict[str, list[str]],
                    uris: dict[str, str]) -> dict[str, Any]:
@@ -166,6 +175,7 @@ class CaseRunner:
         cur = case.cursor
         text = case.files[cur.path]
         pos = utf16_position(text, cur.offset)
+        log_at = self._log_size()
         t0 = time.perf_counter()
         err = None
         try:
@@ -180,9 +190,12 @@ class CaseRunner:
         except Exception as e:  # noqa: BLE001 - recorded as no suggestion
             result, err = None, str(e)
         ms = (time.perf_counter() - t0) * 1000
+        # gone before the close: the server drops the files from its index (no later case sees them)
+        shutil.rmtree(self.root / _case_dir(case), ignore_errors=True)
         for uri in uris.values():
             await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
         edits, score = parse_suggestion(case, result, paths)
+        digest = await self._digest(log_at)
         j = judge(case, edits)
         return {"id": case.id, "kind": case.kind, "language": case.language,
                 "category": str(case.meta.get("category", case.kind if case.expected else "no-edit")),
@@ -190,7 +203,28 @@ class CaseRunner:
                 "shown": j.shown, "accepted": j.accepted, "partial": j.partial, "line_f1": j.line_f1,
                 "correct": j.correct, "score": score, "latency_ms": ms, "error": err,
                 **(serving_view(case, edits) if j.shown else {"syntax_error": None, "candidate": None}),
-                "suggestion": [[e.path, e.start, e.end, e.text] for e in edits]}
+                "suggestion": [[e.path, e.start, e.end, e.text] for e in edits], "prompt_digest": digest}
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    async def _digest(self, since: int, wait_s: float = 1.0) -> str | None:
+        """The digest of the prompt the server built for this case (its log from ``since`` on): the same
+        digest in two runs = the same prompt. None: no build logged (the request was answered without)."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(since)
+                    found = _DIGEST.findall(f.read().decode("utf-8", "replace"))
+            except OSError:
+                found = []
+            if found or time.monotonic() > end:
+                return found[-1] if found else None
+            await asyncio.sleep(0.05)  # the client copies the server's stderr as it comes
 
 
 def parse_suggestion(case: Case, result: Any, paths: dict[str, str]) -> tuple[list[Edit], float | None]:

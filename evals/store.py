@@ -40,3 +40,34 @@ class ResultStore:
         self.records[record["id"]] = record
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def compare_runs(first: Path, second: Path) -> tuple[int, list[tuple[str, str]]]:
+    """Two runs' ``results.jsonl``, case by case over the ids both hold: (cases alike, [(id, what differs:
+    "suggestion", "prompt" or both)]). ``prompt_digest`` tells whether the server built the same prompt; a
+    run recorded before digests existed compares by suggestion only."""
+    def load(d: Path) -> dict[str, dict[str, Any]]:
+        path = d / "results.jsonl" if d.is_dir() else d
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no results (a run's --out directory or its results.jsonl)")
+        out: dict[str, dict[str, Any]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and "id" in rec:
+                out[str(rec["id"])] = rec
+        return out
+
+    a, b = load(first), load(second)
+    same, diffs = 0, []
+    for case_id in (i for i in a if i in b):
+        x, y = a[case_id], b[case_id]
+        what = [k for k, differs in (("suggestion", x.get("suggestion") != y.get("suggestion")),
+                                     ("prompt", x.get("prompt_digest") != y.get("prompt_digest"))) if differs]
+        if what:
+            diffs.append((case_id, " and ".join(what)))
+        else:
+            same += 1
+    return same, diffs

@@ -122,10 +122,13 @@ def test_candidate_view_replays_the_server_history(repo: Path) -> None:
     undo = text.index("x * 2")
     assert candidate_reason(case, [Edit("m.py", undo, undo + 5, "x + 2")]) == "undo"
     assert candidate_reason(case, [Edit("m.py", undo, undo + 5, "x * 2 ")]) == "retype"
-    later = session_case(s, 2, states, SessionReplayOptions())  # f2 and f3 typed back to back: one hunk
+    later = session_case(s, 2, states, SessionReplayOptions())
     t2 = later.files["m.py"]
     f2 = t2.index("x * 2")
-    assert candidate_reason(later, [Edit("m.py", f2, f2 + 5, "x * 7")]) == "just-left"
+    # the runner's history: one hunk per replayed edit (historyPauseMs 0): f2's is not the last one
+    assert candidate_reason(later, [Edit("m.py", f2, f2 + 5, "x * 7")]) is None
+    # f2 and f3 typed back to back within the pause: one hunk, and the cursor has left f2's line
+    assert candidate_reason(later, [Edit("m.py", f2, f2 + 5, "x * 7")], pause_s=1.0) == "just-left"
 
 
 def test_replay_takes_several_repositories_round_robin(repo: Path, tmp_path: Path) -> None:

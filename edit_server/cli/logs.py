@@ -56,3 +56,5 @@ def setup_logging(args: argparse.Namespace) -> None:
     if args.log_level != "DEBUG":  # pygls logs every message it sends (suggestions, text) at INFO
         for noisy in ("pygls", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name in getattr(args, "log_debug", None) or []:
+        logging.getLogger(name).setLevel(logging.DEBUG)

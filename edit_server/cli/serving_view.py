@@ -2,9 +2,9 @@
 plugged into evals/ by the `edit-server eval` command (`view`, `evals.runners.set_serving_view`).
 
 What the server's candidate filter (`edit_server/selectivity/candidates.py`) makes of a suggestion, from
-the case alone: the case's history replayed through the server's own edit history (`EditHistory`, edits
-sent back to back as the runner sends them), the suggestion taken as a rewrite of the whole file. Lets a
-run without the filter report the filter's effect on the very same suggestions."""
+the case alone: the case's history replayed through the server's own edit history (`EditHistory`, one hunk
+per edit as the runner has the server record them: ``historyPauseMs`` 0), the suggestion taken as a rewrite
+of the whole file. Lets a run without the filter report the filter's effect on the very same suggestions."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ def _event(path: str, old: str, new: str) -> EditEvent:
     return EditEvent(path, p, e_old, old[p:e_old], new[p:e_new], 0.0, old, new)
 
 
-def candidate_reason(case: Case, edits: list[Edit], history_size: int = 6) -> str | None:
-    """Why the server's filter would drop this next-edit suggestion (None: kept, or not a next edit)."""
+def candidate_reason(case: Case, edits: list[Edit], history_size: int = 6, pause_s: float = 0.0) -> str | None:
+    """Why the server's filter would drop this next-edit suggestion (None: kept, or not a next edit).
+    ``pause_s``: the server's ``historyPauseMs`` (the runner's 0: one hunk per replayed edit; > 0: edits
+    close to each other, sent back to back, are one hunk)."""
     mine = [e for e in edits if e.path == case.cursor.path]
     if case.kind != "edit" or not mine:
         return None
-    hist = EditHistory()
+    hist = EditHistory(pause_s=pause_s)
     for path, chain in history_states(case).items():
         for old, new in zip(chain, chain[1:], strict=False):
             hist.record(_event(path, old, new))

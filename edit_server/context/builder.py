@@ -244,6 +244,24 @@ class ContextBuilder(Workspace):
             return None
         return old
 
+    def settle(self, path: str, text: str, timeout: float = 60.0) -> bool:
+        """Do now what a build of ``path`` would leave to the background thread (index the document's
+        definitions, refresh its git diff) and wait until all background work is done: the next build of
+        this text sees every source as it is, whatever the timing (``settleContext``, eval runs).
+        False: the work did not finish within ``timeout``."""
+        if len(text) > self.options.max_doc_chars:
+            return self.wait_idle(timeout)
+        ctx = self.git_for(Path(path))
+        if ctx is not None:
+            self._submit(ctx.refresh, Path(path))
+        for _ in range(2):  # again once an extraction of an older version (under way) is done
+            with self._lock:
+                doc = self._doc(path, text)
+                self._maybe_extract(doc, self._line_costs(doc), now=True)
+            if not self.wait_idle(timeout):
+                return False
+        return True
+
     def _git_diff(self, path: str) -> str | None:
         """The file's last computed uncommitted diff; a stale one (saved since) is refreshed in the
         background — a sticky build is reused only while this stays the same."""

@@ -91,7 +91,7 @@ def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str,
         if not allowed_path(h.path):
             rep.dropped += 1
             continue
-        d = diff_text(clean(h.diff, h.path))
+        d = diff_text(clean(relabel(h.diff, h.path, display(h.path)), h.path))
         cost = counter.count_text(d) + (0 if chosen else 1)
         if rep.used + cost > rep.allowed:
             rep.dropped += 1
@@ -101,6 +101,16 @@ def fill_history(counter: TokenCounter, hunks: Sequence[HunkLike], current: str,
         chosen.append((h.timestamp, d))
     chosen.sort(key=lambda t: t[0])
     return tuple(d for _, d in chosen)
+
+
+def relabel(diff: str, path: str, shown: str) -> str:
+    """``diff`` with ``shown`` (the workspace-relative path prompts show, as training renders its diffs) in
+    its ``--- a/`` / ``+++ b/`` header instead of the document's own path (absolute: the user's home, an
+    eval's temporary directory)."""
+    head = f"--- a/{path}\n+++ b/{path}\n"
+    if path == shown or not diff.startswith(head):
+        return diff
+    return f"--- a/{shown}\n+++ b/{shown}\n{diff[len(head):]}"
 
 
 def same_path(a: str, b: str) -> bool:

@@ -58,22 +58,25 @@ def extract(lang: str, tree: Tree, text: str, path: str, max_lines: int = 12,
 
 def identifiers_near(lang: str | None, tree: Tree | None, lines: list[str], row: int,
                      above: int = 30, below: int = 10) -> list[str]:
-    """Identifier names used near ``row``, nearest first (deduplicated)."""
+    """Identifier names used near ``row``, nearest first, then in text order (deduplicated). The order is
+    the text's own: tree-sitter hands the captures back in no fixed order (it varied from call to call on
+    the same tree), and the prompt's definitions follow this order."""
     lo, hi = max(0, row - above), min(len(lines), row + below + 1)
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, int, int, str]] = []
     if lang is not None and tree is not None:
         cur = QueryCursor(languages.queries(lang)[2])
         cur.set_point_range((lo, 0), (hi, 0))
         for node in cur.captures(tree.root_node).get("id", []):
             if node.text:
-                found.append((abs(node.start_point[0] - row), node.text.decode("utf-8", "replace")))
+                r, c = node.start_point
+                found.append((abs(r - row), r, c, node.text.decode("utf-8", "replace")))
     else:
         for i in range(lo, hi):
             for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]{2,}", lines[i]):
-                found.append((abs(i - row), m.group(0)))
-    found.sort(key=lambda t: t[0])
+                found.append((abs(i - row), i, m.start(), m.group(0)))
+    found.sort()
     seen: dict[str, None] = {}
-    for _, name in found:
+    for *_, name in found:
         seen.setdefault(name, None)
     return list(seen)
 

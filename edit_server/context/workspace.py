@@ -109,14 +109,19 @@ class Workspace:
         return all(f.done() for f in self._pending)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait for background indexing / git work (tests, CLI)."""
+        """Wait for background indexing / git work (tests, CLI, ``settle``), work queued meanwhile too."""
         end = time.monotonic() + timeout
-        for f in list(self._pending):
-            try:
-                f.result(timeout=max(0.0, end - time.monotonic()))
-            except Exception:
-                return False
-        return True
+        while True:
+            waiting = [f for f in list(self._pending) if not f.done()]
+            if not waiting:
+                return True
+            for f in waiting:
+                try:
+                    f.result(timeout=max(0.0, end - time.monotonic()))
+                except TimeoutError:
+                    return False
+                except Exception:  # noqa: BLE001 - the task failed (and logged why): it is done
+                    pass
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -181,10 +186,11 @@ class Workspace:
             doc = self.docs[path]
         return doc
 
-    def _maybe_extract(self, doc: Document, costs: LineCosts) -> None:
-        """Re-index an open document's definitions once typing pauses (off the build path)."""
+    def _maybe_extract(self, doc: Document, costs: LineCosts, now: bool = False) -> None:
+        """Re-index an open document's definitions once typing pauses (off the build path); ``now``:
+        whatever the pause (``settle``)."""
         done = self._doc_defs.get(doc.path)
-        idle = time.monotonic() - self._updated_at.get(doc.path, 0.0) > EXTRACT_IDLE_S
+        idle = now or time.monotonic() - self._updated_at.get(doc.path, 0.0) > EXTRACT_IDLE_S
         if doc.tree is not None and doc.path not in self._extracting and not self.current_only and (
                 done is None or done != doc.version and idle):
             self._extracting.add(doc.path)

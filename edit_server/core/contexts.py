@@ -7,6 +7,7 @@ reach the model (excluded / too large / secret in the editable region): no model
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from edit_server.context.options import SETTINGS_FIELDS, BuildReport
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Settings
 from engine.api import EngineAPI
-from engine.templates import FimPrompt
+from engine.templates import EditPrompt, FimPrompt
 from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
@@ -96,27 +97,59 @@ class BuilderContext:
     def close_document(self, path: str) -> None:
         self.builder.close_document(path)
 
+    def _settle(self, path: str, text: str) -> None:
+        """``settleContext`` (eval runs): the build sees the workspace with no background work pending."""
+        if self.settings.settle_context and not self.builder.settle(path, text):
+            log.warning("context: background work still pending after the settle timeout")
+
     def fim(self, req: FimRequest) -> FimPrompt | None:
         self.update_document(req.path, req.text, req.version)
+        self._settle(req.path, req.text)
         b = self.builder.build_fim(req.path, req.text, req.offset, req.history, budget=self.budget)
-        _log_build(b.report)
+        _log_build(b.report, b.prompt)
         return None if b.report.blocked else b.prompt
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
+        self._settle(req.path, req.text)
         b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget)
-        _log_build(b.report)
+        _log_build(b.report, b.prompt)
         if b.report.blocked:
             return None
         return EditBuilt(b.prompt, b.region_start, b.region_end)
 
 
-def _log_build(r: BuildReport) -> None:
-    """One INFO line per context build: sizes, lines and reuse only (never text)."""
+def _log_build(r: BuildReport, prompt: FimPrompt | EditPrompt | None = None) -> None:
+    """One INFO line per context build: sizes, lines and reuse only (never text); at DEBUG, a digest of
+    the prompt and of each of its parts (`prompt_digest`: hashes, never text), to compare runs."""
     if log.isEnabledFor(logging.INFO):
         log.info("context %s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s%s, %.1f ms",
                   r.kind, r.total, r.budget, r.fixed, r.window.used, *r.window_lines, sum(x.used for x in r.sources),
                   r.sticky, f" ({r.sticky_miss})" if r.sticky_miss else "", r.ms)
+    if prompt is not None and log.isEnabledFor(logging.DEBUG):
+        log.debug("context %s digest %s; sources %s", r.kind, prompt_digest(prompt),
+                  " ".join(f"{x.name}={x.used}" for x in r.sources))
+
+
+def _h(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def prompt_digest(prompt: FimPrompt | EditPrompt) -> str:
+    """``<whole> (<part>=<hash> ...)``: sha256 prefixes of a prompt and of its parts (file text around the
+    cursor, region, history, each section kind), so two runs that built different prompts show which part
+    differs — without a character of the text."""
+    kinds: dict[str, list[tuple[str, str]]] = {}
+    for s in prompt.sections:
+        kinds.setdefault(s.kind, []).append((s.path, s.text))
+    if isinstance(prompt, FimPrompt):
+        file = {"prefix": _h(prompt.prefix), "suffix": _h(prompt.suffix)}
+    else:
+        file = {"before": _h(prompt.before), "region": _h(prompt.region, prompt.cursor), "after": _h(prompt.after)}
+    parts = {**file, "history": f"{len(prompt.history)}:{_h(prompt.history)}",
+             **{k: f"{len(v)}:{_h(v)}" for k, v in kinds.items()}}
+    whole = _h(prompt.path, tuple(parts.items()), getattr(prompt, "layout", ""))
+    return f"{whole} ({' '.join(f'{k}={v}' for k, v in parts.items())})"
 
 
 Context = BuilderContext

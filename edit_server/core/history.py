@@ -96,7 +96,7 @@ class EditHistory:
         delta = new_end - old_end
         last = self._hunks[-1] if self._hunks else None
         if (last is not None and last.path == ev.path and last.after == ev.before
-                and ev.time - last.last <= self.pause_s
+                and self.pause_s > 0 and ev.time - last.last <= self.pause_s
                 and line <= last.hi + self.near_lines and old_end >= last.lo - self.near_lines):
             last.after = ev.after
             last.start = min(last.start, ev.start)

@@ -61,7 +61,7 @@ class Pipeline:
         every suggestion computed, shown or hidden (a model run that left nothing: reason `EMPTY`)."""
         self.settings = settings
         self.docs = DocumentStore()
-        self.history = EditHistory()
+        self.history = EditHistory(pause_s=settings.history_pause_ms / 1000)
         self.cache = SuggestCache(ttl_s=settings.suggestion_ttl_s)
         self.feedback = feedback if feedback is not None else open_feedback(settings)
         self.worker = EngineWorker(on_status, roots, on_progress)
@@ -78,6 +78,7 @@ class Pipeline:
         """New settings: context/gate follow at once; a different model or device is (re)loaded."""
         self.settings = settings
         self.cache.ttl_s = settings.suggestion_ttl_s
+        self.history.pause_s = settings.history_pause_ms / 1000
         self.worker.set_settings(settings)
         want = load_key(settings)  # a new model, device or remote backend: load again
         if want != self.loaded:

@@ -124,6 +124,12 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     gate: Gate = msgspec.field(default_factory=Gate)
     exclude: list[str] = msgspec.field(default_factory=lambda: ["**/.env", "**/*.pem", "**/*.key"])
     history_size: Annotated[int, msgspec.Meta(ge=0, le=64)] = 6
+    # changes to the same place less than this apart extend one hunk of the edit history (Zed-style);
+    # 0 = every change is its own hunk (eval replays: one hunk per replayed edit, whatever the timing)
+    history_pause_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 1000
+    # eval runs: before each context build, finish the builder's background work (index the document's
+    # definitions, refresh its git diff), so the prompt never depends on timing; slower: editors leave it off
+    settle_context: bool = False
     auto_trigger_max_right: NonNeg = 8
     threads: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0  # torch CPU threads; 0 = torch's default
     feedback_db: str = ""  # "" = user data dir; ":memory:" for tests
