@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from lsprotocol import types as lsp
 
 from edit_server.core import documents
-from edit_server.core.documents import DocumentStore, common_ends, line_starts
+from edit_server.core.documents import DocumentStore, line_starts
 from edit_server.lsp import convert
+from engine import textdiff
+from engine.textdiff import changed_span, common_ends
 
 PIECE = st.sampled_from(["a", "b", "\r", "\n", "\r\n", "é", "😀", ""])
 TEXT = st.lists(PIECE, max_size=30).map("".join)
@@ -46,12 +48,14 @@ def test_line_starts_follow_every_edit(text: str, edits: list[tuple[float, float
 @settings(max_examples=200, deadline=None)
 @given(a=st.text("ab\n", max_size=40), b=st.text("ab\n", max_size=40))
 def test_common_ends_match_a_character_loop(block: int, a: str, b: str) -> None:
-    old = documents._BLOCK
-    documents._BLOCK = block  # block boundaries inside short texts
+    old = textdiff._BLOCK
+    textdiff._BLOCK = block  # block boundaries inside short texts
     try:
         assert common_ends(a, b) == naive_ends(a, b)
+        p, s = naive_ends(a, b)
+        assert changed_span(a, b) == (p, len(a) - s, len(b) - s)  # the span infer_edit and the evals use
     finally:
-        documents._BLOCK = old
+        textdiff._BLOCK = old
 
 
 def test_keystrokes_never_rescan_the_document(monkeypatch: pytest.MonkeyPatch) -> None:

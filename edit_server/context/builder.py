@@ -180,11 +180,11 @@ class ContextBuilder(Workspace):
                            self.options.sticky_ttl_s) if old else "no build kept"
             bounds = None if isinstance(got, str) else got
             win = bounds and fim_window_between(doc, offset, *bounds, self.counter, costs)
-            grown = win.tokens - old.base if old and win else 0  # tokens typed into the window since its build
+            grown = win.tokens - old.base if win else 0  # tokens typed into the window since its build
             rep.sticky_miss = got if isinstance(got, str) else "" if grown <= old.spare else \
                 f"window outgrew its room: {grown} > {old.spare} tokens"
             reserve = 0
-            if old and win and grown <= old.spare:  # typing inside the last window: only the cursor moves
+            if win and not rep.sticky_miss:  # typing inside the last window: only the cursor moves
                 sections, hist = list(old.sections), old.hist
                 rep.sources, rep.sticky = old.reports(), True
             else:

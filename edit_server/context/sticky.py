@@ -117,12 +117,5 @@ class StickyFim:
         e = n_lines - self.tail_lines
         return (self.start_line, e) if self.start_line < e else "window closed"
 
-    def bounds(self, text: str, offset: int, n_lines: int, history: Others, budget: int,
-               git_diff: str | None, ttl_s: float = TTL_S, now: float | None = None) -> tuple[int, int] | None:
-        """The window's (first line, end line) for a request at ``offset`` of ``text``, or None when a
-        full build is needed."""
-        got = self.miss(text, offset, n_lines, history, budget, git_diff, ttl_s, now)
-        return None if isinstance(got, str) else got
-
     def reports(self) -> list[src.SourceReport]:
         return copy_reports(self.sources)

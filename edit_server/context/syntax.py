@@ -25,25 +25,15 @@ from itertools import accumulate
 from tree_sitter import Node, Parser, Tree
 
 from edit_server.context import languages
+from engine.textdiff import changed_span
 
 Edit = tuple  # (start, old_text, new_text) or tree-sitter's 6-tuple
 
 
-def _common(a: str, b: str, suffix: bool = False) -> int:
-    """Length of the common prefix (or suffix) of a and b: binary search over C-level compares."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        same = a[len(a) - mid:] == b[len(b) - mid:] if suffix else a[:mid] == b[:mid]
-        lo, hi = (mid, hi) if same else (lo, mid - 1)
-    return lo
-
-
 def infer_edit(old: str, new: str) -> tuple[int, str, str]:
     """One ``(start, old_text, new_text)`` edit turning ``old`` into ``new``."""
-    p = _common(old, new)
-    q = _common(old[p:], new[p:], suffix=True)
-    return p, old[p:len(old) - q], new[p:len(new) - q]
+    p, end_old, end_new = changed_span(old, new)
+    return p, old[p:end_old], new[p:end_new]
 
 
 def _split(text: str) -> list[str]:

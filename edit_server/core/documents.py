@@ -10,8 +10,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from engine.textdiff import common_ends
+
 EOL = re.compile(r"\r\n|\r|\n")  # LSP line breaks
-_BLOCK = 1 << 14
 
 
 def line_starts(text: str) -> list[int]:
@@ -30,28 +31,6 @@ def shift_starts(starts: list[int], new_text: str, start: int, end: int, delta: 
     out += [m.end() for m in EOL.finditer(new_text, starts[k], stop)]
     out += starts[j + 1:] if not delta else [x + delta for x in starts[j + 1:]]
     return out
-
-
-def common_ends(a: str, b: str) -> tuple[int, int]:
-    """Lengths of the longest common prefix and (not overlapping it) suffix, compared a block at a time
-    and bisected inside the first differing block: C-speed, no loop per character."""
-    n = min(len(a), len(b))
-
-    def run(same) -> int:  # same(i, k): the k characters after the first i match
-        i = 0
-        while i < n and same(i, min(_BLOCK, n - i)):
-            i += _BLOCK
-        if i >= n:
-            return n
-        lo, hi = 0, min(_BLOCK, n - i) - 1  # matching characters in the differing block
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if same(i, mid) else (lo, mid - 1)
-        return i + lo
-
-    p = run(lambda i, k: a[i:i + k] == b[i:i + k])
-    la, lb, n = len(a), len(b), n - p
-    return p, run(lambda i, k: a[la - i - k:la - i] == b[lb - i - k:lb - i])
 
 
 @dataclass
