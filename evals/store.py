@@ -7,6 +7,20 @@ from pathlib import Path
 from typing import Any
 
 
+def read_records(path: Path) -> dict[str, dict[str, Any]]:
+    """id -> record of a ``results.jsonl``; a line cut by a crash (or without an id) is skipped: its case
+    is redone by a resumed run."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "id" in rec:
+            out[str(rec["id"])] = rec
+    return out
+
+
 class ResultStore:
     """Append-only JSONL of finished cases. Re-running with the same ``--out`` skips finished ids;
     a different configuration (model, split, sampler, ...) is refused unless ``fresh``."""
@@ -24,14 +38,7 @@ class ResultStore:
                 raise ValueError(f"{out} holds results of another configuration ({cfg_path}); "
                                  "use another --out or --fresh")
         cfg_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        self.records: dict[str, dict[str, Any]] = {}
-        if self.path.is_file():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a crash: redo that case
-                    continue
-                self.records[rec["id"]] = rec
+        self.records = read_records(self.path) if self.path.is_file() else {}
 
     def done(self, case_id: str) -> bool:
         return case_id in self.records
@@ -50,15 +57,7 @@ def compare_runs(first: Path, second: Path) -> tuple[int, list[tuple[str, str]]]
         path = d / "results.jsonl" if d.is_dir() else d
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no results (a run's --out directory or its results.jsonl)")
-        out: dict[str, dict[str, Any]] = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and "id" in rec:
-                out[str(rec["id"])] = rec
-        return out
+        return read_records(path)
 
     a, b = load(first), load(second)
     same, diffs = 0, []
