@@ -177,7 +177,7 @@ def restore(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[d
         if k != "step" and v.dim() and v.is_floating_point() and p.is_floating_point():
             v = v.to(p.dtype)  # explicit (Optimizer.load_state_dict casts too): fp32 moments in memory
         if cut and v.dim():
-            full = torch.zeros(params[int(i)].shape, dtype=v.dtype)
+            full = torch.zeros(p.shape, dtype=v.dtype)
             full[cut:] = v
             v = full
         st.setdefault(int(i), {})[k] = v

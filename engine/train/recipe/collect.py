@@ -238,9 +238,10 @@ def checkpoint_bytes(config: dict[str, Any]) -> int:
     lora = sum(rank * sum(shapes[t]) for t in config.get("targets", DEFAULT_TARGETS)) * a.n_layers
     norms = (2 * a.n_layers + 1) * a.dim
     rows = ADDED_ROWS.get(model, len(SPECIAL_TOKENS)) * a.dim * (1 if a.tie_embeddings else 2)
-    moments = str(config.get("ckpt_moments", "float32"))
-    per = 4 + 2 * (2 if moments == "bfloat16" else 4)
-    return per * (lora + norms + rows)
+    from engine.train.train_state import MOMENT_DTYPES
+
+    moment = MOMENT_DTYPES.get(str(config.get("ckpt_moments", "float32")), MOMENT_DTYPES["float32"])
+    return (4 + 2 * moment.itemsize) * (lora + norms + rows)
 
 
 # trained embedding rows of a base whose vocabulary already holds reserved slots (the adapter JSON's
