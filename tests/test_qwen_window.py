@@ -315,3 +315,37 @@ def test_base_parts_cli(pinned: tuple[Path, base.PartedBase], tmp_path: Path,
     assert sorted(p.name for p in out.iterdir()) == ["up1", "up2", "up3"]
     assert main(["base-parts", "qwen9", "--out", str(out)]) == 1  # unknown base: one JSON error line
     assert "unknown base 'qwen9'" in capsys.readouterr().out
+
+
+def test_hold_commands_take_the_weights_out_of_the_tree_and_the_index_and_back(tmp_path: Path) -> None:
+    """The window's tree neither holds the held files nor lists them as tracked (however the device tool
+    enumerates it); afterwards git sees exactly what it saw before."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "engine/weights/gpu-ckpt").mkdir(parents=True)
+    (repo / "engine/weights/gpu-ckpt/part-0").write_bytes(b"\1" * 1000)
+    (repo / "engine/weights/default.safetensors").write_bytes(b"\2" * 500)
+    (repo / "engine/weights/new-ckpt").mkdir()
+    (repo / "engine/weights/new-ckpt/p").write_bytes(b"\3" * 300)  # kept, not yet committed
+    (repo / "code.py").write_text("x = 1\n")
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("add", "code.py", "engine/weights/gpu-ckpt", "engine/weights/default.safetensors")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "init")
+    status = git("status", "--short")
+    assert status == "?? engine/weights/new-ckpt/\n"
+    hold = ("engine/weights/gpu-ckpt", "engine/weights/default.safetensors", "engine/weights/new-ckpt")
+    before, after = bp.hold_commands(hold, "../hold")
+    subprocess.run(before, shell=True, cwd=repo, check=True)
+    assert git("ls-files", "-co", "--exclude-standard").split() == ["code.py"]
+    assert not (repo / "engine/weights/gpu-ckpt").exists() and (tmp_path / "hold/gpu-ckpt/part-0").is_file()
+    assert bp.window_tree_bytes(repo, hold=()) == 6  # code.py alone travels
+    subprocess.run(after, shell=True, cwd=repo, check=True, capture_output=True)
+    assert git("status", "--short") == status
+    assert (repo / "engine/weights/gpu-ckpt/part-0").read_bytes() == b"\1" * 1000
+    assert not (tmp_path / "hold").exists()
+    assert bp.hold_commands((), "../hold") == ("", "")

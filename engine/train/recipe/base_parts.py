@@ -142,11 +142,20 @@ def window_tree_bytes(root: Path = ROOT, hold: tuple[str, ...] | None = None) ->
 
 def hold_commands(hold: tuple[str, ...] = HOLD, where: str = HOLD_DIR) -> tuple[str, str]:
     """(before the window, after it): shell commands, run in the repository root, that move ``hold`` out of
-    the working tree and back (git sees them deleted meanwhile: commit nothing in between); none for none."""
+    the working tree and back; none for none.
+
+    Before: each path moves to ``where`` and leaves git's index too (``git rm --cached``), so the window's
+    tree neither holds the files nor lists tracked files that are missing, whichever way the device tool
+    enumerates it. After: each moves back and ``git reset`` restores its index entry from HEAD (a held path
+    that was never committed stays untracked, as it was); ``git status --short`` then shows what it showed
+    before. Commit nothing in between."""
     if not hold:
         return "", ""
-    before = f"mkdir -p {where} && " + " && ".join(f"mv {h} {where}/" for h in hold)
-    after = " && ".join(f"mv {where}/{Path(h).name} {h}" for h in hold) + f" && rmdir {where} && git status --short"
+    paths = " ".join(hold)
+    before = (f"mkdir -p {where} && " + " && ".join(f"mv {h} {where}/" for h in hold)
+              + f" && git rm -r -q --cached --ignore-unmatch -- {paths}")
+    after = (" && ".join(f"mv {where}/{Path(h).name} {h}" for h in hold)
+             + f" && rmdir {where} && git reset -q -- {paths} && git status --short")
     return before, after
 
 
