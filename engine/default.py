@@ -138,7 +138,8 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     label = meta.get("label", "adapter")
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
             "validation": meta.get("validation", {}).get("last"), "fim_layout": meta.get("fim_layout"),
-            "edit_layout": meta.get("edit_layout"), "show_thresholds": meta.get("show_thresholds"),
+            "edit_layout": meta.get("edit_layout"), "edit_history": meta.get("edit_history"),
+            "show_thresholds": meta.get("show_thresholds"),
             "fast_cpu": True}  # pass@1 measured with engine.cpu.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     from engine.loading.tied import spec_for

@@ -45,7 +45,7 @@ from engine.formats import FormatNotSupported
 from engine.loading.ar_base import is_ar_base
 from engine.model import Transformer
 from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
-from engine.templates import DEFAULT_EDIT_LAYOUT
+from engine.templates import DEFAULT_EDIT_LAYOUT, EDIT_HISTORY
 from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
@@ -111,6 +111,8 @@ class Engine(ByComplete):
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
             "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
+            # the diffs its next-edit prompts were trained with (ours: the adapter says, else EDIT_HISTORY)
+            "edit_history": self.meta.get("edit_history") or (EDIT_HISTORY if self.format.name == "native" else None),
             "show_thresholds": self.meta.get("show_thresholds"),  # the gate's, measured on this model
             "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
         }

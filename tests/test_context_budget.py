@@ -146,6 +146,35 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
     assert r.prompt.history == (mine,)
 
 
+def test_edit_history_is_capped_at_the_models_count(ws, tmp_path: Path) -> None:
+    """``max_history``: the newest diffs only (this file's first), oldest first in the prompt; FIM keeps the
+    options' count. The server passes the model's trained count (core/contexts.edit_history)."""
+    from edit_server.core.contexts import edit_history
+    from edit_server.core.settings import Settings
+    from engine.templates import EDIT_HISTORY
+
+    b, main, text = ws
+    hist = [Hunk(str(main), f"--- a/main.py\n+++ b/main.py\n@@ -{i} +{i} @@\n-x\n+edit{i}\n", float(i))
+            for i in range(1, 7)]
+    full = b.build_edit(str(main), text, 5, hist)
+    assert [d.rsplit("+", 1)[1] for d in full.prompt.history] == [f"edit{i}\n" for i in range(1, 7)]
+    capped = b.build_edit(str(main), text, 5, hist, max_history=EDIT_HISTORY)
+    assert [d.rsplit("+", 1)[1] for d in capped.prompt.history] == ["edit4\n", "edit5\n", "edit6\n"]
+    assert capped.report.total < full.report.total
+    assert len(b.build_fim(str(main), text, 5, hist).prompt.history) == 6
+
+    class Eng:
+        def __init__(self, info: dict) -> None:
+            self.info = info
+
+    s6, s2 = Settings(), Settings(history_size=2)
+    assert s6.history_size == 6
+    assert edit_history(s6, Eng({"edit_history": 3})) == 3
+    assert edit_history(s2, Eng({"edit_history": 3})) == 2  # the user's smaller setting wins
+    assert edit_history(s6, Eng({"edit_history": None})) == 6  # a model that does not say: the setting
+    assert edit_history(s6, None) == 6
+
+
 @pytest.mark.parametrize("follow,counting", [(" ", "blocks"), (" \nabcdefghijklmnopqrstuvwxyz", "render")])
 @pytest.mark.parametrize("budget", [120, 400, 1500])
 def test_non_additive_tokenizers_stay_within_budget(tmp_path: Path, budget: int, follow: str,

@@ -54,3 +54,15 @@ def test_the_adapter_metadata_names_the_layout() -> None:
     assert default.before == render_edit(TOK, P).ids  # no edit_layout: behaviour unchanged
     named = for_model(TOK, {"edit_layout": "file-history"}, block_size=block).edit(P)
     assert named.before == render_edit(TOK, EditPrompt(**{**P.__dict__, "layout": "file-history"})).ids
+
+
+def test_engine_info_names_the_history_its_prompts_were_trained_with() -> None:
+    """Our format: the adapter's ``edit_history``, else what our trainer renders; another model's format
+    says nothing (the server then shows ``historySize`` diffs)."""
+    from engine.templates import EDIT_HISTORY
+    from tests.dllm_util import tiny_engine
+
+    assert EDIT_HISTORY == 3
+    assert tiny_engine(None).info["edit_history"] == EDIT_HISTORY
+    assert tiny_engine({"edit_history": 5}).info["edit_history"] == 5
+    assert tiny_engine({"registry": "Dream-org/Dream-Coder-v0-Base-7B"}).info["edit_history"] is None

@@ -20,7 +20,7 @@ from engine.git_history import (
     states_of,
     write_sessions,
 )
-from engine.templates import strip_canvas
+from engine.templates import EDIT_HISTORY, strip_canvas
 from engine.tokenizer import Tokenizer
 from engine.train.git_sessions import load_git_sources, session_example
 from engine.train.tasks import Budget
@@ -106,7 +106,7 @@ def test_session_examples_render_history_and_target(repo: Path) -> None:
         assert TOK.decode(strip_canvas(TOK, ex.target)) == new_region
         if k == len(s.steps):  # nothing left: no edit
             assert ex.kind == "noedit:git" and new_region == region
-        assert len(ex.meta["prompt"].history) == min(k, 3)
+        assert len(ex.meta["prompt"].history) == min(k, EDIT_HISTORY)  # as the server shows them
     assert kinds == {"edit:git", "noedit:git"}
     # after f3's hunk: f5's (next commit, 7 lines below) is pending in a region that reaches it, whole
     exs = [session_example(TOK, s, random.Random(seed), BUDGET, k=1) for seed in range(20)]

@@ -40,7 +40,8 @@ def adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, torc
                     p.add_(torch.randn_like(p) * 0.05)
     meta = {"lora": {"rank": 4, "alpha": 8, "targets": []}, "special_tokens": base.tokenizer.special.as_dict(),
             "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": 8},
-            "label": "CPU smoke adapter (test)", "trained_on": "cpu", "validation": {"last": {"loss": 1.0}}}
+            "label": "CPU smoke adapter (test)", "trained_on": "cpu", "validation": {"last": {"loss": 1.0}},
+            "edit_history": 2}
     save_adapter(tmp_path / "ad", model, first, meta)
     return tmp_path / "ad", model
 
@@ -50,6 +51,7 @@ def test_load_default_merges_and_sets_args(adapter: tuple[Path, torch.nn.Module]
     ck = load_default(path, base=Path("unused.gguf"))
     assert ck.args.block_size == 8 and ck.args.attention == "block_causal" and ck.args.shifted_logits
     assert ck.meta["label"] == "CPU smoke adapter (test)" and ck.meta["trained_on"] == "cpu"
+    assert ck.meta["edit_history"] == 2  # the engine's info, then the server's next-edit prompts, follow it
     assert ck.name == "SmolLM2-135M block-diffusion"  # the label lives in meta, not twice in the name
     merged = Transformer(ck.args)
     merged.load_state_dict(ck.state_dict)

@@ -59,6 +59,7 @@ def test_tiny_training_loss_falls_and_exports(corpus: Path, tmp_path: Path) -> N
     assert meta["model_args"] == {"attention": "block_causal", "shifted_logits": True, "block_size": 8}
     assert meta["special_tokens"] == Tokenizer.byte_level().special.as_dict()
     assert meta["label"].startswith("CPU smoke adapter (40 steps, val loss") and meta["trained_on"] == "cpu"
+    assert meta["edit_layout"] == "history-file" and meta["edit_history"] == 3  # the server reads both
     assert meta["validation"]["last"]["loss"] == pytest.approx(last)
     assert any(k.endswith("down_proj.weight.lora_B") for k in tensors)
     _check_round_trip(tensors, meta)

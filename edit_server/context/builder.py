@@ -98,10 +98,12 @@ class ContextBuilder(Workspace):
     # ---- builds ------------------------------------------------------------------------
     def _sources(self, doc: Document, *, fim: bool, history: Sequence[src.HunkLike], avail: int,
                  carry: int, visible: tuple[int, int], offset: int, rep: BuildReport,
-                 reuse: StickyFim | None = None) -> tuple[list[Section], tuple[str, ...], int] | None:
+                 reuse: StickyFim | None = None, max_history: int | None = None,
+                 ) -> tuple[list[Section], tuple[str, ...], int] | None:
         """Sections, history and the tokens left. ``reuse``: the sections of the document's sticky FIM
         build instead of collecting them (history stays fresh); they may take more than their shares
-        here (the tokens left is then negative: the caller shrinks the window)."""
+        here (the tokens left is then negative: the caller shrinks the window). ``max_history``: at most
+        this many diffs (default: the options' ``max_history``)."""
         view = self._view()
         row = doc.line_of(offset)
         ready: list[bool] = []
@@ -120,7 +122,8 @@ class ContextBuilder(Workspace):
                 hist = src.fill_history(self.counter, history, doc.path, fim=fim,
                                         allowed_path=lambda p: self._allowed(p, view.doc_text(p)),
                                         display=self.display, clean=self._clean, rep=r,
-                                        max_items=self.options.max_history, max_chars=self.options.max_diff_chars,
+                                        max_items=self.options.max_history if max_history is None else max_history,
+                                        max_chars=self.options.max_diff_chars,
                                         only_current=self.current_only)
             elif reuse is not None:
                 kept = next((x for x in reuse.sources if x.name == name), None)
@@ -273,7 +276,9 @@ class ContextBuilder(Workspace):
         return ctx.diff(Path(path))
 
     def build_edit(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
-                   budget: int | None = None) -> EditBuild:
+                   budget: int | None = None, max_history: int | None = None) -> EditBuild:
+        """``max_history``: diffs at most (default: the options' ``max_history``; the server passes the
+        model's trained count, core/contexts.edit_history)."""
         t0 = time.perf_counter()
         offset = max(0, min(offset, len(text)))
         o = self.options
@@ -321,7 +326,7 @@ class ContextBuilder(Workspace):
             win = window(w_share)
             sources = functools.partial(self._sources, doc, fim=False, history=history, avail=avail,
                                         carry=w_share - win.tokens, offset=offset,
-                                        visible=(win.start_line, win.end_line), rep=rep)
+                                        visible=(win.start_line, win.end_line), rep=rep, max_history=max_history)
             shared = self._shared_sections(path, history, rep.budget)
             got = sources(reuse=shared) if shared is not None else None
             if got is not None and win.tokens + got[2] < w_share // 2:  # they would squeeze the window

@@ -64,6 +64,16 @@ def multiline_budget_ms(settings: Settings, engine: EngineAPI | None) -> int:
     return CPU_MULTILINE_BUDGET_MS if on_cpu(engine) else GPU_MULTILINE_BUDGET_MS
 
 
+def edit_history(settings: Settings, engine: EngineAPI | None) -> int:
+    """Diffs a next-edit prompt shows: ``historySize``, but no more than the model was trained with (the
+    engine's ``edit_history``: the adapter's metadata; our trainer renders `engine.templates.EDIT_HISTORY`).
+    A prompt with more than its training showed is out of distribution, and every extra diff is re-prefilled
+    with each next edit (the history changes with every edit)."""
+    info = getattr(engine, "info", None) or {}
+    trained = info.get("edit_history")
+    return min(settings.history_size, int(trained)) if trained else settings.history_size
+
+
 def context_options(settings: Settings, engine: EngineAPI | None) -> ContextOptions:
     """The builder's options from the one settings struct, with the budget resolved for ``engine``:
     what the server, ``edit-server context`` and ``edit-server bench context`` use."""
@@ -73,10 +83,11 @@ def context_options(settings: Settings, engine: EngineAPI | None) -> ContextOpti
 class BuilderContext:
     """The context builder (edit_server.context): syntax-aware windows, sources, exclusions, budget."""
 
-    def __init__(self, builder: ContextBuilder, settings: Settings, budget: int) -> None:
+    def __init__(self, builder: ContextBuilder, settings: Settings, budget: int, edit_history: int) -> None:
         self.builder = builder
         self.settings = settings
         self.budget = budget
+        self.edit_history = edit_history  # diffs in a next-edit prompt (`edit_history`)
 
     @property
     def degraded(self) -> str | None:
@@ -90,6 +101,7 @@ class BuilderContext:
         if changes:
             self.builder.update_options(**changes)
         self.settings, self.budget = settings, new.budget
+        self.edit_history = edit_history(settings, engine)
 
     def update_document(self, path: str, text: str, version: int) -> None:
         self.builder.update_document(path, text, version)
@@ -112,7 +124,8 @@ class BuilderContext:
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
         self._settle(req.path, req.text)
-        b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget)
+        b = self.builder.build_edit(req.path, req.text, req.offset, req.history, budget=self.budget,
+                                    max_history=self.edit_history)
         _log_build(b.report, b.prompt)
         if b.report.blocked:
             return None
@@ -161,4 +174,4 @@ def make_context(settings: Settings, roots: list[Path], engine: EngineAPI | None
     with the engine's tokenizer (``tokenizer``: another, for ``edit-server context`` without a model)."""
     opts = context_options(settings, engine)
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)  # none: estimated counts
-    return BuilderContext(open_builder(roots, tok, opts), settings, opts.budget)
+    return BuilderContext(open_builder(roots, tok, opts), settings, opts.budget, edit_history(settings, engine))

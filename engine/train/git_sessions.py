@@ -15,6 +15,7 @@ from engine.git_history import (  # noqa: F401 - load_git_sources: the trainer's
     pending_in_region,
     states_of,
 )
+from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
 
@@ -41,9 +42,9 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
         nl = current.find("\n", rb - 1) if rb > 0 else -1
         rb = len(current) if nl < 0 else max(rb, nl + 1)
     ra, rb, new_region = pending_in_region(current, final, ra, rb)
-    history = tuple(d[:1500] for d in (unified_diff(s.path, x, y) for x, y in zip(states[max(0, k - 3):k],
-                                                                                states[max(1, k - 2):k + 1],
-                                                                                strict=True)) if d)
+    first = max(0, k - EDIT_HISTORY)  # the last EDIT_HISTORY steps, as the server shows them
+    history = tuple(d[:EDIT_DIFF_CHARS] for d in (unified_diff(s.path, x, y) for x, y in
+                                                  zip(states[first:k], states[first + 1:k + 1], strict=True)) if d)
     label = "git" if new_region != current[ra:rb] else "noedit:git"
     return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, s.path, history, budget, rng, label,
                                layout)

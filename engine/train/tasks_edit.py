@@ -16,7 +16,14 @@ import random
 import re
 from dataclasses import dataclass
 
-from engine.templates import EditPrompt, canvas_target, edit_canvas_length, render_edit
+from engine.templates import (
+    EDIT_DIFF_CHARS,
+    EDIT_HISTORY,
+    EditPrompt,
+    canvas_target,
+    edit_canvas_length,
+    render_edit,
+)
 from engine.textdiff import unified_diff
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example, round_up, window
@@ -245,8 +252,7 @@ def session_example(tok: TokenizerLike, orig: str, sites: list[Site], order: lis
     region = current[ra:rb]
     new_region = apply_sites(region, pending)
     diffs = [unified_diff(path, x, y) for x, y in zip(states[:-1], states[1:], strict=True)]
-    history = tuple(d for d in diffs[-3:] if d)
-    history = tuple(h[:1500] for h in history)
+    history = tuple(d[:EDIT_DIFF_CHARS] for d in diffs[-EDIT_HISTORY:] if d)
     label = kind if pending else f"noedit:{kind}"
     return render_edit_example(tok, current, ra, rb, new_region, cursor - ra, path, history, budget, rng, label,
                                layout)

@@ -22,7 +22,7 @@ from torch import nn
 
 from engine.config import preset
 from engine.model import Transformer
-from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT
+from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT, EDIT_HISTORY
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
@@ -435,7 +435,7 @@ def export_meta(cfg: TrainConfig, tok: Tokenizer, meta: dict, summary: dict, dev
         "model_args": {"attention": "block_causal", "shifted_logits": True, "block_size": cfg.block_size},
         "lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets)},
         "label": label, "trained_on": trained_on, "training": asdict(cfg), "fim_layout": cfg.fim_layout,
-        "edit_layout": cfg.edit_layout,
+        "edit_layout": cfg.edit_layout, "edit_history": EDIT_HISTORY,
         "data": {"docs": corpus.index.get("docs"), "tokens": corpus.index.get("tokens"),
                  "tokens_seen": summary["tokens"]},
         "validation": {"first": summary["val"][0] if summary["val"] else None, "last": last},
