@@ -135,11 +135,14 @@ class Engine(ByComplete):
             if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
                 eng.warm_up()
             return eng
-        if is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): float32 unless int8 is asked for
+        if is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): int8 on a CPU unless float32 is asked for
             from engine.loading.ar_base import FAST_CPU_DEFAULT, load_ar_base
 
             fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": FAST_CPU_DEFAULT}, resolve_device(device), None)
-            return cls.from_checkpoint(load_ar_base(spec, fast_cpu=fast), device=device, dtype=dtype, **kw)
+            eng = cls.from_checkpoint(load_ar_base(spec, fast_cpu=fast), device=device, dtype=dtype, **kw)
+            if fast:
+                eng.warm_up()
+            return eng
         return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
 
     @classmethod

@@ -4,8 +4,9 @@
     python scripts/bench_peer.py --model qwen2.5-coder-0.5b --split single-line --limit 100 \\
         --out runs/peer/q05-single [--threads 2] [--cut llama-vim]
 
-1. ours: ``edit-server eval humaneval-infill --model M --device cpu`` into ``OUT/ours`` (resumed: finished
-   cases are not run again);
+1. ours: ``EDIT_SERVER_FASTCPU=0 edit-server eval humaneval-infill --model M --device cpu`` (float32: the
+   exact weights, not the int8 layout served on a CPU) into ``OUT/ours`` (resumed: finished cases are not run
+   again);
 2. the peer: llama-cpp-python (``pip install llama-cpp-python``, the optional ``peer`` extra; it builds
    llama.cpp from source) on the same GGUF file, fed the *same token ids* our format renders (Qwen's
    ``<|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>``), greedy (temperature 0, no penalties), stopping at
@@ -59,7 +60,11 @@ def _records(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def run_ours(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import os
+
     from edit_server.cli import main
+
+    os.environ.setdefault("EDIT_SERVER_FASTCPU", "0")  # the reference: float32, the file's exact weights
 
     argv = ["eval", "humaneval-infill", "--model", a.model, "--device", "cpu", "--split", a.split,
             "--out", str(a.out / "ours"), "--no-progress", "--data", str(a.data)]

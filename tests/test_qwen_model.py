@@ -215,3 +215,27 @@ def test_ar_requests_carry_the_serving_stop_rules(cached: tuple[Path, base.Parte
         assert (a.deadline is None) == (d.deadline is None) == call.single_line
     multi = call_request(ar, InfillCall(prompt, max_tokens=64, max_lines=4)).canvas
     assert (multi.scope_indent, multi.max_lines, multi.stop_loops) == (4, 4, True)
+
+
+def test_the_ar_tier_serves_int8_on_a_cpu_and_float32_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Engine.load` of a registry AR base: the int8 CPU layout unless ``$EDIT_SERVER_FASTCPU=0`` (the llama.cpp
+    reference, `scripts/bench_peer.py`) or ``fast_cpu=False``; a GPU never asks for it."""
+    from engine import Engine
+    from engine.loading import ar_base
+
+    asked: list[bool] = []
+
+    def fake(spec: str, cache_dir: object = None, *, fast_cpu: bool = False, use_cache: bool = True) -> object:
+        asked.append(fast_cpu)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ar_base, "load_ar_base", fake)
+    for env, kw, want in ((None, {}, True), ("0", {}, False), ("1", {}, True), (None, {"fast_cpu": False}, False)):
+        if env is None:
+            monkeypatch.delenv("EDIT_SERVER_FASTCPU", raising=False)
+        else:
+            monkeypatch.setenv("EDIT_SERVER_FASTCPU", env)
+        with pytest.raises(RuntimeError, match="stop here"):
+            Engine.load("qwen2.5-coder-0.5b", device="cpu", **kw)
+        assert asked[-1] is want, (env, kw)
+    assert len(asked) == 4

@@ -9,13 +9,14 @@ registry name (`engine.registry.AR_MODELS`: its own FIM format and end tokens) a
 left to right (window 1) with prompt-lookup drafts, which are verified causally and so give the same
 tokens as plain one-token-per-forward decoding.
 
-Weights stay float32 by default — exactly the file's dequantized values: greedy output identical to
-llama.cpp's on every HumanEval single-line prompt compared (docs/QUALITY.md) — and `Engine.load` puts
-them in the int8 CPU layout of `engine.fastcpu` only when asked (``$EDIT_SERVER_FASTCPU=1`` or
-``fast_cpu=True``: ~1.5x faster here, but ~90 % identical outputs; same pass@1 within a point). Either
-layout is built once and kept in the merged-model cache (`engine.merged_cache`, keyed by the GGUF's
-name / size / mtime): parsing the 151,936-token vocabulary and dequantizing take one to two minutes on
-the 2-core CPU, the cached copy loads in seconds.
+On a CPU, `Engine.load` serves the int8 layout of `engine.cpu.fastcpu` (``FAST_CPU_DEFAULT``): the 0.5B's
+single line while typing 350 vs 807 ms p50 and 1.5 vs 5.1 GB peak resident memory against float32, for
+pass@1 64.0 vs 65.0 % (88 % identical middles; docs/PERFORMANCE.md, QUALITY.md). Float32 — exactly the file's
+dequantized values, the greedy output llama.cpp writes on 99 of the first 100 HumanEval single-line prompts
+— is the reference row's (``$EDIT_SERVER_FASTCPU=0`` or ``fast_cpu=False``; `scripts/bench_peer.py` asks for
+it). Either layout is built once and kept in the merged-model cache (`engine.caches.merged`, keyed by the
+GGUF's name / size / mtime): parsing the 151,936-token vocabulary and dequantizing take one to two minutes
+on the 2-core CPU, the cached copy loads in seconds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from engine.checkpoint import LoadedCheckpoint
 log = logging.getLogger(__name__)
 
 AR_DECODE = "spec=8,ar"  # engine.decoding.policy.parse_decode: window 1, drafts of up to 8 tokens
-FAST_CPU_DEFAULT = False  # float32 unless asked: the reference row must equal llama.cpp (docs/QUALITY.md)
+FAST_CPU_DEFAULT = True  # int8 on a CPU (served); float32, the llama.cpp reference, with EDIT_SERVER_FASTCPU=0
 
 
 def is_ar_base(spec: str) -> bool:
