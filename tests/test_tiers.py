@@ -123,7 +123,7 @@ def test_models_json_has_the_rows_and_the_choice(capsys: pytest.CaptureFixture[s
     assert out["typing_table"]["inline_p50_ms"] == 300
     rows = {r["model"]: r for r in out["tiers"]}
     q = rows["qwen2.5-coder-0.5b"]
-    assert q["quality"]["single_line"] == pytest.approx(0.65) and q["context"] == 32768
+    assert q["quality"]["single_line"] == pytest.approx(0.61) and q["context"] == 32768  # int8, as served on a CPU
     assert q["latency"]["cpu"]["next_edit_p50_ms"] > 1500 and q["quality_row"] and q["latency_row"]
     assert main(["models", "--device", "cpu"]) == 0
     text = capsys.readouterr().out

@@ -10,8 +10,8 @@ left to right (window 1) with prompt-lookup drafts, which are verified causally 
 tokens as plain one-token-per-forward decoding.
 
 On a CPU, `Engine.load` serves the int8 layout of `engine.cpu.fastcpu` (``FAST_CPU_DEFAULT``): the 0.5B's
-single line while typing 350 vs 807 ms p50 and 1.5 vs 5.1 GB peak resident memory against float32, for
-pass@1 64.0 vs 65.0 % (88 % identical middles; docs/PERFORMANCE.md, QUALITY.md). Float32 — exactly the file's
+single line while typing 378 vs 807 ms p50 and 1.5 vs 5.1 GB peak resident memory against float32, for
+HumanEval single-line pass@1 61.0 vs 65.0 % (84 of 100 middles identical; docs/PERFORMANCE.md, QUALITY.md). Float32 — exactly the file's
 dequantized values, the greedy output llama.cpp writes on 99 of the first 100 HumanEval single-line prompts
 — is the reference row's (``$EDIT_SERVER_FASTCPU=0`` or ``fast_cpu=False``; `scripts/bench_peer.py` asks for
 it). Either layout is built once and kept in the merged-model cache (`engine.caches.merged`, keyed by the
