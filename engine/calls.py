@@ -101,4 +101,25 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult
     res.confidences = [res.confidences[i] for i in keep]
     text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
+    region = c.prompt.region
+    res.changed = edit_confidences(eng.tokenizer.encode(region[:c.prompt.cursor]) +
+                                   eng.tokenizer.encode(region[c.prompt.cursor:]), res.tokens, res.confidences)
     return res
+
+
+def edit_confidences(source: list[int], out: list[int], confidences: list[float]) -> list[float]:
+    """The confidences of the output tokens that make the edit: those a token-level diff of ``out`` against
+    ``source`` (the editable region) does not match. A rewrite copies most of its region at confidence ~1,
+    so the mean over every token says little about the change; this is what the gate scores an edit on.
+    A pure deletion has no new token: the token right after it (the one that skips ahead) stands for it,
+    else the one before. An unchanged copy gives []."""
+    import difflib
+
+    picked: list[int] = []
+    ops = difflib.SequenceMatcher(a=source, b=out, autojunk=False).get_opcodes()
+    for tag, _, _, j1, j2 in ops:
+        if tag in ("replace", "insert"):
+            picked.extend(range(j1, j2))
+        elif tag == "delete" and out:
+            picked.append(min(j1, len(out) - 1))
+    return [confidences[j] for j in sorted(set(picked))]

@@ -170,6 +170,10 @@ class GenerateResult:
     cached_tokens: int  # prompt tokens whose KV came from the prefix cache
     finish_reason: FinishReason
     timings: dict[str, float] = field(default_factory=dict)  # prefill_ms, decode_ms, total_ms
+    # a rewrite (next edit): the confidences of the tokens that make the edit — those the token-level diff
+    # against the editable region does not copy (`engine.calls.edit_confidences`); None: not a rewrite, or
+    # an engine that cannot tell (a remote backend)
+    changed: list[float] | None = None
 
     @property
     def tokens_per_forward(self) -> float:

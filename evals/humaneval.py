@@ -139,12 +139,18 @@ def completion_edit(text: str, offset: int, result: Any) -> tuple[int, int, str,
     return start, end, ins, command_score(item)
 
 
-def command_score(item: dict[str, Any]) -> float | None:
+def command_arg(item: dict[str, Any], key: str) -> Any:
+    """``key`` of the accept command's argument object (the server's gate score, a next edit's origin)."""
     cmd = item.get("command") or {}
     for arg in cmd.get("arguments") or ():
-        if isinstance(arg, dict) and isinstance(arg.get("score"), int | float):
-            return float(arg["score"])
+        if isinstance(arg, dict) and key in arg:
+            return arg[key]
     return None
+
+
+def command_score(item: dict[str, Any]) -> float | None:
+    s = command_arg(item, "score")
+    return float(s) if isinstance(s, int | float) else None
 
 
 async def _start(model: str, device: str, root: Path, log_path: Path, timeout: float,

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.textdiff import changed_span
 from evals.cases import Case, Edit, diff_path, history_states, judge
-from evals.humaneval import command_score, completion_edit
+from evals.humaneval import command_arg, command_score, completion_edit
 from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore
 
@@ -202,6 +202,7 @@ class CaseRunner:
                 "repo": str(case.meta.get("repo", "")), "quiet_case": case.expected is None,
                 "shown": j.shown, "accepted": j.accepted, "partial": j.partial, "line_f1": j.line_f1,
                 "correct": j.correct, "score": score, "latency_ms": ms, "error": err,
+                "origin": suggestion_origin(result) if case.kind != "fim" else None,
                 **(serving_view(case, edits) if j.shown else {"syntax_error": None, "candidate": None}),
                 "suggestion": [[e.path, e.start, e.end, e.text] for e in edits], "prompt_digest": digest}
 
@@ -225,6 +226,12 @@ class CaseRunner:
             if found or time.monotonic() > end:
                 return found[-1] if found else None
             await asyncio.sleep(0.05)  # the client copies the server's stderr as it comes
+
+
+def suggestion_origin(result: Any) -> str | None:
+    """Who wrote a next edit (the accept command's ``origin``: model, sampled, repeat), None when none."""
+    items = result.get("edits", []) if isinstance(result, dict) else []
+    return next((str(o) for o in (command_arg(i, "origin") for i in items) if o is not None), None)
 
 
 def parse_suggestion(case: Case, result: Any, paths: dict[str, str]) -> tuple[list[Edit], float | None]:

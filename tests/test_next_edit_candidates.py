@@ -264,3 +264,68 @@ def test_pipeline_asks_for_alternatives_on_next_edits_only_not_on_the_engine_rou
         assert counting.calls[1:] == [[0], [1], [2]]
     finally:
         p.stop()
+
+
+def test_edit_confidences_are_the_changed_tokens() -> None:
+    """A rewrite is gated on the tokens that make its edit, not on the copied rest of the region."""
+    from engine.calls import edit_confidences
+
+    src = [1, 2, 3, 4, 5]
+    conf = [0.99, 0.98, 0.3, 0.97, 0.96, 0.95, 0.94]
+    assert edit_confidences(src, [1, 2, 9, 4, 5], conf) == [0.3]  # one token replaced
+    assert edit_confidences(src, [1, 2, 3, 7, 8, 4, 5], conf) == [0.97, 0.96]  # two inserted
+    assert edit_confidences(src, [1, 2, 4, 5], conf) == [0.3]  # 3 deleted: the token after it stands for it
+    assert edit_confidences(src, [1, 2, 3], conf) == [0.3]  # the end deleted: the last token
+    assert edit_confidences(src, src, conf) == []  # a copy makes no edit
+    assert edit_confidences(src, [], []) == []
+
+
+def test_rewrites_carry_their_changed_confidences_and_the_gate_scores_them(eng: Any) -> None:
+    from edit_server.core.pipeline import edit_candidates, edit_scored
+
+    region = "def add(a, b):\n    return a + b\n"
+    p = EditPrompt("import os\n\n", region, "\nprint(add(1, 2))\n", 5, path="m.py")
+    res = eng.complete([RewriteCall(p)])[0]
+    assert res.changed is not None and len(res.changed) <= len(res.tokens)
+    assert set(res.changed) <= set(res.confidences)
+    # the server: the model's candidate carries the changed tokens' confidences, else all of them
+    req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
+    both = GenerateResult(RENAMED, [1, 2, 3], [0.99, 0.4, 0.99], 1, 1, 10, 0, "end", changed=[0.4])
+    cands, _ = edit_candidates(req, Outcome(built, both), Settings(next_edit=NextEdit(repeat_edit=False)))
+    assert cands[0].confidences == [0.4]
+    remote = GenerateResult(RENAMED, [1, 2, 3], [0.99, 0.4, 0.99], 1, 1, 10, 0, "end")  # cannot tell: all
+    assert edit_scored(remote) == [0.99, 0.4, 0.99]
+
+
+def test_the_repeated_edit_is_gated_apart_from_the_models_rewrites(tmp_path: Any) -> None:
+    """The model's shipped ``edit`` threshold is about its own rewrites; the repeated edit (a rule) is held
+    against its own calibration (``edit:repeat``), else ``gate.threshold`` — and says so to clients and evals."""
+    import json
+
+    from edit_server.cli.align import from_eval
+    from edit_server.lsp.convert import inline_edit
+    from edit_server.selectivity.thresholds import gate_kind
+    from evals.runners import suggestion_origin
+
+    req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
+    model = Candidate(RENAMED.replace("+ 1", "+ 2"), [0.99] * 3)
+    rep = repeat_candidate(req, built)
+    assert rep is not None and rep.origin == "repeat"
+    never = {"edit": float("inf")}  # a model whose own rewrites were never right on the calibration runs
+    i, sug, _ = edit_results(req, built, [model, rep], Settings(), never)
+    assert i == 1 and sug is not None and sug.show and sug.origin == "repeat" and sug.threshold == 0.5
+    i, sug, _ = edit_results(req, built, [model], Settings(), never)
+    assert i == 0 and sug is not None and not sug.show and sug.reason == "low score" and sug.origin == "model"
+    assert (gate_kind("edit", "model"), gate_kind("edit", "sampled"), gate_kind("edit", None),
+            gate_kind("edit", "repeat")) == ("edit", "edit", "edit", "edit:repeat")
+    # the accept command names the origin; an eval records it; `align gate` fits the rule's kind apart
+    item = inline_edit(RENAMED, "file:///w/m.py", 2, type("E", (), {"start": 0, "end": 1, "text": "x"})(),
+                       "s1", 0.95, "repeat")
+    assert item["command"]["arguments"][0]["origin"] == "repeat"
+    assert suggestion_origin({"edits": [item]}) == "repeat" and suggestion_origin({"edits": []}) is None
+    rows = [{"id": "a", "kind": "edit", "score": 0.95, "suggestion": [["m.py", 0, 1, "x"]], "accepted": True,
+             "origin": "repeat"},
+            {"id": "b", "kind": "edit", "score": 0.9, "suggestion": [["m.py", 0, 1, "y"]], "accepted": False,
+             "origin": "model"}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [(o.kind, o.accepted) for o in from_eval(tmp_path)] == [("edit:repeat", True), ("edit", False)]

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edit_server.cli.align_common import NEGATIVE, POSITIVE, Outcome, fit, save
-from edit_server.selectivity.thresholds import default_calibration_path
+from edit_server.selectivity.thresholds import default_calibration_path, gate_kind
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -62,7 +62,8 @@ def from_eval(report_dir: str | Path) -> list[Outcome]:
         if not r.get("suggestion"):
             continue
         accepted = bool(r.get("accepted")) and not r.get("quiet_case")
-        out.append(Outcome(str(r["id"]), str(r.get("kind", "fim")), float(r["score"]), accepted))
+        kind = gate_kind(str(r.get("kind", "fim")), r.get("origin"))  # a rule's candidate: calibrated apart
+        out.append(Outcome(str(r["id"]), kind, float(r["score"]), accepted))
     return out
 
 

@@ -300,10 +300,10 @@ def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple
     """A next edit's candidates — the model's rewrite, its sampled alternatives (``nextEdit.candidates``),
     the repeated last edit (``nextEdit.repeatEdit``) — and the outcome each is offered to feedback as."""
     assert isinstance(out.built, EditBuilt)
-    cands = [Candidate(out.text, out.confidences, out.reward)]
+    cands = [Candidate(out.text, edit_scored(out.result), out.reward)]
     outcomes = [out]
     for r, reward in out.alternatives:
-        cands.append(Candidate(r.text, list(r.confidences), reward, "sampled"))
+        cands.append(Candidate(r.text, edit_scored(r), reward, "sampled"))
         outcomes.append(Outcome(out.built, r, out.batch, reward))
     rep = repeat_candidate(req, out.built) if settings.next_edit.repeat_edit else None
     if rep is not None:
@@ -311,6 +311,12 @@ def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple
         outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
                                                           "end"), out.batch))
     return cands, outcomes
+
+
+def edit_scored(r: GenerateResult) -> list[float]:
+    """The confidences a rewrite is gated on: its changed tokens' (``GenerateResult.changed``: the copied
+    rest of the region says nothing about the edit), else — an engine that cannot tell — all of them."""
+    return list(r.changed) if r.changed else list(r.confidences)
 
 
 def fim_request(key: str, prompt: FimPrompt) -> FimRequest:

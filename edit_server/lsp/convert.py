@@ -75,12 +75,14 @@ def range_to_offsets(text: str, rng: lsp.Range, starts: list[int] | None = None)
     return (a, b) if a <= b else (b, a)
 
 
-def accept_command(sid: str, kind: str, score: float, uri: str, version: int) -> lsp.Command:
+def accept_command(sid: str, kind: str, score: float, uri: str, version: int, origin: str = "model") -> lsp.Command:
+    """``origin``: who wrote a next edit ("model", "sampled", "repeat"), for clients and evals that calibrate
+    each source apart (`edit-server align gate`)."""
     return lsp.Command(
         title="Accept suggestion",
         command="editServer.accept",
         arguments=[{"id": sid, "kind": kind, "score": round(float(score), 4), "uri": uri,
-                    "version": version}],
+                    "version": version, "origin": origin}],
     )
 
 
@@ -128,10 +130,11 @@ def completion_item(text: str, uri: str, version: int, cursor: int, sug: Any) ->
     )
 
 
-def inline_edit(text: str, uri: str, version: int, edit: Any, sid: str, score: float) -> dict[str, Any]:
+def inline_edit(text: str, uri: str, version: int, edit: Any, sid: str, score: float,
+                origin: str = "model") -> dict[str, Any]:
     """One Copilot-style `copilotInlineEdit` edit (plain JSON)."""
     rng = to_range(text, edit.start, edit.end)
-    cmd = accept_command(sid, "edit", score, uri, version)
+    cmd = accept_command(sid, "edit", score, uri, version, origin)
     return {
         "text": edit.text,
         "textDocument": {"uri": uri, "version": version},

@@ -90,7 +90,8 @@ async def inline_edit(ls: Host, args: tuple[str, int | None, int, int]) -> dict[
     if ans is None:
         return {"edits": []}
     s = ans.suggestion
-    return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score) for e in ans.edits]}
+    return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score, s.origin)
+                      for e in ans.edits]}
 
 
 async def completion(ls: Host, params: lsp.CompletionParams) -> lsp.CompletionList | None:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
 from edit_server.selectivity import candidates, gate, kto_gate, repeat_edit, syntax_check
-from edit_server.selectivity.thresholds import gate_threshold
+from edit_server.selectivity.thresholds import gate_kind, gate_threshold
 from engine.decoding.stops import lines_cut
 
 
@@ -96,6 +96,7 @@ def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
     return edits
 
 
+
 @dataclass(frozen=True)
 class Output:
     """What the engine wrote (``new``, its per-token ``confidences``, the aligned model's ``reward``) for
@@ -113,6 +114,11 @@ class Output:
     max_lines: int | None = None  # FIM: the line cap of a multi-line one
     cursor: int = 0  # edit: the cursor's offset in the document
     history: Any = ()  # edit: the document's recent hunks (`candidates.reject_reason`)
+    origin: str = "model"  # who wrote ``new``: the model ("model", "sampled") or a rule ("repeat")
+
+    @property
+    def gate_kind(self) -> str:
+        return gate_kind(self.kind, self.origin)
 
 
 def cut(o: Output) -> str:
@@ -150,11 +156,11 @@ def _select(o: Output, settings: Settings, model: Mapping[str, float] | None = N
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
                                    fim=o.kind == "fim") if enabled or rank else None
-    threshold = gate_threshold(settings, o.kind, model)
+    threshold = gate_threshold(settings, o.gate_kind, model)
     d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled, threshold=threshold,
                         target_precision=settings.gate.kto_target_precision, rule=rule if enabled else None)
     return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason,
-                      threshold=threshold if enabled else None), edits, rule
+                      threshold=threshold if enabled else None, origin=o.origin), edits, rule
 
 
 def select(o: Output, settings: Settings, model: Mapping[str, float] | None = None
@@ -214,8 +220,8 @@ def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate],
     """The next edit `pick` makes of the candidates for the region (the index of the one taken, -1 when
     none), and its edits. ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
     return pick([Output("edit", req.path, req.text, built.region_start, built.region_end, c.new,
-                        c.confidences, c.reward, cursor=req.offset, history=req.history) for c in cands],
-                settings, model)
+                        c.confidences, c.reward, cursor=req.offset, history=req.history, origin=c.origin)
+                 for c in cands], settings, model)
 
 
 def repeat_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:

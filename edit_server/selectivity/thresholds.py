@@ -21,6 +21,16 @@ log = logging.getLogger(__name__)
 _CACHE: dict[tuple[str, float], dict[str, float]] = {}
 
 
+MODEL_ORIGINS = ("model", "sampled")  # next-edit candidates the model wrote (`select.Candidate.origin`)
+
+
+def gate_kind(kind: str, origin: str | None) -> str:
+    """The kind a show threshold is kept and looked up for: the model's own outputs share their kind (the
+    thresholds a model ships were fitted on them); a rule's candidate has its own (``edit:repeat``),
+    calibrated apart, else held against ``gate.threshold`` (never against the model's)."""
+    return kind if not origin or origin in MODEL_ORIGINS else f"{kind}:{origin}"
+
+
 def default_calibration_path() -> Path:
     return options.env().config_home() / "edit-server" / "gate.json"
 
