@@ -51,7 +51,7 @@ def test_result_shapes() -> None:
     assert item.range.start.character == 2 and item.range.end.character == 6 and item.range.end.line == 0
     assert item.insert_text == "x = 1"
     assert item.command.arguments == [{"id": "id1", "kind": "fim", "score": 0.25, "uri": "file:///a.py",
-                                       "version": 3}]
+                                       "version": 3, "origin": "model"}]
     e = convert.inline_edit(text, "file:///a.py", 3, TextEdit(4, 5, "2"), "id2", 0.5)
     assert e["range"] == {"start": {"line": 0, "character": 5}, "end": {"line": 0, "character": 6}}
     assert e["textDocument"] == {"uri": "file:///a.py", "version": 3}

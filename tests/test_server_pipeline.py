@@ -103,9 +103,12 @@ def test_feedback_store_signals() -> None:
     assert fb.events("c") == ["shown", "expired"]
     assert fb.counts() == {"shown": 3, "partial": 1, "accepted": 1, "rejected": 1, "expired": 1}
     fb.offered("d", "fim", "u", 0.5)
-    fb.shown("d")
-    fb.typed_over("u", reason="replaced")
+    fb.offered("e", "edit", "u", 0.7)
+    fb.shown("d"), fb.shown("e")
+    fb.typed_over("u", reason="replaced", kind="fim")  # a new completion replaces the shown completion only
     assert fb.events("d") == ["shown", "rejected"]
+    fb.accepted("e", "edit", "u")  # the next edit shown beside it is still there to accept
+    assert fb.events("e") == ["shown", "accepted"]
 
 
 class Recorder:

@@ -291,7 +291,7 @@ class Pipeline:
         sug.prompt_tokens, sug.completion_tokens, sug.finish_reason = r.prompt_tokens, len(r.tokens), r.finish_reason
         if sug.show:
             if sug.kind == "fim":
-                self.feedback.typed_over(uri, reason="replaced")  # a shown suggestion replaced by a new one
+                self.feedback.typed_over(uri, reason="replaced", kind="fim")  # the shown completion replaced
             self.feedback.offered(sug.id, sug.kind, uri, sug.score, prompt=prompt, completion=out.text,
                                   shown_text=sug.text)
 

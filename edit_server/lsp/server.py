@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Generator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,15 @@ CLEAR_HISTORY = "editServer.clearHistory"
 DOCUMENT_STATE = "editServer.documentState"
 RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT}
 _DROPPED = object()
+
+
+async def _stored(done: Future[Any]) -> None:
+    """Wait for the feedback store's write of an accept (a failure is logged by the store; the client
+    still gets its answer)."""
+    try:
+        await asyncio.wrap_future(done)
+    except Exception as e:
+        log.warning("accept not stored: %s", e)
 
 
 def _text_problem(method: str, params: Any) -> str | None:
@@ -322,16 +333,16 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         return await suggest.inline_edit(ls, suggest.validate_inline_edit(params))
 
     @ls.command(ACCEPT)
-    async def accept(ls: EditServer, item: Any = None) -> None:
-        """Answered once the accept is on disk (the store's writer thread commits it)."""
+    def accept(ls: EditServer, item: Any = None) -> Generator[Any, Any, None]:
+        """Recorded the moment the message is read — a generator handler runs at once, where a coroutine
+        would start only after the messages read with it: the didChange that applies the suggestion, sent
+        right behind the accept, would otherwise count it typed over (rejected) first — and answered once
+        the accept is on disk (the store's writer thread commits it)."""
         if isinstance(item, dict) and isinstance(item.get("id"), str) and ls.pipeline is not None:
             score = item.get("score", 0.0)
             done = ls.pipeline.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
                                         float(score) if isinstance(score, int | float) else 0.0)
-            try:
-                await asyncio.wrap_future(done)
-            except Exception as e:  # logged by the store; the client still gets its answer
-                log.warning("accept not stored: %s", e)
+            yield _stored, (done,), {}
 
     @ls.command(CLEAR_HISTORY)
     def clear_history(ls: EditServer, *_: Any) -> None:

@@ -160,12 +160,15 @@ class FeedbackStore:
         if o is not None:
             self._log(o, "partial", accepted_length=accepted_length)
 
-    def typed_over(self, uri: str, keep: set[str] | None = None, reason: str = "typed over") -> None:
+    def typed_over(self, uri: str, keep: set[str] | None = None, reason: str = "typed over",
+                   kind: str | None = None) -> None:
         """The document changed (or a newer suggestion replaced the shown one, ``reason="replaced"``):
-        shown suggestions for it not in ``keep`` are rejected; unshown ones are forgotten."""
+        shown suggestions for it not in ``keep`` are rejected; unshown ones are forgotten. ``kind``: only
+        suggestions of that kind (a new completion replaces the shown completion, not a shown next edit:
+        editors show both at once)."""
         keep = keep or set()
         for o in list(self._pending.values()):
-            if o.uri == uri and o.id not in keep:
+            if o.uri == uri and o.id not in keep and (kind is None or o.kind == kind):
                 if o.shown:
                     self._log(o, "rejected", reason=reason)
                 else:

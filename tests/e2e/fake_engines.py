@@ -55,6 +55,7 @@ class Scripted(_Wrapped):
         r = super().rewrite(prompt, **kw)
         if not r.aborted:
             r.text, r.confidences = prompt.region.replace("w * w", "w * h"), [0.9] * 4
+            r.changed = None  # the scripted text is not the model's: no changed-token confidences
         return r
 
 

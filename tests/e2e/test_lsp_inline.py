@@ -60,7 +60,7 @@ async def test_completion_after_typing(client: LanguageClient) -> None:
     assert item.range.start == item.range.end == lsp.Position(line=1, character=11)
     assert item.command.command == "editServer.accept"
     arg = item.command.arguments[0]
-    assert set(arg) == {"id", "kind", "score", "uri", "version"}
+    assert set(arg) == {"id", "kind", "score", "uri", "version", "origin"} and arg["origin"] == "model"
     assert (arg["kind"], arg["uri"], arg["version"]) == ("fim", u, 8)
     assert arg["score"] == pytest.approx(0.8, abs=1e-3)
 
