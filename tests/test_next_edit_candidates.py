@@ -329,3 +329,21 @@ def test_the_repeated_edit_is_gated_apart_from_the_models_rewrites(tmp_path: Any
              "origin": "model"}]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [(o.kind, o.accepted) for o in from_eval(tmp_path)] == [("edit:repeat", True), ("edit", False)]
+
+
+def test_feedback_keeps_the_repeated_edit_apart(eng: Any) -> None:
+    """Shown suggestions go to the feedback store under the gate's kind: `align gate --feedback` calibrates
+    the repeated edit (``edit:repeat``) apart from the model's rewrites (``edit``), as it does from evals."""
+    from edit_server.core.pipeline import Pipeline
+    from edit_server.core.requests import Suggestion
+
+    p = Pipeline(Settings(feedback_db=":memory:"), lambda *_: None, engine=eng)
+    try:
+        req, built = _req(BEFORE, RENAMED, 5)
+        out = Outcome(built, GenerateResult(RENAMED, [], [], 0, 0, 0, 0, "end"))
+        for sid, origin in (("s1", "repeat"), ("s2", "model")):
+            p._offer(Suggestion(sid, "edit", RENAMED, 0, 1, 0.95, True, origin=origin), out, req.uri,
+                     built.prompt)
+        assert p.feedback._pending["s1"].kind == "edit:repeat" and p.feedback._pending["s2"].kind == "edit"
+    finally:
+        p.stop()

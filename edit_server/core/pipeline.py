@@ -34,7 +34,7 @@ from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import Candidate, edit_results, fim_result, repeat_candidate, skip_reason
-from edit_server.selectivity.thresholds import model_thresholds
+from edit_server.selectivity.thresholds import gate_kind, model_thresholds
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.types import GenerateResult, StepCallback
@@ -292,8 +292,10 @@ class Pipeline:
         if sug.show:
             if sug.kind == "fim":
                 self.feedback.typed_over(uri, reason="replaced", kind="fim")  # the shown completion replaced
-            self.feedback.offered(sug.id, sug.kind, uri, sug.score, prompt=prompt, completion=out.text,
-                                  shown_text=sug.text)
+            # stored under the gate's kind (``edit:repeat`` for the rule's candidate): `align gate --feedback`
+            # then calibrates each source apart, as it does from eval runs
+            self.feedback.offered(sug.id, gate_kind(sug.kind, sug.origin), uri, sug.score, prompt=prompt,
+                                  completion=out.text, shown_text=sug.text)
 
 
 def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple[list[Candidate], list[Outcome]]:

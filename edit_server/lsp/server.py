@@ -35,6 +35,7 @@ from edit_server.lsp.features import (
     hidden_reason,
     lenient_initialize,
 )
+from edit_server.selectivity.thresholds import gate_kind
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +341,9 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         the accept is on disk (the store's writer thread commits it)."""
         if isinstance(item, dict) and isinstance(item.get("id"), str) and ls.pipeline is not None:
             score = item.get("score", 0.0)
-            done = ls.pipeline.accepted(item["id"], str(item.get("kind", "")), str(item.get("uri", "")),
+            origin = item.get("origin")
+            kind = gate_kind(str(item.get("kind", "")), origin if isinstance(origin, str) else None)
+            done = ls.pipeline.accepted(item["id"], kind, str(item.get("uri", "")),
                                         float(score) if isinstance(score, int | float) else 0.0)
             yield _stored, (done,), {}
 
