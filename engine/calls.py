@@ -10,6 +10,7 @@ stop tokens and DreamOn's expand token. A format that cannot serve a call raises
 
 from __future__ import annotations
 
+import difflib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,8 +114,6 @@ def edit_confidences(source: list[int], out: list[int], confidences: list[float]
     so the mean over every token says little about the change; this is what the gate scores an edit on.
     A pure deletion has no new token: the token right after it (the one that skips ahead) stands for it,
     else the one before. An unchanged copy gives []."""
-    import difflib
-
     picked: list[int] = []
     ops = difflib.SequenceMatcher(a=source, b=out, autojunk=False).get_opcodes()
     for tag, _, _, j1, j2 in ops:

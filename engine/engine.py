@@ -131,19 +131,18 @@ class Engine(ByComplete):
             from engine.default import load_default
 
             fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": True}, resolve_device(device), None)
-            eng = cls.from_checkpoint(load_default(fast_cpu=fast), device=device, dtype=dtype, **kw)
-            if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
-                eng.warm_up()
-            return eng
-        if is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): int8 on a CPU unless float32 is asked for
+            ck = load_default(fast_cpu=fast)
+        elif is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): int8 on a CPU unless float32 is asked for
             from engine.loading.ar_base import FAST_CPU_DEFAULT, load_ar_base
 
             fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": FAST_CPU_DEFAULT}, resolve_device(device), None)
-            eng = cls.from_checkpoint(load_ar_base(spec, fast_cpu=fast), device=device, dtype=dtype, **kw)
-            if fast:
-                eng.warm_up()
-            return eng
-        return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
+            ck = load_ar_base(spec, fast_cpu=fast)
+        else:
+            return cls.from_checkpoint(load_checkpoint_spec(spec), device=device, dtype=dtype, **kw)
+        eng = cls.from_checkpoint(ck, device=device, dtype=dtype, **kw)
+        if fast:  # first-call costs here rather than on the first request (same thread: one OpenMP team)
+            eng.warm_up()
+        return eng
 
     @classmethod
     def from_checkpoint(cls, ckpt: LoadedCheckpoint, device: str = "auto",

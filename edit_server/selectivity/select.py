@@ -96,7 +96,6 @@ def diff_edits(old: str, new: str, base: int) -> list[TextEdit]:
     return edits
 
 
-
 @dataclass(frozen=True)
 class Output:
     """What the engine wrote (``new``, its per-token ``confidences``, the aligned model's ``reward``) for
@@ -115,10 +114,6 @@ class Output:
     cursor: int = 0  # edit: the cursor's offset in the document
     history: Any = ()  # edit: the document's recent hunks (`candidates.reject_reason`)
     origin: str = "model"  # who wrote ``new``: the model ("model", "sampled") or a rule ("repeat")
-
-    @property
-    def gate_kind(self) -> str:
-        return gate_kind(self.kind, self.origin)
 
 
 def cut(o: Output) -> str:
@@ -156,7 +151,7 @@ def _select(o: Output, settings: Settings, model: Mapping[str, float] | None = N
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
                                    fim=o.kind == "fim") if enabled or rank else None
-    threshold = gate_threshold(settings, o.gate_kind, model)
+    threshold = gate_threshold(settings, gate_kind(o.kind, o.origin), model)
     d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled, threshold=threshold,
                         target_precision=settings.gate.kto_target_precision, rule=rule if enabled else None)
     return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason,
