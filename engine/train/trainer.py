@@ -26,6 +26,7 @@ from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT, EDIT_HISTO
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
+from engine.train.guards import StepGuard, attention_for_training
 from engine.train.lora import DEFAULT_TARGETS, apply_lora, mark_trainable, save_adapter
 from engine.train.objective import batch_to, bd3_loss, make_batch
 from engine.train.tasks import Budget, Example, make_continuation, make_fim
@@ -272,6 +273,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     device, dtype = pick_device(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    attention_for_training(device)
     model, tok, meta = load_model(cfg, device, dtype)
     first = base_vocab(tok)
     apply_lora(model, cfg.rank, cfg.alpha, cfg.targets)
@@ -316,6 +318,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         vals.append({"step": start, **evaluate(model, val, tok, cfg, device, dtype)})
         log.info("step %d val %s", start, vals[-1])
     n_tok, t0 = 0, time.perf_counter()
+    guard = StepGuard(opt, [p for g in groups for p in g["params"]])
     live = Progress(out, cfg.steps, start, ckpt_step=start if ckpt else None)
 
     def save(step: int) -> None:
@@ -348,12 +351,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
             n_tok += int(b.ids.numel())
             for k in metrics:
                 metrics[k] += m[k] / cfg.grad_accum
-        torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        grad_norm = guard.step(step + 1)
         now = time.perf_counter()
         tps = n_tok / (now - t0)
-        history.append({"step": step + 1, **metrics, "lr": opt.param_groups[0]["lr"], "tok_s": tps})
+        history.append({"step": step + 1, **metrics, "lr": opt.param_groups[0]["lr"], "tok_s": tps,
+                        "grad_norm": grad_norm})
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['masked_acc']:.2f}", tok_s=f"{tps:.0f}")
         per_step = (now - t0) / (step + 1 - start)
@@ -363,7 +365,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
             log.info("steps fitted to the deadline: %d (%.3f s/step)", cfg.steps, per_step)
         out_of_time = (cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60) or (
             cfg.deadline > 0 and time.time() + per_step > cfg.deadline)
-        stop = (out / "STOP").exists()
+        stop = (out / "STOP").exists() or guard.diverged
         last = step + 1 == cfg.steps or out_of_time or stop
         if (step + 1) % cfg.val_every == 0 or last:
             vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device, dtype)})
@@ -378,6 +380,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         if out_of_time or stop:
             (out / "STOP").unlink(missing_ok=True)
             log.warning("stopping at step %d (%s)", step + 1,
+                        f"diverged: {guard.in_row} non-finite steps in a row" if guard.diverged else
                         "STOP file" if stop else "deadline reached" if cfg.deadline > 0 and not (
                             cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60)
                         else f"wall-clock budget of {cfg.max_minutes:.1f} min spent")
@@ -389,7 +392,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     summary = {"steps": done, "train_loss_first": history[0]["loss"] if history else None,
                "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": tokens_before + n_tok,
                "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": seconds_before + elapsed,
-               "resumed_from": start, "run_seconds": elapsed, "run_tokens": n_tok, "history": history}
+               "resumed_from": start, "skipped_steps": guard.skipped, "diverged": guard.diverged,
+               "run_seconds": elapsed, "run_tokens": n_tok, "history": history}
     adapter_meta = export_meta(cfg, tok, meta, summary, device, corpus)
     save_adapter(out / "adapter", model, first, adapter_meta)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

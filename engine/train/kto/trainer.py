@@ -28,6 +28,7 @@ from engine.loading.base import sha256_file
 from engine.loading.stacked import LoRAState, attach, base_adapter_sha, save_stacked, stacked_tensors
 from engine.reward import T_MIN
 from engine.tiers import EMBEDDED
+from engine.train.guards import StepGuard, attention_for_training
 from engine.train.kto.elbo import logp, make_elbo_batch
 from engine.train.kto.loss import class_weights, kl_reference, kto_loss
 from engine.train.kto.records import read_set, to_example
@@ -188,6 +189,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     model, tok, base = reference or load_reference(cfg)
+    attention_for_training(next(model.parameters()).device)
     bs = model.args.block_size  # type: ignore[union-attr]
     pairs, labels = load_pairs(cfg, tok, bs)
     n_d, n_u = sum(labels), len(labels) - sum(labels)
@@ -215,6 +217,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     t0 = time.perf_counter()
     B, N = cfg.batch_size, len(pairs)
     live = _Live(out, cfg.steps, start, start if start else None)
+    guard = StepGuard(opt, params)
     stop_file = out.with_name(out.name + ".STOP")  # `gpu_recipe align-stop`: checkpoint and end after this step
     for step in range(start, cfg.steps):
         for g in opt.param_groups:
@@ -226,9 +229,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
         gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
         loss, m = kto.step_loss([pairs[i] for i in idx], [labels[i] for i in idx], gen, lam)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        m["grad_norm"] = guard.step(step + 1)
         z0_ema = m["z0"] if z0_ema is None else 0.9 * z0_ema + 0.1 * m["z0"]
         history.append({"step": step + 1, **m})
         bar.update(1)
@@ -237,7 +238,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
             vals.append({"step": step + 1, **kto.monitor(*mon, lam)})
             bar.write(f"step {step + 1} monitor {json.dumps(vals[-1])}", file=sys.stderr)
         stop = cfg.stop_at == step + 1 or (cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60)
-        stop = stop or stop_file.is_file()
+        stop = stop or stop_file.is_file() or guard.diverged
         saved = (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps or stop
         if saved:
             _save_ckpt(ckpt, model, opt, step + 1, z0_ema, history)
