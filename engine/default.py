@@ -41,14 +41,14 @@ def load_default(adapter: Path | None = None, base: Path | None = None, *,
 
     srcs = sources()  # reads the adapter JSON; the key hashes the adapter's content: once per start
     if all(p.is_file() for p in srcs):
-        hit = merged_cache.load("default", merged_cache.key(srcs, fastcpu.FORMAT))
+        hit = merged_cache.load(adapter.name, merged_cache.key(srcs, fastcpu.FORMAT))
         if hit is not None:
             log.info("default model from the merged-model cache: %s", hit.meta.get("merged_cache"))
             return hit
     ck = to_fast(_merged(adapter, base))
     k = merged_cache.key(sources(), fastcpu.FORMAT)  # again: the build may have fetched the base
-    if merged_cache.save("default", k, ck) is not None:
-        hit = merged_cache.load("default", k)  # what every later start loads (memory-mapped)
+    if merged_cache.save(adapter.name, k, ck) is not None:
+        hit = merged_cache.load(adapter.name, k)  # what every later start loads (memory-mapped)
         if hit is not None:
             del ck  # the build's tensors (the fp32 merge went before): give their pages back
             release_memory()

@@ -123,15 +123,16 @@ class Engine(ByComplete):
     def load(cls, spec: str = "tiny-random", device: str = "auto", dtype: str | torch.dtype = "auto",
              **kw: Any) -> Engine:
         """``spec``: "tiny-random", "random:<preset>", "default" (the tier `engine.tiers` picks for this
-        device: logged), "smollm2-bd3" (the embedded model), a registry base, an HF directory or a .gguf file."""
-        from engine.tiers import is_embedded, resolve_spec
+        device: logged), "smollm2-bd3" (the embedded model), "qwen2.5-coder-0.5b-bd3" (our Qwen adaptation), a registry base, an HF directory or a .gguf file."""
+        from engine.tiers import resolve_spec, shipped_adapter
 
         spec = resolve_spec(spec, resolve_device(device).type)
-        if is_embedded(spec):  # on a CPU: the int8 layout, from the merged-model cache when it is there
+        adapter = shipped_adapter(spec)
+        if adapter is not None:  # base + our adapter; on a CPU the int8 layout, from the merged-model cache
             from engine.default import load_default
 
             fast = want_fast_cpu(kw.get("fast_cpu"), {"fast_cpu": True}, resolve_device(device), None)
-            ck = load_default(fast_cpu=fast)
+            ck = load_default(adapter, fast_cpu=fast)
         elif is_ar_base(spec):  # an autoregressive base (engine.loading.ar_base): int8 on a CPU unless float32 is asked for
             from engine.loading.ar_base import FAST_CPU_DEFAULT, load_ar_base
 

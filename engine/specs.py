@@ -5,7 +5,8 @@ Specs: ``tiny-random``; ``random:<preset>`` (engine.config presets); ``random:<C
 weights at a real model's shape, CONFIG being a ``config.json`` (or a directory holding one) or a
 registry name (`engine.registry`), for latency at real size without the weights; ``default`` (the tier
 `engine.tiers` picks for this device from the recorded measurements); ``smollm2-bd3`` (the embedded model:
-SmolLM2-135M + the shipped block-diffusion adapter); ``qwen2.5-coder-0.5b`` / ``-1.5b`` (autoregressive bases from the package registry,
+SmolLM2-135M + the shipped block-diffusion adapter); ``qwen2.5-coder-0.5b-bd3`` (Qwen2.5-Coder-0.5B + our
+block-diffusion adapter, `engine.tiers.SHIPPED`); ``qwen2.5-coder-0.5b`` / ``-1.5b`` (autoregressive bases from the package registry,
 `engine.loading.ar_base`); ``ORG/NAME[@REVISION]`` (a Hugging Face Hub model, `engine.loading.hub`); an HF
 checkpoint directory or a ``.gguf`` file.
 """
@@ -109,15 +110,16 @@ def load_checkpoint_spec(spec: str, progress: object = None) -> LoadedCheckpoint
         return random_checkpoint("tiny")
     if spec.startswith("random:"):
         return random_checkpoint(spec.split(":", 1)[1])
-    from engine.tiers import is_embedded, resolve_spec
+    from engine.tiers import resolve_spec, shipped_adapter
 
     spec = resolve_spec(spec, resolve_device("auto").type)
-    if is_embedded(spec):
+    adapter = shipped_adapter(spec)
+    if adapter is not None:
         try:
             from engine.default import load_default  # type: ignore[import-not-found]
         except ImportError as e:
             raise RuntimeError(f"cannot load model {spec!r}: engine.default is not available ({e})") from e
-        return load_default()
+        return load_default(adapter)
     try:
         from engine.loading import load_checkpoint  # type: ignore[import-not-found]
         from engine.loading.ar_base import is_ar_base, load_ar_base

@@ -35,6 +35,19 @@ DEFAULT = "default"
 EMBEDDED_SPECS = (EMBEDDED, DEFAULT)
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """A tier that is a base + one of our block-diffusion adapters shipped in ``engine/weights``."""
+
+    stem: str  # engine/weights/<stem>.safetensors + .json
+    base: str | None  # the parted base it needs in the cache (None: SmolLM2's, fetched at first start)
+
+
+# --model name → its shipped adapter: the embedded model, and the Qwen2.5-Coder-0.5B adaptation (H200)
+SHIPPED = {EMBEDDED: Shipped("default", None),
+           "qwen2.5-coder-0.5b-bd3": Shipped("qwen2.5-coder-0.5b-bd3", "qwen2.5-coder-0.5b")}
+
+
 class TierDataError(ValueError):
     """engine/tiers.json (or a given file) is malformed: the message names the file and the field."""
 
@@ -188,13 +201,15 @@ def tiers(table: Table | None = None) -> list[Tier]:
 
 # ---- what "default" means ------------------------------------------------------------------------
 def available(model: str) -> bool:
-    """Whether ``model``'s weights are on this machine (no fetching): the embedded adapter is shipped (its
-    SmolLM2 base comes from the package registry at first start, as always); a parted base must be in the
-    cache."""
-    if model == EMBEDDED:
-        from engine.default import ADAPTER
+    """Whether ``model``'s weights are on this machine (no fetching): a shipped adapter must be in
+    ``engine/weights`` (the embedded one's SmolLM2 base comes from the package registry at first start, as
+    always) and a parted base — its own or the one an adapter tier stacks on — in the cache."""
+    shipped = SHIPPED.get(model)
+    if shipped is not None:
+        from engine.default import WEIGHTS
 
-        return ADAPTER.with_suffix(".safetensors").is_file()
+        return (WEIGHTS / f"{shipped.stem}.safetensors").is_file() and (
+            shipped.base is None or available(shipped.base))
     from engine.loading.base import PARTED, parted_path
 
     if model in PARTED:
@@ -257,7 +272,16 @@ def resolve_spec(spec: str, device: str) -> str:
     return default_model(device).model if spec.strip() == DEFAULT else spec
 
 
-def is_embedded(spec: str) -> bool:
-    """``spec`` names the embedded model itself (not ``default``, which may resolve to another tier)."""
-    return spec.strip().lower() == EMBEDDED
+def shipped_adapter(spec: str) -> Path | None:
+    """The adapter (path without suffix) a shipped tier loads, None for other specs. The embedded model's is
+    ``$EDIT_SERVER_ADAPTER`` when that is set (a run's adapter: the GPU recipe's evals)."""
+    name = spec.strip().lower()
+    shipped = SHIPPED.get(name)
+    if shipped is None:
+        return None
+    from engine import options
+    from engine.default import WEIGHTS
+
+    env = options.env().adapter if name == EMBEDDED else ""
+    return Path(env) if env else WEIGHTS / shipped.stem
 

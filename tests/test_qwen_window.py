@@ -233,7 +233,17 @@ def test_job_eval_runs_the_tied_qwen_adapter_with_image_packages(pinned: tuple[P
 def _table(tmp_path: Path) -> dict:
     from engine.train.recipe.window import load_throughput
 
-    return json.loads(json.dumps(load_throughput()))
+    table = json.loads(json.dumps(load_throughput()))
+    table.pop("models", None)  # the estimated path (before a kind's first Qwen window); the recorded one below
+    return table
+
+
+def test_the_recorded_qwen_speed_is_the_h200_measurement() -> None:
+    from engine.train.recipe.window import load_throughput, seconds_per_step
+
+    cfg = json.loads((ROOT / "engine" / "train" / "configs" / "gpu_qwen05b_bd3.json").read_text())
+    s, is_est = seconds_per_step("nvidia-h200", load_throughput(), model=NAME, config=cfg)
+    assert not is_est and 1.0 < s < 1.2  # session 12: 1.106 s/step (cuDNN SDPA off), 157 steps
 
 
 @pytest.mark.parametrize(("kind", "budget"), [("nvidia-h200", 900), ("nvidia-h100-x1", 900), ("nvidia-h200", 600)])
@@ -289,8 +299,10 @@ def test_plan_cli_prints_the_qwen_window(capsys: pytest.CaptureFixture[str]) -> 
     assert "mv engine/weights/gpu-ckpt ../edit-server-window-hold/" in out  # before, and back after
     assert "mv ../edit-server-window-hold/gpu-ckpt engine/weights/gpu-ckpt" in out
     assert out.count("run(command=") >= 6 and "carry=['runs/gpu-pack-qwen/up1']" in out
-    assert "an estimate: SmolLM2's measured s/step x training FLOPs per step" in out
-    assert "uploads at 25 MiB/s (not measured)" in out and "collect: checkpoint" in out
+    assert "model qwen2.5-coder-0.5b (1.106 s/step)" in out  # the H200's measured speed (session 12)
+    assert "warm restart from engine/weights/gpu-ckpt-qwen2.5-coder-0.5b (step " in out
+    assert "mv engine/weights/qwen2.5-coder-0.5b-bd3.safetensors ../edit-server-window-hold/" in out
+    assert "uploads at 25 MiB/s, machine start 35 s" in out and "collect: checkpoint" in out
 
 
 def test_collect_must_fit_one_command() -> None:

@@ -44,10 +44,20 @@ def kept_bases(root: Path = ROOT) -> tuple[str, ...]:
     return tuple(sorted(f"engine/weights/{p.name}" for p in weights.glob(f"{KEEP_PREFIX}*") if p.is_dir()))
 
 
+def shipped_parted(root: Path = ROOT) -> tuple[str, ...]:
+    """The shipped adapters of parted-base tiers in the tree (`engine.tiers.SHIPPED`, e.g.
+    ``engine/weights/qwen2.5-coder-0.5b-bd3.safetensors``, 19 MB): no window serves them, so every window
+    holds them out (their JSON stays: a few KB)."""
+    from engine.tiers import SHIPPED
+
+    return tuple(sorted(f"engine/weights/{s.stem}.safetensors" for s in SHIPPED.values()
+                        if s.base is not None and (root / "engine" / "weights" / f"{s.stem}.safetensors").is_file()))
+
+
 def window_hold(root: Path = ROOT, *, base: bool = True) -> tuple[str, ...]:
-    """What a window moves out of the tree first: every kept parted-base checkpoint, and for a parted base's
-    window (``base``) also `HOLD` (SmolLM2's checkpoint and adapter)."""
-    return (HOLD if base else ()) + kept_bases(root)
+    """What a window moves out of the tree first: every kept parted-base checkpoint and shipped parted-base
+    adapter, and for a parted base's window (``base``) also `HOLD` (SmolLM2's checkpoint and adapter)."""
+    return (HOLD if base else ()) + kept_bases(root) + shipped_parted(root)
 
 
 def write_tied(src: Path, dest: Path, spec: PartedBase, *, drop: str = OUTPUT) -> Path:

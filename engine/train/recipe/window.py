@@ -214,9 +214,11 @@ def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, k
 @dataclass
 class Costs:
     """Seconds of each part of a window. Estimates unless marked: the 2026-11-26 H200 window held the
-    machine 652 s for 601 s of commands (3 calls), so start + 3 transfers + 2 gaps took ≈ 51 s."""
-    machine_start_s: float = 60.0  # the first call's start (≈ 1 min)
-    gap_s: float = 15.0  # a reply → the next call (the caller's turn); ≤ 30 s or the machine goes back
+    machine 652 s for 601 s of commands (3 calls), so start + 3 transfers + 2 gaps took ≈ 51 s. Session 12's
+    two Qwen windows (H200): the first call's start + its 63 MiB upload took 30 s and 35 s of lease; each
+    further 63 MiB upload call, issued at once, 7-10 s of lease for a 3-6 s command."""
+    machine_start_s: float = 35.0  # the first call's start (measured 30-35 s with its upload, session 12)
+    gap_s: float = 8.0  # a reply → the next call (the caller's turn, prepared calls: 4-6 s); ≤ 30 s or the machine goes back
     upload_mib_s: float = 25.0  # transfer of the working tree + carry, per command
     fetch_s: float = 5.0  # files back from $OUT (≤ 64 MiB)
     receive_s: float = 3.0  # a receive of boot or base parts (copy + verify)
@@ -477,7 +479,7 @@ def format_plan(p: dict[str, Any]) -> str:
     c = p.get("costs") or {}
     lines = [f"window: {p['budget_s']:.0f} s on {p['kind']}, model {p.get('model', 'base')} ({p['s_per_step']} "
              f"s/step{est}); working tree {p['tree_bytes'] / MiB:.1f} MiB",
-             f"assumed: uploads at {c.get('upload_mib_s', 25):.0f} MiB/s (not measured), machine start "
+             f"assumed: uploads at {c.get('upload_mib_s', 25):.0f} MiB/s, machine start "
              f"{c.get('machine_start_s', 60):.0f} s, {c.get('gap_s', 15):.0f} s between a reply and the next "
              f"call, model load + step-0 validation {c.get('load_s', LOAD_S):.0f} s",
              f"parts: {', '.join(p['parts'])}" + (f"  (dropped: {', '.join(p['dropped'])})" if p["dropped"] else ""),
