@@ -45,7 +45,7 @@ class Shipped:
 
 # --model name → its shipped adapter: the embedded model, and the Qwen2.5-Coder-0.5B adaptation (H200)
 SHIPPED = {EMBEDDED: Shipped("default", None),
-           "qwen2.5-coder-0.5b-bd3": Shipped("qwen2.5-coder-0.5b-bd3", "qwen2.5-coder-0.5b")}
+           "qwen2.5-coder-0.5b-bd3": Shipped("qwen2_5-coder-0_5b-bd3", "qwen2.5-coder-0.5b")}
 
 
 class TierDataError(ValueError):

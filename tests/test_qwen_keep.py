@@ -172,10 +172,10 @@ def test_keep_puts_each_base_in_its_own_folder(tmp_path: Path, monkeypatch: pyte
     assert bp.kept_bases(tmp_path) == (f"engine/weights/gpu-ckpt-{NAME}",)
     assert bp.window_hold(tmp_path) == (*bp.HOLD, f"engine/weights/gpu-ckpt-{NAME}")
     assert bp.window_hold(tmp_path, base=False) == (f"engine/weights/gpu-ckpt-{NAME}",)
-    shipped = tmp_path / "engine" / "weights" / "qwen2.5-coder-0.5b-bd3.safetensors"
+    shipped = tmp_path / "engine" / "weights" / "qwen2_5-coder-0_5b-bd3.safetensors"
     shipped.write_bytes(b"x")  # the shipped Qwen adapter is held out of every window too
     assert bp.window_hold(tmp_path, base=False) == (f"engine/weights/gpu-ckpt-{NAME}",
-                                                    "engine/weights/qwen2.5-coder-0.5b-bd3.safetensors")
+                                                    "engine/weights/qwen2_5-coder-0_5b-bd3.safetensors")
 
 
 def test_qwen_plan_warm_restarts_from_the_kept_checkpoint(tmp_path: Path) -> None:

@@ -301,7 +301,7 @@ def test_plan_cli_prints_the_qwen_window(capsys: pytest.CaptureFixture[str]) -> 
     assert out.count("run(command=") >= 6 and "carry=['runs/gpu-pack-qwen/up1']" in out
     assert "model qwen2.5-coder-0.5b (1.106 s/step)" in out  # the H200's measured speed (session 12)
     assert "warm restart from engine/weights/gpu-ckpt-qwen2.5-coder-0.5b (step " in out
-    assert "mv engine/weights/qwen2.5-coder-0.5b-bd3.safetensors ../edit-server-window-hold/" in out
+    assert "mv engine/weights/qwen2_5-coder-0_5b-bd3.safetensors ../edit-server-window-hold/" in out
     assert "uploads at 25 MiB/s, machine start 35 s" in out and "collect: checkpoint" in out
 
 

@@ -165,13 +165,15 @@ def test_a_shipped_adapter_tier_needs_its_adapter_and_its_base(tmp_path: Path,
     weights = tmp_path / "weights"
     weights.mkdir()
     monkeypatch.setattr(default, "WEIGHTS", weights)
-    name = "qwen2.5-coder-0.5b-bd3"
-    assert tiers.shipped_adapter(name) == weights / name
-    assert tiers.shipped_adapter(" Qwen2.5-Coder-0.5B-BD3 ") == weights / name
+    name, stem = "qwen2.5-coder-0.5b-bd3", "qwen2_5-coder-0_5b-bd3"
+    # adapters are named without a suffix and opened with Path.with_suffix: no dot in a stem
+    assert all("." not in s.stem for s in tiers.SHIPPED.values())
+    assert tiers.shipped_adapter(name) == weights / stem
+    assert tiers.shipped_adapter(" Qwen2.5-Coder-0.5B-BD3 ") == weights / stem
     assert tiers.shipped_adapter(EMBEDDED) == weights / "default"
     assert tiers.shipped_adapter("qwen2.5-coder-0.5b") is None  # the untouched AR base: no adapter
     assert not tiers.available(name)
-    (weights / f"{name}.safetensors").write_bytes(b"x")
+    (weights / f"{stem}.safetensors").write_bytes(b"x")
     assert not tiers.available(name)  # the adapter without its base
     p = tmp_path / "cache" / "edit-server" / "base" / "Qwen2.5-Coder-0.5B-Instruct.gguf"
     p.parent.mkdir(parents=True)
@@ -181,15 +183,15 @@ def test_a_shipped_adapter_tier_needs_its_adapter_and_its_base(tmp_path: Path,
     # a run's adapter replaces the embedded model's only
     monkeypatch.setenv("EDIT_SERVER_ADAPTER", str(tmp_path / "run" / "adapter"))
     assert tiers.shipped_adapter(EMBEDDED) == tmp_path / "run" / "adapter"
-    assert tiers.shipped_adapter(name) == weights / name
+    assert tiers.shipped_adapter(name) == weights / stem
 
 
 def test_the_shipped_qwen_adapter_matches_its_tier_row() -> None:
     from engine.default import WEIGHTS
 
-    meta = json.loads((WEIGHTS / "qwen2.5-coder-0.5b-bd3.json").read_text())
+    meta = json.loads((WEIGHTS / "qwen2_5-coder-0_5b-bd3.json").read_text())
     assert meta["base"]["sha256"] == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
     assert meta["trained_on"] == "NVIDIA H200" and meta["edit_layout"] == "file-history"
-    assert (WEIGHTS / "qwen2.5-coder-0.5b-bd3.safetensors").stat().st_size < 20_000_000
+    assert (WEIGHTS / "qwen2_5-coder-0_5b-bd3.safetensors").stat().st_size < 20_000_000
     row = next(x for x in tiers.load().tiers if x.model == "qwen2.5-coder-0.5b-bd3")
     assert row.quality is not None and row.quality.single_line is not None and row.quality.command

@@ -46,7 +46,7 @@ def kept_bases(root: Path = ROOT) -> tuple[str, ...]:
 
 def shipped_parted(root: Path = ROOT) -> tuple[str, ...]:
     """The shipped adapters of parted-base tiers in the tree (`engine.tiers.SHIPPED`, e.g.
-    ``engine/weights/qwen2.5-coder-0.5b-bd3.safetensors``, 19 MB): no window serves them, so every window
+    ``engine/weights/qwen2_5-coder-0_5b-bd3.safetensors``, 19 MB): no window serves them, so every window
     holds them out (their JSON stays: a few KB)."""
     from engine.tiers import SHIPPED
 
