@@ -55,7 +55,23 @@ def test_threshold_steps_adapt_to_confidence() -> None:
     assert math.isclose(d.conf[2], 0.2, rel_tol=1e-5)
     # confident model: one step per block
     d2 = den(threshold=0.9)
-    assert d2.step(rows([(1, 0.99)] * 8)) == 8 and d2.block_done()
+    assert d2.step(rows([(i, 0.99) for i in range(8)])) == 8 and d2.block_done()
+
+
+def test_a_token_repeating_its_neighbour_decided_in_the_same_step_waits() -> None:
+    """``idx,, elem``: two positions decided together, each seeing a mask where the other goes."""
+    d = den(threshold=0.9)
+    n = d.step(rows([(3, 0.99), (7, 0.98), (7, 0.97), (7, 0.96), (2, 0.95), (END, 0.99), (END, 0.99), (END, 0.99)]))
+    assert d.canvas[:8] == [3, 7, MASK, MASK, 2, END, END, END] and n == 6  # end / pad runs are exempt
+    # next step: position 2 sees the 7 before it; a real repeat comes back
+    assert d.step(rows([(7, 0.99), (5, 0.99)])) == 2 and d.canvas[1:4] == [7, 7, 5]
+    # the rule only concerns neighbours decided in one step: a decided left neighbour is context
+    d = den(threshold=0.9)
+    d.step(rows([(4, 0.99)] + [(1, 0.1)] * 7))
+    assert d.step(rows([(4, 0.99)] + [(1, 0.1)] * 6)) == 1 and d.canvas[:2] == [4, 4]
+    # verified drafts (take_all) keep their repeats: they were decided causally
+    d = den(threshold=0.9)
+    assert d.step(rows([(6, 0.99), (6, 0.99), (6, 0.99)]), [0, 1, 2], take_all=True) == 3
 
 
 def test_topk_schedule_and_step_budget() -> None:
@@ -100,10 +116,10 @@ def test_single_line_stops_at_newline_token() -> None:
 
 def test_length_finish_and_next_block() -> None:
     d = den(length=12, block=8)
-    d.step(rows([(1, 0.99)] * 8))
+    d.step(rows([(i, 0.99) for i in range(8)]))
     assert d.block_done() and d.next_block() and d.block_range() == (8, 12)
-    d.step(rows([(2, 0.99)] * 4))
-    assert d.finish == "length" and d.output()[0] == [1] * 8 + [2] * 4
+    d.step(rows([(i, 0.99) for i in (9, 10, 11, 12)]))
+    assert d.finish == "length" and d.output()[0] == [*range(8), 9, 10, 11, 12]
 
 
 def test_choose_tokens_orders_and_top_p() -> None:
