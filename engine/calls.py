@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from engine.api import Call, InfillCall
 from engine.decoding.echo import echo_for_edit, echo_for_fim
 from engine.decoding.policy import resolve, variant_sampler
+from engine.decoding.stops import empty_line_scope
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
 from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
@@ -64,8 +65,8 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     if isinstance(c, InfillCall):
         lay = fmt.fim(c.prompt, c.max_tokens)
         line = c.prompt.prefix.rsplit("\n", 1)[-1]
-        scope = None if c.single_line or not cfg.stop_at_scope else len(line.expandtabs(4)) - len(
-            line.expandtabs(4).lstrip(" "))
+        scope = None if c.single_line or not cfg.stop_at_scope else empty_line_scope(c.prompt.prefix) \
+            if line == "" else len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip(" "))
         lines = None if c.single_line else c.max_lines
         echo = echo_for_fim(c.prompt.prefix, c.prompt.suffix, c.prompt.path, c.single_line)
         deadline = None if c.single_line or not c.budget_ms else time.monotonic() + c.budget_ms / 1e3

@@ -159,6 +159,28 @@ def test_scope_cut_matches_the_gate() -> None:
     assert scope_cut("a\n    ", 4) is None  # the next line's indent is not known yet
 
 
+def test_an_empty_cursor_line_stays_inside_the_enclosing_function() -> None:
+    """Nothing typed on the cursor's line: the block is the enclosing def's body — a middle may dedent
+    inside it (``elif``, the closing ``return``) but never runs on past it (the instruct base's
+    ``# Test the function …`` after HumanEval/2/L0 through the server)."""
+    from edit_server.selectivity.gate import _cut_at_scope_end
+    from engine.decoding.stops import empty_line_scope
+
+    fn = "def f(numbers):\n    \"\"\"Doc.\"\"\"\n"
+    assert empty_line_scope(fn) == 1
+    assert empty_line_scope(fn + "    for c in numbers:\n        if c:\n") == 1  # the def, not the for
+    assert empty_line_scope("class A:\n    def g(self):\n        x = 1\n") == 5  # the method
+    assert empty_line_scope("class A:\n    def g(self):\n") == 5  # right after the header
+    assert empty_line_scope("x = 1\n") == 0 and empty_line_scope("") == 0  # top level: nothing cut
+    junk = "    return number - int(number)\n\n# Test the function\ndef check_function():\n"
+    assert scope_cut(junk, empty_line_scope(fn)) == len("    return number - int(number)\n\n")
+    ok = "            current_string.append(c)\n\n        elif c == ')':\n\n    return result\n"
+    assert scope_cut(ok, empty_line_scope(fn + "    for c in numbers:\n        if c:\n")) is None
+    for text, prefix in ((junk, fn), (ok, fn + "    for c in numbers:\n        if c:\n")):  # the gate agrees
+        cut = scope_cut(text, empty_line_scope(prefix))
+        assert _cut_at_scope_end(text, "", prefix).rstrip("\n") == (text if cut is None else text[:cut]).rstrip("\n")
+
+
 def test_scope_rule_keeps_tokens_up_to_the_cut(eng: Engine) -> None:
     tok = eng.tokenizer
     ids = tok.encode("    y = 2\n    z = 3\nprint(y)\n")

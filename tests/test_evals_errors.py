@@ -185,3 +185,25 @@ def test_eval_cases_with_a_bad_case_through_the_real_server(tmp_path: Path) -> N
     recs = {r["id"]: r for r in rep["cases"]}
     assert recs["bad-diff"]["bad_case"] and "diff does not apply" in recs["bad-diff"]["error"]
     assert recs["fim-perimeter"]["error"] is None and rep["summary"]["n"] == 1
+
+
+def test_each_humaneval_task_is_gone_from_the_workspace_before_it_closes(tmp_path: Path) -> None:
+    """A closed file still on disk is indexed by the server and shows up in the next task's context."""
+    from evals.datasets import InfillTask
+
+    task = InfillTask("T/0", "def f():\n", "\n", "    return 1\n", "def check(f):\n    assert f() == 1\n", "f")
+    seen: list[tuple[str, bool]] = []
+
+    class Client:
+        async def notify(self, method: str, params: dict) -> None:
+            path = Path(params["textDocument"]["uri"].removeprefix("file://"))
+            seen.append((method, path.is_file()))
+
+        async def request(self, method: str, params: dict, timeout: float) -> Any:
+            return {"items": [{"insertText": "    return 1"}]}
+
+    rec = asyncio.run(humaneval._one_lsp(Client(), 0, task, "single-line", tmp_path, 5))  # type: ignore[arg-type]
+    assert rec["middle"] == "    return 1\n" and rec["shown"]
+    assert seen == [("textDocument/didOpen", True), ("textDocument/didClose", False)]
+    assert not list((tmp_path / "humaneval").iterdir())
+

@@ -117,14 +117,17 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
-def _cut_at_scope_end(text: str, line_prefix: str) -> str:
+def _cut_at_scope_end(text: str, line_prefix: str, prefix: str = "") -> str:
     """Keep a multi-line completion inside the cursor's block (Continue/Tabby-style).
 
     Stops before the first non-blank line indented less than the cursor line (the block ended), and
     before anything after two blank lines (a new top-level unit), so a completion never runs on into
-    the next function."""
+    the next function. On an empty cursor line, the enclosing function's (the decoder's
+    `engine.decoding.stops.empty_line_scope`)."""
+    from engine.decoding.stops import empty_line_scope
+
     lines = text.split("\n")
-    base = _indent(line_prefix)
+    base = empty_line_scope(prefix) if line_prefix == "" else _indent(line_prefix)
     blanks = 0
     for i, ln in enumerate(lines[1:], start=1):
         if not ln.strip():
@@ -148,7 +151,7 @@ def clean_fim(text: str, prefix: str, suffix: str, single_line: bool, path: str 
     if echo is not None:  # re-types the suffix / the prefix, or prose: where the decoder stops too
         text = text[:echo[0]]
     text = _normalise_indent(text, line_prefix, prefix)
-    text = _cut_at_scope_end(text, line_prefix)
+    text = _cut_at_scope_end(text, line_prefix, prefix)
     text = text.rstrip() if "\n" in text or not line_suffix.strip() else text.rstrip("\n")
     if not text.strip():
         return ""

@@ -39,7 +39,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 # a sentence: a capitalised word, then 3+ words of letters, ending like a sentence or a colon, no code
 # punctuation in it ("This implementation uses a loop.", "Here is the completed function:")
 _PROSE = re.compile(r"^\s*[A-Z][a-z']+(?:,? [A-Za-z'][A-Za-z'-]*){3,}[.:!?]?\s*$")
-_HEADER = re.compile(r"^\s*(?:async\s+def|def|class|fn|func|function|pub\s+fn)\b")
+HEADER = re.compile(r"^\s*(?:async\s+def|def|class|fn|func|function|pub\s+fn)\b")
 _COMMENT = re.compile(r"^\s*(#|//|--|\*|/\*)")
 
 
@@ -75,7 +75,7 @@ def echo_for_fim(prefix: str, suffix: str, path: str, single_line: bool) -> Echo
     line_prefix = head_lines[-1]
     base = columns(line_prefix)
     header = next((ln.strip() for ln in reversed(head_lines[-PREFIX_LINES - 1:-1])
-                   if ln.strip() and _HEADER.match(ln) and columns(ln) < max(1, base)), "")
+                   if ln.strip() and HEADER.match(ln) and columns(ln) < max(1, base)), "")
     nxt = _stripped(([] if not rest.strip() else [rest]) + after.split("\n", 40)[:40])
     recent = _stripped(head_lines[-PREFIX_LINES - 1:-1])
     return Echo(suffix_lines=tuple(nxt[:SUFFIX_LINES]), line_rest=rest.strip() if single_line else "",

@@ -8,8 +8,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from engine.decoding.echo import budget_cut, columns, echo_cut
+from engine.decoding.echo import HEADER, PREFIX_LINES, budget_cut, columns, echo_cut
 from engine.types import Echo, FinishReason
+
+
+def empty_line_scope(prefix: str) -> int:
+    """``base`` of `scope_cut` for a cursor on an empty line, where nothing typed says how deep the block
+    is: one column past the enclosing ``def`` / ``class`` header (the nearest header above that is less
+    indented than the last non-blank line, or is that line), so a middle may dedent within the function
+    but never runs on past it (an instruct base's ``# Test the function …`` / ``def check_function():``
+    after a function's last line); 0 (nothing is cut) outside any header."""
+    lines = prefix.split("\n")[:-1][-PREFIX_LINES:]
+    prev = next((ln for ln in reversed(lines) if ln.strip()), None)
+    if prev is None:
+        return 0
+    limit = columns(prev)
+    for ln in reversed(lines):
+        if ln.strip() and HEADER.match(ln) and (columns(ln) < limit or ln is prev):
+            return columns(ln) + 1
+    return 0
 
 
 def scope_cut(text: str, base: int) -> int | None:
