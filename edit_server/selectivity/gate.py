@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from engine.decoding.echo import columns, echo_cut, echo_for_fim
-from engine.decoding.stops import loop_cut
+from engine.decoding.stops import empty_line_scope, loop_cut, scope_cut
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _OPENERS = {v: k for k, v in _CLOSERS.items()}
@@ -113,30 +113,14 @@ def _normalise_indent(text: str, line_prefix: str, prefix: str) -> str:
     return text
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _cut_at_scope_end(text: str, line_prefix: str, prefix: str = "") -> str:
-    """Keep a multi-line completion inside the cursor's block (Continue/Tabby-style).
-
-    Stops before the first non-blank line indented less than the cursor line (the block ended), and
-    before anything after two blank lines (a new top-level unit), so a completion never runs on into
-    the next function. On an empty cursor line, the enclosing function's (the decoder's
-    `engine.decoding.stops.empty_line_scope`)."""
-    from engine.decoding.stops import empty_line_scope
-
-    lines = text.split("\n")
-    base = empty_line_scope(prefix) if line_prefix == "" else _indent(line_prefix)
-    blanks = 0
-    for i, ln in enumerate(lines[1:], start=1):
-        if not ln.strip():
-            blanks += 1
-            continue
-        if _indent(ln) < base or blanks >= 2:
-            return "\n".join(lines[:i])
-        blanks = 0
-    return text
+    """Keep a multi-line completion inside the cursor's block (Continue/Tabby-style): the decoder's own cut
+    (`engine.decoding.stops.scope_cut`, before the first non-blank line indented less than the cursor line
+    or after two blank lines; on an empty cursor line, the enclosing function's block: `empty_line_scope`),
+    for engines that do not stop themselves."""
+    base = empty_line_scope(prefix) if line_prefix == "" else columns(line_prefix)
+    cut = scope_cut(text, base)
+    return text if cut is None else text[:cut - 1]  # without the newline before the cut line
 
 
 def clean_fim(text: str, prefix: str, suffix: str, single_line: bool, path: str = "") -> str:

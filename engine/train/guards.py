@@ -31,7 +31,7 @@ def attention_for_training(device: torch.device) -> bool:
         return False
     torch.backends.cuda.enable_cudnn_sdp(False)
     log.info("training attention: cuDNN SDPA off (its masked backward returns NaN dQ on Hopper for "
-             "L %% 128 == 64, pytorch#196678); memory-efficient / flash kernels instead")
+             "L % 128 == 64, pytorch#196678); memory-efficient / flash kernels instead")
     return True
 
 
