@@ -11,8 +11,14 @@ from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, NextEdit, Settings
 from edit_server.core.worker import Job, Outcome, alternatives_wanted
-from edit_server.selectivity import repeat_edit
-from edit_server.selectivity.select import Candidate, edit_result, edit_results, repeat_candidate
+from edit_server.selectivity import candidates, move_edit, repeat_edit
+from edit_server.selectivity.select import (
+    Candidate,
+    edit_result,
+    edit_results,
+    move_candidate,
+    repeat_candidate,
+)
 from engine.api import RewriteCall
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff
@@ -97,6 +103,68 @@ def test_a_wrap_or_extension_is_not_repeated_a_replacement_is() -> None:
         "x = ContentDecoder()\ny = ContentDecoder()\n"
 
 
+# -- the finished move ------------------------------------------------------------------------------------
+
+IMPORTS = "import os\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"
+PASTED = "from warnings import warn\nimport os\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"
+
+
+def test_the_other_copy_of_a_pasted_line_is_deleted() -> None:
+    req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
+    cand = move_candidate(req, built)
+    assert cand is not None and cand.origin == "move" and cand.confidences == [move_edit.SCORE]
+    assert cand.new == "from warnings import warn\nimport os\nimport sys\n\nfrom x import y\n"
+    # the filter keeps it: it deletes the other copy, not the line just pasted (that would be an undo)
+    i, sug, edits = edit_results(req, built, [cand], Settings())
+    assert i == 0 and sug is not None and sug.show and sug.origin == "move"
+    assert [(e.start, e.end, e.text) for e in edits] == [(PASTED.index("\nfrom warnings") + 1,
+                                                          PASTED.index("from x"), "")]
+    undo = Candidate(IMPORTS, [0.99])  # the pasted line taken back out
+    assert edit_results(req, built, [undo], Settings()) == (-1, None, [])
+
+
+def test_no_move_without_exactly_one_other_copy_or_from_other_edits() -> None:
+    two = PASTED + "from warnings import warn\n"
+    req, built = _req(IMPORTS + "from warnings import warn\n", two, 5)
+    assert move_candidate(req, built) is None  # two other copies: which one?
+    none = "import os\nimport re\n"
+    req, built = _req("import os\n", none, len(none) - 1)
+    assert move_candidate(req, built) is None  # nothing to delete
+    short = "x\ny = 1\n}\n}\n"
+    req, built = _req("x\ny = 1\n}\n", short, 2)
+    assert move_candidate(req, built) is None  # "}" is too common to be a move
+    replaced = "from warnings import warn\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"
+    req, built = _req(IMPORTS, replaced, 3)
+    assert move_candidate(req, built) is None  # a line was replaced, not pasted
+    three = "a = f(1)\nb = f(2)\nc = f(3)\n"
+    req, built = _req(three, three * 2, 3)
+    assert move_candidate(req, built) is None  # more than MAX_LINES pasted
+
+
+def test_the_pasted_pair_goes_elsewhere_and_text_outside_the_region_stays() -> None:
+    body = "    total = 0\n    count = len(xs)\n    return total / count\n"
+    before = "def f(xs):\n" + body + "\nx = 1\n"
+    now = "def f(xs):\n    count = len(xs)\n    total = 0\n" + body + "\nx = 1\n"
+    assert move_edit.pasted_lines(unified_diff("m.py", before, now)) is not None
+    start, end = 0, now.index("\nx = 1")
+    req = EditRequest("file:///w/m.py", "m.py", now, 2, 20, [_hunk(before, now)])
+    built = EditBuilt(EditPrompt("", now[:end], now[end:], 20, path="m.py"), start, end)
+    cand = move_candidate(req, built)
+    assert cand is not None
+    assert cand.new == "def f(xs):\n    count = len(xs)\n    total = 0\n    return total / count\n"
+
+
+def test_undo_means_taking_the_edit_back_where_it_was_made() -> None:
+    text = PASTED
+    cur = len("from warnings import warn")
+    hist = [_hunk(IMPORTS, PASTED)]
+    assert candidates.reject_reason(text, cur, "m.py", 0, text, IMPORTS, hist) == "undo"
+    other = text.replace("\nfrom warnings import warn\n", "\n", 1)
+    assert other.count("warn") == 2 and candidates.reject_reason(text, cur, "m.py", 0, text, other, hist) is None
+    # a substitution's undo is still one
+    assert candidates.reject_reason(B1, 6, "m.py", 0, B1, B0, [_hunk(B0, B1)]) == "undo"
+
+
 # -- the selection stage over several candidates ------------------------------------------------------
 
 B0 = "a = 1\nb = 2\nc = 3\nd = 4\n"
@@ -145,13 +213,26 @@ def test_pipeline_candidates_follow_the_settings() -> None:
     res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
     alt = GenerateResult(RENAMED.replace("+ 1", "+ 2"), [1, 2], [0.6, 0.6], 1, 1, 10, 10, "end")
     out = Outcome(built, res, 1, None, [(alt, None)])
-    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False)))
+    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, move_edit=False)))
     assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
     cands, outs = edit_candidates(req, out, Settings())  # on by default
     assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
     # the model re-typed the region (filtered), the alternative is weaker than the repeated rename
     i, sug, _ = edit_results(req, built, cands, Settings())
     assert i == 2 and sug is not None and "count" not in sug.text
+
+
+def test_pipeline_offers_the_finished_move_unless_it_is_off() -> None:
+    from edit_server.core.pipeline import edit_candidates
+
+    req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
+    out = Outcome(built, GenerateResult(PASTED, [1], [0.9], 1, 1, 10, 0, "end"), 1, None, [])
+    cands, outs = edit_candidates(req, out, Settings())
+    assert [c.origin for c in cands] == ["model", "move"] and outs[1].text == cands[1].new
+    i, sug, _ = edit_results(req, built, cands, Settings())
+    assert i == 1 and sug is not None and sug.show and sug.text.count("from warnings") == 1
+    cands, _ = edit_candidates(req, out, Settings(next_edit=NextEdit(move_edit=False)))
+    assert [c.origin for c in cands] == ["model"]
 
 
 def test_alternatives_wanted_only_for_local_next_edits() -> None:

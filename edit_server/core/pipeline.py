@@ -33,7 +33,14 @@ from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
 from edit_server.selectivity.feedback import FeedbackStore
-from edit_server.selectivity.select import Candidate, edit_results, fim_result, repeat_candidate, skip_reason
+from edit_server.selectivity.select import (
+    Candidate,
+    edit_results,
+    fim_result,
+    move_candidate,
+    repeat_candidate,
+    skip_reason,
+)
 from edit_server.selectivity.thresholds import gate_kind, model_thresholds
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
@@ -300,18 +307,21 @@ class Pipeline:
 
 def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple[list[Candidate], list[Outcome]]:
     """A next edit's candidates — the model's rewrite, its sampled alternatives (``nextEdit.candidates``),
-    the repeated last edit (``nextEdit.repeatEdit``) — and the outcome each is offered to feedback as."""
+    the repeated last edit (``nextEdit.repeatEdit``), the finished move (``nextEdit.moveEdit``) — and the
+    outcome each is offered to feedback as."""
     assert isinstance(out.built, EditBuilt)
     cands = [Candidate(out.text, edit_scored(out.result), out.reward)]
     outcomes = [out]
     for r, reward in out.alternatives:
         cands.append(Candidate(r.text, edit_scored(r), reward, "sampled"))
         outcomes.append(Outcome(out.built, r, out.batch, reward))
-    rep = repeat_candidate(req, out.built) if settings.next_edit.repeat_edit else None
-    if rep is not None:
-        cands.append(rep)
-        outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
-                                                          "end"), out.batch))
+    rules = ((settings.next_edit.repeat_edit, repeat_candidate), (settings.next_edit.move_edit, move_candidate))
+    for on, rule in rules:
+        rep = rule(req, out.built) if on else None
+        if rep is not None:
+            cands.append(rep)
+            outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
+                                                              "end"), out.batch))
     return cands, outcomes
 
 

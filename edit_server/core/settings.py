@@ -47,6 +47,9 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
     # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
     repeat_edit: bool = True
+    # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
+    # `edit_server.selectivity.move_edit`); gated as ``edit:move``
+    move_edit: bool = True
 
 
 class Limits(msgspec.Struct, rename="camel", kw_only=True):

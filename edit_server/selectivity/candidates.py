@@ -1,8 +1,8 @@
 """Next-edit candidates that are never worth showing, whatever the model's confidence (pure functions).
 
 * **retype**: the rewrite changes nothing but whitespace (the region re-typed unchanged);
-* **undo**: it takes back the user's last edit — it removes only lines that edit added and adds only lines
-  it removed;
+* **undo**: it takes back the user's last edit — it removes only lines that edit added, where it added them
+  (deleting another copy of a pasted line finishes a move: `move_edit`), and adds only lines it removed;
 * **just-left**: it changes a line the user's last edit wrote and the cursor has since left (the user is
   done there: the next edit is elsewhere).
 
@@ -82,14 +82,19 @@ def reject_reason(text: str, cursor: int, path: str, region_start: int, old_regi
     if last is None:
         return None
     l_rem, l_add, rows = diff_lines(last.diff)
-    if (l_rem or l_add) and not (rem - l_add) and not (add - l_rem):
+    base = _line_of(text, region_start)
+    a = old_region.splitlines()
+    gone = _removed_rows(a, new_region.splitlines(), base)
+    elsewhere = {r for r in gone - rows if a[r - base].strip()}  # non-blank rows the edit did not write
+    if (l_rem or l_add) and not (rem - l_add) and not (add - l_rem) and not (rows and elsewhere):
         return "undo"
-    left = rows - {_line_of(text, cursor)}
-    if left:
-        base = _line_of(text, region_start)
-        a = old_region.splitlines()
-        b = new_region.splitlines()
-        for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-            if tag in ("replace", "delete") and any(base + i in left for i in range(i1, i2)):
-                return "just-left"
+    if gone & (rows - {_line_of(text, cursor)}):
+        return "just-left"
     return None
+
+
+def _removed_rows(a: list[str], b: list[str], base: int) -> set[int]:
+    """Rows (0-based, in the document; the region's lines ``a`` start at row ``base``) that rewriting them
+    as ``b`` replaces or deletes."""
+    return {base + i for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+            if tag in ("replace", "delete") for i in range(i1, i2)}

@@ -10,7 +10,8 @@ else the confidence score against the calibrated threshold). `fim_result` / `edi
 kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all.
 
 A next edit may have several candidates for one region (`Candidate`: the model's rewrite, sampled
-alternatives, the repeated last edit — setting ``nextEdit.candidates`` / ``nextEdit.repeatEdit``): `pick`
+alternatives, the repeated last edit, the finished move — settings ``nextEdit.candidates`` /
+``nextEdit.repeatEdit`` / ``nextEdit.moveEdit``): `pick`
 takes each through the same stage and keeps the best — shown by the gate first, then without a syntax
 error introduced, then the highest score (the first candidate on ties) — or none. The ranking is the same
 with the gate off (the syntax check then only ranks), so a gate-off run shows the candidate the gate
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import candidates, gate, kto_gate, repeat_edit, syntax_check
+from edit_server.selectivity import candidates, gate, kto_gate, move_edit, repeat_edit, syntax_check
 from edit_server.selectivity.thresholds import gate_kind, gate_threshold
 from engine.decoding.stops import lines_cut
 
@@ -195,7 +196,8 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
 @dataclass(frozen=True)
 class Candidate:
     """One rewrite of a next edit's region: the model's (``origin`` "model", or "sampled" for an
-    alternative; its confidences and reward) or the repeated last edit ("repeat": `repeat_edit.SCORE`)."""
+    alternative; its confidences and reward), the repeated last edit ("repeat": `repeat_edit.SCORE`) or the
+    finished move ("move": `move_edit.SCORE`)."""
 
     new: str
     confidences: list[float]
@@ -223,3 +225,9 @@ def repeat_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:
     """The repeated last edit as a candidate for the region (`repeat_edit`), or None."""
     new = repeat_edit.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
     return None if new is None else Candidate(new, [repeat_edit.SCORE], None, "repeat")
+
+
+def move_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:
+    """The finished move as a candidate for the region (`move_edit`), or None."""
+    new = move_edit.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
+    return None if new is None else Candidate(new, [move_edit.SCORE], None, "move")
