@@ -11,13 +11,12 @@ from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, NextEdit, Settings
 from edit_server.core.worker import Job, Outcome, alternatives_wanted
-from edit_server.selectivity import candidates, move_edit, repeat_edit
+from edit_server.selectivity import candidates, import_edit, move_edit, repeat_edit
 from edit_server.selectivity.select import (
     Candidate,
     edit_result,
     edit_results,
-    move_candidate,
-    repeat_candidate,
+    rule_candidate,
 )
 from engine.api import RewriteCall
 from engine.templates import EditPrompt
@@ -44,7 +43,7 @@ def test_rename_is_repeated_at_the_other_occurrences() -> None:
     req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
     sub = repeat_edit.hunk_substitution(req.history[-1].diff)
     assert sub == repeat_edit.Substitution("count", "n")
-    cand = repeat_candidate(req, built)
+    cand = rule_candidate("repeat", req, built)
     assert cand is not None and cand.origin == "repeat" and cand.confidences == [repeat_edit.SCORE]
     assert cand.new == "def f(n):\n    total = n + 1\n    print(n)\n    return n * 2\n"
 
@@ -62,7 +61,7 @@ def test_no_candidate_when_the_old_text_no_longer_occurs() -> None:
     now = "a = new_value\nb = 2\n"
     req, built = _req(before, now, now.index("b"))
     assert repeat_edit.hunk_substitution(req.history[-1].diff) == repeat_edit.Substitution("old_value", "new_value")
-    assert repeat_candidate(req, built) is None
+    assert rule_candidate("repeat", req, built) is None
 
 
 def test_never_touches_text_outside_the_region() -> None:
@@ -71,7 +70,7 @@ def test_never_touches_text_outside_the_region() -> None:
     start, end = len("x = count\n"), len("x = count\n") + len(RENAMED)
     req = EditRequest("file:///w/m.py", "m.py", now, 2, start + 8, [_hunk(before, now)])
     built = EditBuilt(EditPrompt(now[:start], now[start:end], now[end:], 8, path="m.py"), start, end)
-    cand = repeat_candidate(req, built)
+    cand = rule_candidate("repeat", req, built)
     assert cand is not None
     assert cand.new == "def f(n):\n    total = n + 1\n    print(n)\n    return n * 2\n"
     assert "count" not in cand.new  # the region only: the caller's edits span [start, end)
@@ -111,7 +110,7 @@ PASTED = "from warnings import warn\nimport os\nimport sys\n\nfrom warnings impo
 
 def test_the_other_copy_of_a_pasted_line_is_deleted() -> None:
     req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
-    cand = move_candidate(req, built)
+    cand = rule_candidate("move", req, built)
     assert cand is not None and cand.origin == "move" and cand.confidences == [move_edit.SCORE]
     assert cand.new == "from warnings import warn\nimport os\nimport sys\n\nfrom x import y\n"
     # the filter keeps it: it deletes the other copy, not the line just pasted (that would be an undo)
@@ -126,19 +125,19 @@ def test_the_other_copy_of_a_pasted_line_is_deleted() -> None:
 def test_no_move_without_exactly_one_other_copy_or_from_other_edits() -> None:
     two = PASTED + "from warnings import warn\n"
     req, built = _req(IMPORTS + "from warnings import warn\n", two, 5)
-    assert move_candidate(req, built) is None  # two other copies: which one?
+    assert rule_candidate("move", req, built) is None  # two other copies: which one?
     none = "import os\nimport re\n"
     req, built = _req("import os\n", none, len(none) - 1)
-    assert move_candidate(req, built) is None  # nothing to delete
+    assert rule_candidate("move", req, built) is None  # nothing to delete
     short = "x\ny = 1\n}\n}\n"
     req, built = _req("x\ny = 1\n}\n", short, 2)
-    assert move_candidate(req, built) is None  # "}" is too common to be a move
+    assert rule_candidate("move", req, built) is None  # "}" is too common to be a move
     replaced = "from warnings import warn\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"
     req, built = _req(IMPORTS, replaced, 3)
-    assert move_candidate(req, built) is None  # a line was replaced, not pasted
+    assert rule_candidate("move", req, built) is None  # a line was replaced, not pasted
     three = "a = f(1)\nb = f(2)\nc = f(3)\n"
     req, built = _req(three, three * 2, 3)
-    assert move_candidate(req, built) is None  # more than MAX_LINES pasted
+    assert rule_candidate("move", req, built) is None  # more than MAX_LINES pasted
 
 
 def test_the_pasted_pair_goes_elsewhere_and_text_outside_the_region_stays() -> None:
@@ -149,7 +148,7 @@ def test_the_pasted_pair_goes_elsewhere_and_text_outside_the_region_stays() -> N
     start, end = 0, now.index("\nx = 1")
     req = EditRequest("file:///w/m.py", "m.py", now, 2, 20, [_hunk(before, now)])
     built = EditBuilt(EditPrompt("", now[:end], now[end:], 20, path="m.py"), start, end)
-    cand = move_candidate(req, built)
+    cand = rule_candidate("move", req, built)
     assert cand is not None
     assert cand.new == "def f(xs):\n    count = len(xs)\n    total = 0\n    return total / count\n"
 
@@ -163,6 +162,55 @@ def test_undo_means_taking_the_edit_back_where_it_was_made() -> None:
     assert other.count("warn") == 2 and candidates.reject_reason(text, cur, "m.py", 0, text, other, hist) is None
     # a substitution's undo is still one
     assert candidates.reject_reason(B1, 6, "m.py", 0, B1, B0, [_hunk(B0, B1)]) == "undo"
+
+
+# -- the superseded import ---------------------------------------------------------------------------------
+
+def test_imports_parse_with_the_names_they_bind() -> None:
+    def bound(line: str) -> tuple[str, ...] | None:
+        imp = import_edit.parse(line)
+        return None if imp is None else imp.bound
+
+    assert bound("from collections import OrderedDict, deque as dq  # noqa") == ("OrderedDict", "dq")
+    assert bound("import os.path, numpy as np") == ("os", "np")
+    assert bound("    from ._compat import PY3\n") == ("PY3",)
+    assert bound("import delay from 'delay';") == ("delay",)
+    assert bound("import {setTimeout as delay, type Foo} from 'node:timers/promises';") == ("delay", "Foo")
+    assert bound("import React, { useState } from \"react\"") == ("React", "useState")
+    assert bound("import * as path from 'node:path';") == ("path",)
+    # nothing bound here: continued, parenthesised, star or not an import
+    for line in ("from m import (", "from m import *", "from m import a, \\", "x = 1", "import './side-effect.js';"):
+        assert bound(line) is None, line
+
+
+def test_a_new_binding_takes_the_name_out_of_the_old_import() -> None:
+    before = "import sys\nfrom ._compat import OrderedDict, PY3\nfrom .x import y\n"
+    now = "import sys\nfrom collections import OrderedDict\nfrom ._compat import OrderedDict, PY3\nfrom .x import y\n"
+    req, built = _req(before, now, 20)
+    cand = rule_candidate("import", req, built)
+    assert cand is not None and cand.origin == "import" and cand.confidences == [import_edit.SCORE]
+    assert cand.new == "import sys\nfrom collections import OrderedDict\nfrom ._compat import PY3\nfrom .x import y\n"
+    ts0 = "import delay from 'delay';\nimport test from 'ava';\n"
+    ts1 = "import {setTimeout as delay} from 'node:timers/promises';\n" + ts0
+    req, built = _req(ts0, ts1, 5, path="t.ts")
+    cand = rule_candidate("import", req, built)
+    assert cand is not None and cand.new == "import {setTimeout as delay} from 'node:timers/promises';\n" \
+        "import test from 'ava';\n"
+    i, sug, _ = edit_results(req, built, [cand], Settings())
+    assert i == 0 and sug is not None and sug.show
+
+
+def test_no_superseded_import_without_a_new_name() -> None:
+    before = "from m import a\nfrom n import b\n"
+    more = "from m import a, c\nfrom n import b\n"  # c is new but bound nowhere else
+    req, built = _req(before, more, 5)
+    assert rule_candidate("import", req, built) is None
+    same = "from m import a, b\nfrom n import b\n"
+    assert import_edit.new_names(unified_diff("m.py", more, same)) == {"b"}
+    assert import_edit.new_names(unified_diff("m.py", before, before.replace("from m", "from mm"))) == set()
+    code = "x = 1\nfrom n import b\n"
+    req, built = _req("from n import b\n", code, 2)
+    assert rule_candidate("import", req, built) is None  # the edit added no import
 
 
 # -- the selection stage over several candidates ------------------------------------------------------
@@ -213,7 +261,8 @@ def test_pipeline_candidates_follow_the_settings() -> None:
     res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
     alt = GenerateResult(RENAMED.replace("+ 1", "+ 2"), [1, 2], [0.6, 0.6], 1, 1, 10, 10, "end")
     out = Outcome(built, res, 1, None, [(alt, None)])
-    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, move_edit=False)))
+    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, move_edit=False,
+                                                                         import_edit=False)))
     assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
     cands, outs = edit_candidates(req, out, Settings())  # on by default
     assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
@@ -222,16 +271,17 @@ def test_pipeline_candidates_follow_the_settings() -> None:
     assert i == 2 and sug is not None and "count" not in sug.text
 
 
-def test_pipeline_offers_the_finished_move_unless_it_is_off() -> None:
+def test_pipeline_offers_the_rules_unless_they_are_off() -> None:
     from edit_server.core.pipeline import edit_candidates
 
     req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
     out = Outcome(built, GenerateResult(PASTED, [1], [0.9], 1, 1, 10, 0, "end"), 1, None, [])
     cands, outs = edit_candidates(req, out, Settings())
-    assert [c.origin for c in cands] == ["model", "move"] and outs[1].text == cands[1].new
+    # the pasted import also supersedes the old one: the same deletion, the first rule's on the tie
+    assert [c.origin for c in cands] == ["model", "move", "import"] and outs[1].text == cands[1].new == cands[2].new
     i, sug, _ = edit_results(req, built, cands, Settings())
     assert i == 1 and sug is not None and sug.show and sug.text.count("from warnings") == 1
-    cands, _ = edit_candidates(req, out, Settings(next_edit=NextEdit(move_edit=False)))
+    cands, _ = edit_candidates(req, out, Settings(next_edit=NextEdit(move_edit=False, import_edit=False)))
     assert [c.origin for c in cands] == ["model"]
 
 
@@ -390,7 +440,7 @@ def test_the_repeated_edit_is_gated_apart_from_the_models_rewrites(tmp_path: Any
 
     req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
     model = Candidate(RENAMED.replace("+ 1", "+ 2"), [0.99] * 3)
-    rep = repeat_candidate(req, built)
+    rep = rule_candidate("repeat", req, built)
     assert rep is not None and rep.origin == "repeat"
     never = {"edit": float("inf")}  # a model whose own rewrites were never right on the calibration runs
     i, sug, _ = edit_results(req, built, [model, rep], Settings(), never)

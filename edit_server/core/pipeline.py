@@ -37,8 +37,7 @@ from edit_server.selectivity.select import (
     Candidate,
     edit_results,
     fim_result,
-    move_candidate,
-    repeat_candidate,
+    rule_candidate,
     skip_reason,
 )
 from edit_server.selectivity.thresholds import gate_kind, model_thresholds
@@ -307,17 +306,16 @@ class Pipeline:
 
 def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple[list[Candidate], list[Outcome]]:
     """A next edit's candidates — the model's rewrite, its sampled alternatives (``nextEdit.candidates``),
-    the repeated last edit (``nextEdit.repeatEdit``), the finished move (``nextEdit.moveEdit``) — and the
-    outcome each is offered to feedback as."""
+    the model-free rules' (the repeated last edit, the finished move, the superseded import:
+    ``nextEdit.repeatEdit`` / ``moveEdit`` / ``importEdit``) — and the outcome each is offered to feedback as."""
     assert isinstance(out.built, EditBuilt)
     cands = [Candidate(out.text, edit_scored(out.result), out.reward)]
     outcomes = [out]
     for r, reward in out.alternatives:
         cands.append(Candidate(r.text, edit_scored(r), reward, "sampled"))
         outcomes.append(Outcome(out.built, r, out.batch, reward))
-    rules = ((settings.next_edit.repeat_edit, repeat_candidate), (settings.next_edit.move_edit, move_candidate))
-    for on, rule in rules:
-        rep = rule(req, out.built) if on else None
+    for origin in settings.next_edit.rules():
+        rep = rule_candidate(origin, req, out.built)
         if rep is not None:
             cands.append(rep)
             outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,

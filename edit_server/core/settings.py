@@ -50,6 +50,14 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
     # `edit_server.selectivity.move_edit`); gated as ``edit:move``
     move_edit: bool = True
+    # and another: a name the user's new import binds taken out of the region's other import of it (the whole
+    # line when it binds nothing else; `edit_server.selectivity.import_edit`); gated as ``edit:import``
+    import_edit: bool = True
+
+    def rules(self) -> list[str]:
+        """The model-free candidates on (`edit_server.selectivity.select.RULES` keys), in ranking order."""
+        on = (("repeat", self.repeat_edit), ("move", self.move_edit), ("import", self.import_edit))
+        return [name for name, enabled in on if enabled]
 
 
 class Limits(msgspec.Struct, rename="camel", kw_only=True):

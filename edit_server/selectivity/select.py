@@ -10,8 +10,8 @@ else the confidence score against the calibrated threshold). `fim_result` / `edi
 kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all.
 
 A next edit may have several candidates for one region (`Candidate`: the model's rewrite, sampled
-alternatives, the repeated last edit, the finished move — settings ``nextEdit.candidates`` /
-``nextEdit.repeatEdit`` / ``nextEdit.moveEdit``): `pick`
+alternatives, the model-free rules' — settings ``nextEdit.candidates``, ``nextEdit.repeatEdit`` /
+``moveEdit`` / ``importEdit``): `pick`
 takes each through the same stage and keeps the best — shown by the gate first, then without a syntax
 error introduced, then the highest score (the first candidate on ties) — or none. The ranking is the same
 with the gate off (the syntax check then only ranks), so a gate-off run shows the candidate the gate
@@ -27,7 +27,15 @@ from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import candidates, gate, kto_gate, move_edit, repeat_edit, syntax_check
+from edit_server.selectivity import (
+    candidates,
+    gate,
+    import_edit,
+    kto_gate,
+    move_edit,
+    repeat_edit,
+    syntax_check,
+)
 from edit_server.selectivity.thresholds import gate_kind, gate_threshold
 from engine.decoding.stops import lines_cut
 
@@ -196,8 +204,8 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
 @dataclass(frozen=True)
 class Candidate:
     """One rewrite of a next edit's region: the model's (``origin`` "model", or "sampled" for an
-    alternative; its confidences and reward), the repeated last edit ("repeat": `repeat_edit.SCORE`) or the
-    finished move ("move": `move_edit.SCORE`)."""
+    alternative; its confidences and reward) or a model-free rule's (`RULES`: "repeat", the repeated last
+    edit; "move", the finished move; "import", the superseded import — each with its module's ``SCORE``)."""
 
     new: str
     confidences: list[float]
@@ -221,13 +229,11 @@ def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate],
                  for c in cands], settings, model)
 
 
-def repeat_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:
-    """The repeated last edit as a candidate for the region (`repeat_edit`), or None."""
-    new = repeat_edit.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
-    return None if new is None else Candidate(new, [repeat_edit.SCORE], None, "repeat")
+RULES = {"repeat": repeat_edit, "move": move_edit, "import": import_edit}  # a rule's origin -> its module
 
 
-def move_candidate(req: EditRequest, built: EditBuilt) -> Candidate | None:
-    """The finished move as a candidate for the region (`move_edit`), or None."""
-    new = move_edit.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
-    return None if new is None else Candidate(new, [move_edit.SCORE], None, "move")
+def rule_candidate(origin: str, req: EditRequest, built: EditBuilt) -> Candidate | None:
+    """A model-free rule's candidate for the region (``origin``: a key of `RULES`), or None."""
+    rule = RULES[origin]
+    new = rule.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
+    return None if new is None else Candidate(new, [rule.SCORE], None, origin)

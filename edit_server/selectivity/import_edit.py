@@ -1,0 +1,157 @@
+"""The "superseded import" next-edit candidate: no model (pure functions).
+
+When the user's last edit of the document added an import that binds a name another import in the editable
+region already binds (``from collections import OrderedDict`` over ``from ._compat import OrderedDict``;
+``import {setTimeout as delay} from 'node:timers/promises'`` over ``import delay from 'delay'``), the old
+binding is dead or a redefinition: taking that name out of the other import — the whole line when it binds
+nothing else — is a likely next edit. `candidate` returns that region, or None.
+
+* one-line imports of Python (``import a.b``, ``import a as b``, ``from m import a, b as c``) and
+  JavaScript / TypeScript (``import x from 'm'``, ``import {a, b as c} from 'm'``, ``import * as ns from 'm'``,
+  ``import type …``); a parenthesised or continued import, a star import or anything else binds nothing
+  here (never rewritten);
+* the names are those the last hunk's added import lines bind and its removed lines did not (a line
+  re-typed with one more name brings only that name);
+* only import lines in the region the edit did not write change; text outside ``[start, end)`` never does.
+
+Chosen on the training repositories' sessions (docs/QUALITY.md), never on the held-out ones. Its score for
+the gate is `SCORE`, a fixed prior like the other rules'; it is gated as its own kind (``edit:import``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edit_server.selectivity.candidates import HunkLike, diff_lines
+
+SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
+
+_PY_FROM = re.compile(r"^(?P<head>\s*from\s+[\w.]+\s+import\s+)(?P<names>[^()\\#*]+?)(?P<tail>\s*(?:#.*)?)$")
+_PY_IMPORT = re.compile(r"^(?P<head>\s*import\s+)(?P<names>[\w.]+(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+(?:\s+as\s+\w+)?)*)"
+                        r"(?P<tail>\s*(?:#.*)?)$")
+_JS = re.compile(r"^(?P<head>\s*import\s+(?:type\s+)?)(?P<clause>[^'\"]+?)(?P<tail>\s+from\s+(['\"]).*\4\s*;?\s*)$")
+_JS_NAMED = re.compile(r"\{(?P<inner>[^{}]*)\}")
+_AS = re.compile(r"^\s*(?:type\s+)?([\w$.]+)(?:\s+as\s+([\w$]+))?\s*$")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One parsed import line: its items (as written) and the name each binds; `without` rewrites it."""
+
+    line: str
+    kind: str  # "py-from" | "py-import" | "js"
+    items: tuple[str, ...]
+    bound: tuple[str, ...]
+
+    def without(self, names: set[str]) -> str | None:
+        """The line with the items binding ``names`` taken out; None: nothing left (delete the line)."""
+        keep = [it for it, b in zip(self.items, self.bound, strict=True) if b not in names]
+        if not keep:
+            return None
+        if self.kind == "js":
+            return _js_without(self.line, names)
+        m = (_PY_FROM if self.kind == "py-from" else _PY_IMPORT).match(self.line)
+        assert m is not None
+        return m.group("head") + ", ".join(k.strip() for k in keep) + m.group("tail")
+
+
+def _bound(item: str, dotted_root: bool) -> str | None:
+    m = _AS.match(item)
+    if m is None:
+        return None
+    if m.group(2):
+        return m.group(2)
+    return m.group(1).split(".")[0] if dotted_root else (m.group(1) if "." not in m.group(1) else None)
+
+
+def parse(line: str) -> Import | None:
+    """The import a line holds (Python or JavaScript / TypeScript, one line), or None."""
+    text = line.rstrip("\r\n")
+    for kind, rx in (("py-from", _PY_FROM), ("py-import", _PY_IMPORT)):
+        m = rx.match(text)
+        if m:
+            items = tuple(m.group("names").split(","))
+            bound = tuple(_bound(it, kind == "py-import") for it in items)
+            if None in bound or not items:
+                return None
+            return Import(text, kind, items, tuple(b for b in bound if b))
+    m = _JS.match(text)
+    if m is None:
+        return None
+    clause = m.group("clause").strip()
+    items: list[str] = []
+    named = _JS_NAMED.search(clause)
+    rest = clause[:named.start()] + clause[named.end():] if named else clause
+    for part in (p.strip() for p in rest.split(",")):
+        if part:
+            items.append(part)
+    if named:
+        items += [p for p in named.group("inner").split(",") if p.strip()]
+    bound = []
+    for it in items:
+        s = it.strip()
+        star = re.match(r"^\*\s+as\s+([\w$]+)$", s)
+        b = star.group(1) if star else _bound(s, False)
+        if b is None:
+            return None
+        bound.append(b)
+    return Import(text, "js", tuple(items), tuple(bound)) if items else None
+
+
+def _js_without(line: str, names: set[str]) -> str | None:
+    m = _JS.match(line)
+    assert m is not None
+    clause = m.group("clause")
+    named = _JS_NAMED.search(clause)
+    head = clause[:named.start()] if named else clause
+    parts = [p.strip() for p in head.split(",") if p.strip()]
+    parts = [p for p in parts if _bound(p, False) not in names and p.split()[-1] not in names]
+    if named:
+        inner = [p.strip() for p in named.group("inner").split(",") if p.strip()]
+        inner = [p for p in inner if _bound(p, False) not in names]
+        pad = " " if named.group("inner").startswith(" ") else ""  # the line's own brace style
+        if inner:
+            parts.append("{" + pad + ", ".join(inner) + pad + "}")
+    if not parts:
+        return None
+    return m.group("head") + ", ".join(parts) + m.group("tail")
+
+
+def new_names(diff: str) -> set[str]:
+    """Names the added import lines of a unified diff bind that its removed lines did not."""
+    added: set[str] = set()
+    removed: set[str] = set()
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")) or line[:1] not in "+-":
+            continue
+        imp = parse(line[1:])
+        if imp is not None:
+            (added if line[0] == "+" else removed).update(imp.bound)
+    return added - removed
+
+
+def candidate(text: str, start: int, end: int, path: str, history: Sequence[HunkLike]) -> str | None:
+    """The region ``text[start:end]`` with the names the last import edit of ``path`` bound anew taken out
+    of the region's other imports, or None."""
+    last = next((h for h in reversed(history) if h.path == path), None)
+    if last is None:
+        return None
+    names = new_names(last.diff)
+    if not names:
+        return None
+    _, _, rows = diff_lines(last.diff)
+    base = text.count("\n", 0, start)
+    out: list[str] = []
+    changed = False
+    for i, line in enumerate(text[start:end].splitlines(keepends=True)):
+        imp = parse(line) if base + i not in rows else None
+        if imp is None or not names & set(imp.bound):
+            out.append(line)
+            continue
+        changed = True
+        rest = imp.without(names)
+        if rest is not None:
+            out.append(rest + line[len(line.rstrip("\r\n")):])
+    return "".join(out) if changed else None
