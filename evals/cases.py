@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from evals.metrics import normalize_ws  # re-exported: evals.replay and older callers import it from here
+from evals.metrics import line_f1, normalize_ws  # normalize_ws re-exported: evals.replay imports it from here
 
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
@@ -173,32 +171,6 @@ def judge(case: Case, suggestion: Sequence[Edit]) -> Judgement:
     f1 = 1.0 if accepted else line_f1({p: files.get(p, "") for p in paths}, got, want)
     return Judgement(True, accepted, 1.0 if accepted else _partial(files, got, want, case.expected),
                      accepted, f1)
-
-
-def changed_lines(old: str, new: str) -> Counter[tuple[str, str]]:
-    """The lines a change removes (``-``) and adds (``+``), whitespace-stripped, blank lines left out."""
-    a = [ln.strip() for ln in old.splitlines() if ln.strip()]
-    b = [ln.strip() for ln in new.splitlines() if ln.strip()]
-    out: Counter[tuple[str, str]] = Counter()
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            out.update(("-", x) for x in a[i1:i2])
-            out.update(("+", x) for x in b[j1:j2])
-    return out
-
-
-def line_f1(files: dict[str, str], got: dict[str, str], want: dict[str, str]) -> float:
-    """Line-level F1 of the diff: the suggestion's removed/added lines against the true change's."""
-    g: Counter[tuple[str, str, str]] = Counter()
-    w: Counter[tuple[str, str, str]] = Counter()
-    for p, old in files.items():
-        g.update({(p, *k): v for k, v in changed_lines(old, got.get(p, old)).items()})
-        w.update({(p, *k): v for k, v in changed_lines(old, want.get(p, old)).items()})
-    hit = sum((g & w).values())
-    if not hit:
-        return 0.0
-    prec, rec = hit / sum(g.values()), hit / sum(w.values())
-    return 2 * prec * rec / (prec + rec)
 
 
 def _partial(files: dict[str, str], got: dict[str, str], want: dict[str, str],

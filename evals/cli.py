@@ -121,6 +121,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--check-timeout", type=float, default=10.0, help="seconds per functional check")
     he.set_defaults(func=_clean_errors(run_humaneval))
 
+    ne = sub.add_parser("next-edit", help="the model's own next-edit rewrites of replay cases, in process (no "
+                                          "server; the GPU image's packages suffice)")
+    ne.add_argument("cases", type=Path, help="cases.jsonl[.gz] (`eval replay REPOS --build-only`) or its directory")
+    ne.add_argument("--model", default="default", help="tiny-random | default | a tier (default: default)")
+    ne.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ne.add_argument("--out", type=Path, default=Path("runs/eval/next-edit"), help="report directory")
+    ne.add_argument("--limit", type=int, default=0, help="only the first N cases")
+    ne.add_argument("--context-lines", type=int, default=60, help="file lines in the prompt on each side of the region")
+    ne.add_argument("--history", type=int, default=None, help="diffs in the prompt (default: the model's trained count)")
+    ne.add_argument("--budget-s", type=float, default=0.0,
+                    help="no new case after this many seconds; the report covers the finished ones (0: none)")
+    ne.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    ne.set_defaults(func=_clean_errors(run_next_edit))
+
     cs = sub.add_parser("cases", help="run a JSONL file of edit cases through the real server")
     cs.add_argument("file", type=Path)
     _common(cs, "cases")
@@ -257,6 +271,24 @@ def _print_summary(title: str, summary: dict[str, Any], out: Path) -> None:
     for k, v in summary.items():
         print(f"  {k:22s} {v:.4f}" if isinstance(v, float) else f"  {k:22s} {v}")
     print(f"report: {out / 'summary.md'} ({out / 'report.json'})")
+
+
+def run_next_edit(args: argparse.Namespace) -> int:
+    import time
+
+    from engine import Engine
+    from evals.next_edit import Options, format_report, read_cases, run
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    t0 = time.monotonic()
+    cases = read_cases(args.cases)
+    eng = Engine.load(args.model, device=args.device)
+    budget = max(1.0, args.budget_s - (time.monotonic() - t0)) if args.budget_s > 0 else 0.0  # loading counts
+    opts = Options(context_lines=args.context_lines, history=args.history, limit=args.limit, budget_s=budget)
+    report = run(cases, eng, opts, args.out, _progress(args, "next-edit"))
+    print(format_report(report, f"next edits in process ({args.model})"))
+    print(f"report: {args.out / 'report.json'}")
+    return 0
 
 
 def run_humaneval(args: argparse.Namespace) -> int:

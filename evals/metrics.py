@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,32 @@ from typing import Any
 def normalize_ws(text: str) -> str:
     """Whitespace-normalised text: trailing spaces per line dropped, blank lines dropped."""
     return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
+
+
+def changed_lines(old: str, new: str) -> Counter[tuple[str, str]]:
+    """The lines a change removes (``-``) and adds (``+``), whitespace-stripped, blank lines left out."""
+    a = [ln.strip() for ln in old.splitlines() if ln.strip()]
+    b = [ln.strip() for ln in new.splitlines() if ln.strip()]
+    out: Counter[tuple[str, str]] = Counter()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.update(("-", x) for x in a[i1:i2])
+            out.update(("+", x) for x in b[j1:j2])
+    return out
+
+
+def line_f1(files: dict[str, str], got: dict[str, str], want: dict[str, str]) -> float:
+    """Line-level F1 of the diff: the suggestion's removed/added lines against the true change's."""
+    g: Counter[tuple[str, str, str]] = Counter()
+    w: Counter[tuple[str, str, str]] = Counter()
+    for p, old in files.items():
+        g.update({(p, *k): v for k, v in changed_lines(old, got.get(p, old)).items()})
+        w.update({(p, *k): v for k, v in changed_lines(old, want.get(p, old)).items()})
+    hit = sum((g & w).values())
+    if not hit:
+        return 0.0
+    prec, rec = hit / sum(g.values()), hit / sum(w.values())
+    return 2 * prec * rec / (prec + rec)
 
 
 def percentile(xs: Sequence[float], q: float) -> float | None:

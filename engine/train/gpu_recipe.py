@@ -62,6 +62,24 @@ def humaneval_dir() -> Path:
     return Path(options.env().shared or ROOT.parent / "shared") / "data" / "humaneval-infilling"
 
 
+HELD_OUT = ("click", "ky")  # the next-edit evaluation's repositories (docs/QUALITY.md): never in git_repos
+
+
+def heldout_repos() -> tuple[Path, ...]:
+    """``<shared>/data/git/{click,ky}.bundle``."""
+    return tuple(humaneval_dir().parent / "git" / f"{n}.bundle" for n in HELD_OUT)
+
+
+def next_edit_repos(repos: list[Path], config: dict[str, Any]) -> list[Path]:
+    """The held-out repositories present here; an error when the config trains on one of them."""
+    trained = {Path(g).name for g in config.get("git_repos") or []}
+    both = sorted(r.name for r in repos if r.name in trained)
+    if both:
+        raise ValueError(f"--next-edit-repos: {both} in the config's git_repos: a held-out repository is never "
+                         f"trained on")
+    return [r for r in repos if r.exists()]
+
+
 def run_pack(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.collect import checkpoint_bytes
     from engine.train.recipe.pack import SOURCES, fetch_wheels, pack
@@ -85,12 +103,19 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
         base, base_raw = Path(info["path"]), base_entry(model, info)
         tree = window_tree_bytes() if tree is None else tree
     wheels = [] if a.no_wheels else fetch_wheels(a.wheels)
+    ne = None
+    repos = next_edit_repos(a.next_edit_repos if a.next_edit_cases else [], config)
+    if repos:
+        from engine.train.recipe.pack import build_next_edit_cases
+
+        ne = build_next_edit_cases(repos, a.out / "cache" / "next-edit-cases.jsonl.gz", a.next_edit_cases)
     opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
     plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
                 eval_splits=a.eval_split, eval_limit=a.eval_limit, data=humaneval_dir(),
                 upload_limit=a.upload_limit, tree=tree, align_feedback=a.align_feedback,
-                align_eval=a.align_eval, base_raw=base_raw)
+                align_eval=a.align_eval, base_raw=base_raw, next_edit_cases=ne)
     plan["checkpoint_bytes"] = checkpoint_bytes(config)
+    plan["next_edit_cases"] = [str(r) for r in repos]
     return plan
 
 
@@ -299,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--val-fraction", type=float, default=0.02)
     k.add_argument("--eval-split", nargs="*", default=["single-line", "multi-line"])
     k.add_argument("--eval-limit", type=int, default=100)
+    k.add_argument("--next-edit-repos", nargs="*", type=Path, default=list(heldout_repos()),
+                   help="held-out repositories (bundles) whose next-edit cases the job evaluates in process "
+                        "(default: click and ky from the shared data, never trained on)")
+    k.add_argument("--next-edit-cases", type=int, default=30, help="cases per repository (0: no next-edit eval)")
     k.add_argument("--upload-limit", type=int, default=UPLOAD_LIMIT)
     k.add_argument("--tree-bytes", type=int, help="working-tree bytes (default: measured with git)")
     k.add_argument("--align-feedback", type=Path, action="append", default=[], metavar="DB",

@@ -310,22 +310,29 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
 
 
 def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
-    """HumanEval-infilling on the run's adapter, each split in ``python -m evals`` (the GPU image's packages
-    suffice). ``seconds`` > 0: the splits share that budget; a split out of time is stopped and summarised
-    from the results it finished (``eval/<split>/partial.json``)."""
+    """The held-out next edits in process (``eval/next-edit``, when the pack carries cases:
+    `evals/next_edit.py`), then HumanEval-infilling on the run's adapter, each in ``python -m evals`` (the GPU
+    image's packages suffice). ``seconds`` > 0: they share that budget; a HumanEval split out of time is
+    stopped and summarised from the results it finished (``eval/<split>/partial.json``)."""
     ev = recipe.get("eval") or {}
-    splits = list(ev.get("splits", [])) if ev.get("limit") else []
+    splits = (["next-edit"] if ev.get("next_edit") else []) + (list(ev.get("splits", [])) if ev.get("limit") else [])
     t_end = time.time() + seconds
     for i, split in enumerate(splits):
         out = w.run / "eval" / split
-        cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", EMBEDDED, "--split", split,
-               "--limit", str(ev["limit"]), "--out", str(out), "--no-progress",
-               "--data", str(w.boot / "data" / "humaneval-infilling")]
+        if split == "next-edit":
+            cmd = [sys.executable, "-m", "evals", "next-edit", str(w.boot / ev["next_edit"]), "--model", EMBEDDED,
+                   "--out", str(out), "--no-progress"]
+        else:
+            cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", EMBEDDED, "--split", split,
+                   "--limit", str(ev["limit"]), "--out", str(out), "--no-progress",
+                   "--data", str(w.boot / "data" / "humaneval-infilling")]
         env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
         left = (t_end - time.time()) / (len(splits) - i) if seconds > 0 else None
         if left is not None and left < 5:
             log.info("eval %s: skipped (no time left in the window)", split)
             continue
+        if split == "next-edit" and left is not None:  # it stops itself, reporting what it finished
+            cmd += ["--budget-s", f"{max(1.0, left - 10):.0f}"]
         try:
             rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=left).returncode
             log.info("eval %s: exit %d", split, rc)
@@ -342,6 +349,12 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
         except ValueError:
             continue
     n = len(recs)
+    if split == "next-edit":  # `evals.next_edit` records: exact among the next-edit cases finished
+        nxt = [r for r in recs if r.get("category") == "next-edit"]
+        summary = {"split": split, "n": n, "partial": True,
+                   "next_edit_exact": sum(bool(r.get("exact")) for r in nxt) / len(nxt) if nxt else None}
+        _write(out / "partial.json", {"summary": summary})
+        return summary
     summary = {"split": split, "n": n, "partial": True,
                "pass@1": sum(bool(r.get("passed")) for r in recs) / n if n else None,
                "latency_ms_p50": sorted(r["latency_ms"] for r in recs if r.get("latency_ms") is not None)[n // 2]

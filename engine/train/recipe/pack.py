@@ -6,7 +6,9 @@ CPython, for syntax-span FIM), ``data/`` (HumanEval-infilling), ``tokenizer.json
 the corpus can be built while the base is still uploading), ``recipe.json`` (training config, corpus
 recipe, eval plan, code version) and, when asked for, ``align/`` — feedback stores (``--align-feedback``:
 the users' prompts and suggestions leave this machine, so only on request) and eval report directories
-(``--align-eval``) for the alignment stage's KTO data, and ``git/sessions.jsonl.gz`` when the config names
+(``--align-eval``) for the alignment stage's KTO data, ``data/next-edit/cases.jsonl.gz`` (held-out next-edit
+cases for the job's in-process next-edit eval, `evals/next_edit.py`, built here by ``python -m evals replay
+--build-only``), and ``git/sessions.jsonl.gz`` when the config names
 ``git_repos`` (`recipe/git_data.py`: extracted here, the config pointed at it). ``base.gguf.xz``: the base
 GGUF, xz-compressed (−8 %). Both are cut into ``OUT/upN/`` folders, each ≤ the upload limit minus the working tree (which travels with every
 command); every folder carries the full ``manifest.json``.
@@ -42,6 +44,7 @@ GPU_WHEELS = ("tree-sitter==0.26.1", "tree-sitter-python==0.25.0", "tree-sitter-
               "msgspec==0.22.0")  # `align measure` reads held-out cases with evals.cases (msgspec)
 SOURCES = ("stdlib", "purelib", "platlib")  # resolved by sysconfig on the machine that builds the corpus
 MARGIN = 1 * MiB
+NEXT_EDIT_CASES = "data/next-edit/cases.jsonl.gz"  # inside the boot bundle
 
 
 def tree_bytes(root: Path = ROOT) -> int:
@@ -111,9 +114,12 @@ def compress(src: Path, cache: Path) -> tuple[Path, str]:
 
 def make_recipe(config: dict[str, Any], *, sources: list[str], corpus_options: dict[str, Any],
                 tokenizer: dict[str, Any], base: dict[str, Any] | None, eval_splits: list[str],
-                eval_limit: int) -> dict[str, Any]:
+                eval_limit: int, next_edit: bool = False) -> dict[str, Any]:
+    ev: dict[str, Any] = {"splits": eval_splits, "limit": eval_limit}
+    if next_edit:
+        ev["next_edit"] = NEXT_EDIT_CASES
     return {"format": FORMAT, "config": config, "corpus": {"sources": sources, "options": corpus_options},
-            "tokenizer": tokenizer, "base": base, "eval": {"splits": eval_splits, "limit": eval_limit},
+            "tokenizer": tokenizer, "base": base, "eval": ev,
             "code": code_version(), "packed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
@@ -136,9 +142,24 @@ def stage_align_inputs(stage: Path, feedback: list[Path], evals: list[Path]) -> 
         shutil.copytree(run, stage / "align" / "eval" / f"{i:02d}-{Path(run).name}")
 
 
+def build_next_edit_cases(repos: list[Path], out: Path, per_repo: int) -> Path:
+    """Held-out next-edit cases (``python -m evals replay REPOS --build-only``: a subprocess, the recipe does
+    not import evals), gzipped to ``out``."""
+    import gzip
+
+    with tempfile.TemporaryDirectory(prefix="next-edit-") as tmp:
+        subprocess.run([sys.executable, "-m", "evals", "replay", *map(str, repos), "--build-only",
+                        "--cases-per-repo", str(per_repo), "--out", tmp, "--no-progress"], check=True,
+                       stdout=subprocess.DEVNULL, cwd=ROOT)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(Path(tmp) / "cases.jsonl", "rb") as f, gzip.open(out, "wb") as z:
+            shutil.copyfileobj(f, z)
+    return out
+
+
 def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None, wheels: list[Path],
               data: Path | None, align_feedback: list[Path] | None = None,
-              align_eval: list[Path] | None = None) -> Path:
+              align_eval: list[Path] | None = None, next_edit_cases: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="boot-") as tmp:
         stage = Path(tmp)
         stage_align_inputs(stage, list(align_feedback or []), list(align_eval or []))
@@ -158,6 +179,9 @@ def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None,
             shutil.copy2(w, stage / "wheels" / w.name)
         if data is not None and data.is_dir():
             shutil.copytree(data, stage / "data" / data.name)
+        if next_edit_cases is not None:
+            (stage / NEXT_EDIT_CASES).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(next_edit_cases, stage / NEXT_EDIT_CASES)
         if tokenizer_json is not None:
             (stage / "tokenizer.json").write_text(tokenizer_json)
         (stage / "recipe.json").write_text(json.dumps(recipe, indent=1))
@@ -194,8 +218,10 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
          eval_splits: list[str] | None = None, eval_limit: int = 100, data: Path | None = None,
          upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
          part_max: int = PART_MAX, align_feedback: list[Path] | None = None,
-         align_eval: list[Path] | None = None, base_raw: dict[str, Any] | None = None) -> dict[str, Any]:
+         align_eval: list[Path] | None = None, base_raw: dict[str, Any] | None = None,
+         next_edit_cases: Path | None = None) -> dict[str, Any]:
     """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan.
+    ``next_edit_cases``: a gzipped ``cases.jsonl`` (`build_next_edit_cases`) for the job's next-edit eval.
     ``base_raw``: the base goes up uncompressed with these manifest fields (a parted base's tied-output
     copy, `recipe.base_parts.base_entry`: 346 MB that xz would shrink by a few percent in minutes)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -219,10 +245,10 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
         base_info = {"name": base.name, "sha256": raw}
     recipe = make_recipe(config, sources=list(sources or SOURCES), corpus_options=corpus_options or {},
                          tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
-                         eval_limit=eval_limit)
+                         eval_limit=eval_limit, next_edit=next_edit_cases is not None)
     files.append(("boot.tar.xz", make_boot(out / "boot.tar.xz", recipe, tokenizer_json=tok_json,
                                            wheels=wheels, data=data, align_feedback=align_feedback,
-                                           align_eval=align_eval)))
+                                           align_eval=align_eval, next_edit_cases=next_edit_cases)))
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
         files.append((base_name, xz))

@@ -1,0 +1,209 @@
+"""Next edits in process: the model's own rewrite of replay cases, without the server (issue 25).
+
+`edit-server eval replay` measures next edits through the real stdio server; the GPU image has neither
+the server's packages nor GitPython, so a window could not tell whether its training moved next edits at
+all. This runner needs only the engine: the cases are built on the CPU (`edit-server eval replay REPOS
+--build-only` writes ``cases.jsonl``; gzip it for the pack) and read here as plain JSON.
+
+Per case (``meta.category``: next-edit / elsewhere / done, `evals.replay_sessions`):
+
+* **region**: the ``above`` lines above the cursor's line and ``below`` below it (6 / 8: the window the
+  cases' truth is taken in, `engine.git_history.line_span`) — not the server's syntax region, so the
+  model's rewrite alone is measured, not the region choice;
+* **prompt**: at most ``context_lines`` lines of the file on each side, the case's last ``history`` diffs
+  (the model's trained count when not given), no other sections, the model's edit layout;
+* **judged** like `evals.cases.judge`: *exact* when the file after the rewrite equals the file after the
+  truth (whitespace-normalised), *line F1* of the changed lines; a quiet case is right when the rewrite
+  changes nothing (whitespace-normalised);
+* **score**: the gate's for a rewrite — the geometric mean of the confidences of the tokens that make the
+  edit (`GenerateResult.changed`) — so ``precision_coverage`` shows what a show threshold would buy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.git_history import line_span
+from engine.templates import DEFAULT_EDIT_LAYOUT, EDIT_DIFF_CHARS, EditPrompt
+from evals.metrics import line_f1, normalize_ws, percentile
+
+CATEGORIES = ("next-edit", "elsewhere", "done")
+THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Options:
+    above: int = 6
+    below: int = 8
+    context_lines: int = 60  # file lines shown on each side of the region
+    history: int | None = None  # diffs in the prompt (None: the model's trained count)
+    limit: int = 0  # first N cases (0 = all)
+    budget_s: float = 0.0  # > 0: no new case after this many seconds (the report covers the finished ones)
+
+
+def read_cases(path: Path) -> list[dict[str, Any]]:
+    """Cases of a ``cases.jsonl`` (or ``.jsonl.gz``; a directory: its ``cases.jsonl``) as plain dicts."""
+    if path.is_dir():
+        path = path / "cases.jsonl"
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for i, r in enumerate(rows):
+        missing = [k for k in ("id", "path", "files", "cursor", "meta") if k not in r]
+        if missing or r["path"] not in r["files"]:
+            raise ValueError(f"{path}: case {i + 1} ({r.get('id', '?')}): missing {missing or ['files[path]']}")
+    return rows
+
+
+def gate_score(confidences: list[float]) -> float:
+    """Geometric mean (the serving gate's score of a rewrite's changed tokens); 1.0 for none."""
+    if not confidences:
+        return 1.0
+    return math.exp(sum(math.log(max(c, 1e-9)) for c in confidences) / len(confidences))
+
+
+def _lines_before(text: str, a: int, n: int) -> int:
+    for _ in range(n):
+        if a == 0:
+            break
+        a = text.rfind("\n", 0, a - 1) + 1
+    return a
+
+
+def _lines_after(text: str, b: int, n: int) -> int:
+    for _ in range(n):
+        if b >= len(text):
+            break
+        nl = text.find("\n", b)
+        b = len(text) if nl < 0 else nl + 1
+    return b
+
+
+def prompt_of(case: dict[str, Any], opts: Options, layout: str, history: int) -> tuple[Any, int, int]:
+    """The edit prompt of a case and its region's span in the file."""
+    text = case["files"][case["path"]]
+    cursor = int(case["cursor"]["offset"])
+    ra, rb = line_span(text, cursor, opts.above, opts.below)
+    pa, pb = _lines_before(text, ra, opts.context_lines), _lines_after(text, rb, opts.context_lines)
+    diffs = tuple(d[:EDIT_DIFF_CHARS] for d in case.get("history", [])[-history:]) if history else ()
+    return EditPrompt(text[pa:ra], text[ra:rb], text[rb:pb], cursor - ra, case["path"], diffs,
+                      layout=layout), ra, rb
+
+
+def judge(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, Any]:
+    """exact / line F1 for a next-edit case, right (silence) for a quiet one; ``shown``: the rewrite
+    changes the region."""
+    path = case["path"]
+    text = case["files"][path]
+    got = text[:ra] + new_region + text[rb:]
+    shown = normalize_ws(new_region) != normalize_ws(text[ra:rb])
+    expected = case.get("expected")
+    if not expected:
+        return {"shown": shown, "right": not shown, "exact": None, "f1": None}
+    want = text
+    for e in sorted(expected, key=lambda e: e["start"], reverse=True):
+        if e["path"] == path:
+            want = want[:e["start"]] + e["text"] + want[e["end"]:]
+    exact = shown and normalize_ws(got) == normalize_ws(want)
+    f1 = 1.0 if exact else line_f1({path: text}, {path: got}, {path: want}) if shown else 0.0
+    return {"shown": shown, "right": exact, "exact": exact, "f1": f1}
+
+
+def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
+        progress: Callable[[Iterable], Iterable] = iter) -> dict[str, Any]:
+    """Each case through ``eng.rewrite``; ``out/results.jsonl`` (one record per case) and
+    ``out/report.json`` (`summarize`). An engine failure is a recorded miss, not a crash."""
+    info = getattr(eng, "info", {}) or {}
+    layout = str(info.get("edit_layout") or DEFAULT_EDIT_LAYOUT)
+    history = opts.history if opts.history is not None else int(info.get("edit_history") or 0)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = []
+    t_end = time.monotonic() + opts.budget_s if opts.budget_s > 0 else math.inf
+    with open(out / "results.jsonl", "w", encoding="utf-8") as f:
+        for case in progress(cases[:opts.limit] if opts.limit else cases):
+            if time.monotonic() >= t_end:
+                break
+            prompt, ra, rb = prompt_of(case, opts, layout, history)
+            meta = case.get("meta", {})
+            rec: dict[str, Any] = {"id": case["id"], "category": meta.get("category"), "repo": meta.get("repo")}
+            t0 = time.perf_counter()
+            try:
+                res = eng.rewrite(prompt, cache_key=f"next-edit:{case['id']}")
+            except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+                rec.update(error=f"{type(e).__name__}: {e}", shown=False, right=False,
+                           exact=False if case.get("expected") else None, f1=0.0 if case.get("expected") else None)
+            else:
+                rec.update(judge(case, ra, rb, res.text))
+                rec.update(score=gate_score(list(res.changed or res.confidences)), tokens=len(res.tokens),
+                           steps=res.steps, forwards=res.forwards, prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason)
+            rec["latency_ms"] = (time.perf_counter() - t0) * 1000
+            recs.append(rec)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+    summary = summarize(recs)
+    report = {"summary": summary, "options": {**opts.__dict__, "history": history, "layout": layout},
+              "model": {k: info.get(k) for k in ("model", "label", "adapter", "device", "dtype") if k in info}}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Next-edit exact / line F1, no-edit correct per quiet category, shown rate, precision when shown,
+    latency, and precision / coverage per show threshold (right = an exact next edit)."""
+    by = {c: [r for r in recs if r.get("category") == c] for c in CATEGORIES}
+    nxt, quiet = by["next-edit"], by["elsewhere"] + by["done"]
+    shown = [r for r in recs if r.get("shown")]
+
+    def share(xs: list[Any]) -> float | None:
+        return sum(bool(x) for x in xs) / len(xs) if xs else None
+
+    curve = []
+    for t in THRESHOLDS:
+        s = [r for r in shown if (r.get("score") or 0.0) >= t]
+        curve.append({"threshold": t, "shown": len(s), "right": sum(bool(r.get("exact")) for r in s),
+                      "precision": share([r.get("exact") for r in s]),
+                      "next_edit_exact": sum(bool(r.get("exact")) for r in s) / len(nxt) if nxt else None,
+                      "quiet_shown": sum(r.get("category") != "next-edit" for r in s)})
+    lat = [r["latency_ms"] for r in recs if "latency_ms" in r]
+    toks, steps = sum(r.get("tokens", 0) for r in recs), sum(r.get("steps", 0) for r in recs)
+    return {"n": len(recs), "counts": {c: len(v) for c, v in by.items()},
+            "errors": sum("error" in r for r in recs),
+            "next_edit_exact": share([r.get("exact") for r in nxt]),
+            "next_edit_f1": sum(r.get("f1") or 0.0 for r in nxt) / len(nxt) if nxt else None,
+            "next_edit_shown": share([r.get("shown") for r in nxt]),
+            "no_edit_correct": {c: share([r.get("right") for r in by[c]]) for c in ("elsewhere", "done")}
+            | {"all": share([r.get("right") for r in quiet])},
+            "shown_rate": share([r.get("shown") for r in recs]),
+            "precision_when_shown": share([r.get("exact") for r in shown]),
+            "latency_ms_p50": percentile(lat, 50), "latency_ms_p95": percentile(lat, 95),
+            "tokens_per_step": toks / steps if steps else None,
+            "precision_coverage": curve}
+
+
+def format_report(report: dict[str, Any], title: str) -> str:
+    s = report["summary"]
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.0f} %"
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}"
+
+    q = s["no_edit_correct"]
+    lines = [f"{title}: {s['n']} cases {s['counts']}, errors {s['errors']}",
+             f"next-edit exact {pct(s['next_edit_exact'])}, line F1 {s['next_edit_f1'] or 0:.2f}, "
+             f"shown {pct(s['next_edit_shown'])}; no-edit correct {pct(q['all'])} (elsewhere {pct(q['elsewhere'])}, "
+             f"done {pct(q['done'])}); shown rate {pct(s['shown_rate'])}, precision when shown "
+             f"{pct(s['precision_when_shown'])}; latency p50 {ms(s['latency_ms_p50'])} / p95 "
+             f"{ms(s['latency_ms_p95'])} ms; tokens/step {s['tokens_per_step'] or 0:.2f}",
+             "| show threshold | shown | right | precision | next-edit exact | quiet shown |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['threshold']} | {c['shown']} | {c['right']} | {pct(c['precision'])} | "
+              f"{pct(c['next_edit_exact'])} | {c['quiet_shown']} |" for c in s["precision_coverage"]]
+    return "\n".join(lines)
