@@ -137,8 +137,9 @@ class AbortSignal:
         return self._event.is_set()
 
 
+# "skipped": the model was not asked (a next edit whose rewrite no show threshold could pass; the server's)
 FinishReason = Literal["end", "length", "newline", "aborted", "scope", "loop", "long", "gave_up", "suffix",
-                       "repeat", "prose", "region", "budget"]
+                       "repeat", "prose", "region", "budget", "skipped"]
 STOP_RULE_KINDS: tuple[FinishReason, ...] = ("scope", "loop", "long", "suffix", "repeat", "prose", "region",
                                              "budget")  # set by a stop rule (engine.decoding.stops)
 

@@ -341,6 +341,61 @@ def test_worker_returns_the_alternatives(eng: Any) -> None:
         w.join(5)
 
 
+class CountingEngine:
+    """``eng`` with the show thresholds a model ships, counting the engine calls."""
+
+    def __init__(self, eng: Any, thresholds: dict[str, Any]) -> None:
+        self._eng, self.calls = eng, 0
+        self.info = {**eng.info, "show_thresholds": thresholds}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._eng, name)
+
+    def complete(self, calls: Any) -> Any:
+        self.calls += len(calls)
+        return self._eng.complete(calls)
+
+
+def test_the_model_is_not_asked_for_a_rewrite_no_threshold_would_show(eng: Any) -> None:
+    from edit_server.core.requests import FimRequest
+    from edit_server.core.settings import Gate
+    from edit_server.core.worker import EngineWorker
+
+    never = CountingEngine(eng, {"edit": {"threshold": float("inf")}, "fim": {"threshold": 0.5}})
+    w = EngineWorker(lambda s, m: None)
+    try:
+        w.load("tiny-random", "cpu", Settings(), never)
+        assert w.ready.wait(60)
+        text = "def f(w):\n    return w\n"
+        edit = EditRequest("u", "/w/a.py", text, 1, 5)
+        out = w.submit(Job("u", edit, Settings())).result(60)
+        assert out is not None and never.calls == 0  # gate on, threshold inf: no model call
+        assert out.result.finish_reason == "skipped" and out.result.text == out.built.prompt.region
+        assert out.built.region_start < 5 < out.built.region_end  # the rules still get their region
+        # the model runs: gate off, the engine route (the caller decides), a FIM request, a user's calibration
+        w.submit(Job("u", edit, Settings(gate=Gate(enabled=False)))).result(60)
+        assert never.calls == 1
+        w.submit(Job("u", edit, Settings(), gated=False)).result(60)
+        assert never.calls == 2
+        w.submit(Job("u", FimRequest("u", "/w/a.py", text, 1, 5, True), Settings())).result(60)
+        assert never.calls == 3
+        w.submit(Job("u", edit, Settings(gate=Gate(calibration="off")))).result(60)
+        assert never.calls == 4  # "off": gate.threshold 0.5 instead of the model's
+    finally:
+        w.stop()
+        w.join(5)
+    shown = CountingEngine(eng, {"edit": {"threshold": 0.9}})
+    w = EngineWorker(lambda s, m: None)
+    try:
+        w.load("tiny-random", "cpu", Settings(), shown)
+        assert w.ready.wait(60)
+        w.submit(Job("u", EditRequest("u", "/w/a.py", "x = 1\n", 1, 3), Settings())).result(60)
+        assert shown.calls == 1  # a finite threshold: asked
+    finally:
+        w.stop()
+        w.join(5)
+
+
 def test_replay_table_rows(tmp_path) -> None:
     """`edit-server eval table --replay`: docs/QUALITY.md's row format from a run's report.json."""
     import json

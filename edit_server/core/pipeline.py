@@ -255,7 +255,7 @@ class Pipeline:
         else:
             req, built = edit_request(key, prompt)
             one = msgspec.structs.replace(self.settings.next_edit, candidates=1)  # the caller gets one result
-            job = Job(key, req, msgspec.structs.replace(self.settings, next_edit=one), built)
+            job = Job(key, req, msgspec.structs.replace(self.settings, next_edit=one), built, gated=False)
         out = await self._run(job)
         return out.result if out is not None else None
 

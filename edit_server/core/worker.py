@@ -25,6 +25,7 @@ from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
 from edit_server.selectivity.select import is_single_line
+from edit_server.selectivity.thresholds import gate_threshold, model_thresholds
 from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
@@ -54,6 +55,7 @@ class Job:
     queued_at: float = field(default_factory=time.monotonic)
     on_step: StepCallback | None = None  # per denoising step, on the worker thread (HTTP "diffusing")
     single_line: bool | None = None  # FIM: the caller's one-line decision (None: from the document)
+    gated: bool = True  # False: the caller decides what to show (the engine route): the model always runs
 
     @property
     def kind(self) -> str:
@@ -371,7 +373,25 @@ class EngineWorker:
         assert self._ctx is not None
         return self._ctx.fim(job.req) if isinstance(job.req, FimRequest) else self._ctx.edit(job.req)
 
+    def rewrite_hidden(self, job: Job) -> bool:
+        """Whether a next edit's model rewrite could never be shown: the gate is on, no aligned adapter's
+        reward decides, and the show threshold of the model's rewrites is infinite (the model's own
+        ``show_thresholds.edit`` — measured never right on held-out histories — or the user's calibration).
+        Then the model is not asked: the rules' candidates (`select.RULES`) need only the region."""
+        if job.kind != "edit" or not job.gated or not job.settings.gate.enabled or self.scorer is not None:
+            return False
+        return gate_threshold(job.settings, "edit", model_thresholds(self.engine)) == float("inf")
+
     def _generate(self, built: list[tuple[Job, Built]]) -> None:
+        run = []
+        for j, b in built:
+            if not self.rewrite_hidden(j):
+                run.append((j, b))
+                continue
+            assert isinstance(b, EditBuilt)
+            log.info("edit %s: model skipped (its rewrites are never shown: show threshold inf)", j.key)
+            self._settle(j, Outcome(b, GenerateResult(b.prompt.region, [], [], 0, 0, 0, 0, "skipped")))
+        built = run
         if not built:
             return
         assert self.engine is not None
