@@ -172,14 +172,15 @@ def test_imports_parse_with_the_names_they_bind() -> None:
         return None if imp is None else imp.bound
 
     assert bound("from collections import OrderedDict, deque as dq  # noqa") == ("OrderedDict", "dq")
-    assert bound("import os.path, numpy as np") == ("os", "np")
+    assert bound("import os, numpy.linalg as la") == ("os", "la")
     assert bound("    from ._compat import PY3\n") == ("PY3",)
     assert bound("import delay from 'delay';") == ("delay",)
     assert bound("import {setTimeout as delay, type Foo} from 'node:timers/promises';") == ("delay", "Foo")
     assert bound("import React, { useState } from \"react\"") == ("React", "useState")
     assert bound("import * as path from 'node:path';") == ("path",)
     # nothing bound here: continued, parenthesised, star or not an import
-    for line in ("from m import (", "from m import *", "from m import a, \\", "x = 1", "import './side-effect.js';"):
+    for line in ("from m import (", "from m import *", "from m import a, \\", "x = 1", "import './side-effect.js';",
+                 "import os.path"):
         assert bound(line) is None, line
 
 

@@ -6,10 +6,10 @@ region already binds (``from collections import OrderedDict`` over ``from ._comp
 binding is dead or a redefinition: taking that name out of the other import — the whole line when it binds
 nothing else — is a likely next edit. `candidate` returns that region, or None.
 
-* one-line imports of Python (``import a.b``, ``import a as b``, ``from m import a, b as c``) and
+* one-line imports of Python (``import a``, ``import a.b as c``, ``from m import a, b as c``) and
   JavaScript / TypeScript (``import x from 'm'``, ``import {a, b as c} from 'm'``, ``import * as ns from 'm'``,
-  ``import type …``); a parenthesised or continued import, a star import or anything else binds nothing
-  here (never rewritten);
+  ``import type …``); a parenthesised or continued import, a star import, ``import a.b`` (a submodule) or
+  anything else binds nothing here (never rewritten);
 * the names are those the last hunk's added import lines bind and its removed lines did not (a line
   re-typed with one more name brings only that name);
 * only import lines in the region the edit did not write change; text outside ``[start, end)`` never does.
@@ -57,13 +57,15 @@ class Import:
         return m.group("head") + ", ".join(k.strip() for k in keep) + m.group("tail")
 
 
-def _bound(item: str, dotted_root: bool) -> str | None:
+def _bound(item: str) -> str | None:
+    """The name an import item binds (``a``, ``a as b``, ``type a``); None for a dotted module without an
+    alias (``import os.path`` binds ``os`` but says more: a submodule is loaded — never taken out)."""
     m = _AS.match(item)
     if m is None:
         return None
     if m.group(2):
         return m.group(2)
-    return m.group(1).split(".")[0] if dotted_root else (m.group(1) if "." not in m.group(1) else None)
+    return m.group(1) if "." not in m.group(1) else None
 
 
 def parse(line: str) -> Import | None:
@@ -73,7 +75,7 @@ def parse(line: str) -> Import | None:
         m = rx.match(text)
         if m:
             items = tuple(m.group("names").split(","))
-            bound = tuple(_bound(it, kind == "py-import") for it in items)
+            bound = tuple(_bound(it) for it in items)
             if None in bound or not items:
                 return None
             return Import(text, kind, items, tuple(b for b in bound if b))
@@ -93,7 +95,7 @@ def parse(line: str) -> Import | None:
     for it in items:
         s = it.strip()
         star = re.match(r"^\*\s+as\s+([\w$]+)$", s)
-        b = star.group(1) if star else _bound(s, False)
+        b = star.group(1) if star else _bound(s)
         if b is None:
             return None
         bound.append(b)
@@ -107,10 +109,10 @@ def _js_without(line: str, names: set[str]) -> str | None:
     named = _JS_NAMED.search(clause)
     head = clause[:named.start()] if named else clause
     parts = [p.strip() for p in head.split(",") if p.strip()]
-    parts = [p for p in parts if _bound(p, False) not in names and p.split()[-1] not in names]
+    parts = [p for p in parts if _bound(p) not in names and p.split()[-1] not in names]
     if named:
         inner = [p.strip() for p in named.group("inner").split(",") if p.strip()]
-        inner = [p for p in inner if _bound(p, False) not in names]
+        inner = [p for p in inner if _bound(p) not in names]
         pad = " " if named.group("inner").startswith(" ") else ""  # the line's own brace style
         if inner:
             parts.append("{" + pad + ", ".join(inner) + pad + "}")
