@@ -55,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", type=int, default=4, help="keystrokes per burst before the typist pauses")
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
+    p.add_argument("--gate", action="store_true",
+                   help="the server's gate on, as a user runs it (default off: every answer is the model's, so "
+                        "its speed is measured; with the gate on a next edit whose rewrite no show threshold "
+                        "could pass skips the model)")
     p.add_argument("--rounds", type=int, default=1, help="sessions per decoding, alternating main / AR")
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
                    help="also run the default model with this adapter (PATH without suffix: PATH.safetensors + "
@@ -110,7 +114,7 @@ def renames(text: str, k: int) -> list[tuple[int, str]]:
 
 # ---- the client (small functions over the project's one LSP client) -------------------------------
 async def start_server(model: str, device: str, root: Path, log: Path, decode: str, threads: int,
-                       timeout: float, adapter: str = "") -> tuple[Any, float]:
+                       timeout: float, adapter: str = "", gate: bool = False) -> tuple[Any, float]:
     from edit_server.lsp.client import LspClient, server_command
 
     env = {"EDIT_SERVER_DECODE": decode} if decode else {}
@@ -119,7 +123,7 @@ async def start_server(model: str, device: str, root: Path, log: Path, decode: s
     cmd = server_command(model, device, ["--log-file", str(log), "--log-level", "INFO"])
     client = LspClient(cmd, cwd=root, env=env, name="edit-server-bench")
     t0 = time.perf_counter()
-    await client.start(root, {"gate": {"enabled": False}, "feedbackDb": ":memory:", "threads": threads},
+    await client.start(root, {"gate": {"enabled": gate}, "feedbackDb": ":memory:", "threads": threads},
                        timeout=timeout)
     await client.wait_ready(timeout)
     return client, (time.perf_counter() - t0) * 1e3
@@ -319,7 +323,7 @@ async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
             shutil.copy(f, root / f.name)
         (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
         client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
-                                             args.timeout, adapter)
+                                             args.timeout, adapter, gate=args.gate)
         s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk)
         s.samples.append(Sample("load", load_ms))
         try:
@@ -383,7 +387,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
-                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds")}}
+                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds",
+                                  "gate")}}
     if not args.no_ar and autoregressive(args.model, args.device):
         args.no_ar = True  # the same decoding twice
         report["note"] = f"{args.model} decodes left to right: no separate AR run"
