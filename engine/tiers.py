@@ -228,10 +228,12 @@ class Choice:
         return f"--model default -> {self.model} on {self.device}: {self.reason}"
 
 
-def choose(device: str, table: Table | None = None, have: Callable[[str], bool] = available,
+def choose(device: str, table: Table | None = None, have: Callable[[str], bool] | None = None,
            adapter: str = "") -> Choice:
-    """The tier ``--model default`` loads on device kind ``device`` ("cpu", "cuda", ...), with why."""
+    """The tier ``--model default`` loads on device kind ``device`` ("cpu", "cuda", ...), with why.
+    ``have``: whether a tier's weights are on this machine (default `available`)."""
     t = table or load()
+    have = have or available
     kind = "cpu" if device == "cpu" else "gpu"
     if adapter:
         return Choice(t.embedded, device, f"$EDIT_SERVER_ADAPTER names an adapter of the embedded model ({adapter})")
