@@ -71,7 +71,9 @@ def release_memory() -> None:
 
 
 def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:
-    """``ck`` with its state dict in the `engine.cpu.fastcpu` int8 layout (``meta["layout"]`` says so)."""
+    """``ck`` in the `engine.cpu.fastcpu` int8 layout (``meta["layout"]`` says so). Consumes ``ck``: its state
+    dict is emptied, so each layer's float weights are freed as that layer is converted (the first start's
+    peak: one copy of the float model, not float + int8)."""
     import torch
 
     from engine.cpu import fastcpu
@@ -80,6 +82,7 @@ def to_fast(ck: LoadedCheckpoint) -> LoadedCheckpoint:
     with torch.device("meta"):
         model = Transformer(ck.args, init=False)
     model.load_state_dict(ck.state_dict, strict=True, assign=True)
+    ck.state_dict.clear()
     fastcpu.convert(model.float())
     return LoadedCheckpoint(ck.args, model.state_dict(), ck.tokenizer, ck.name,
                             {**ck.meta, "layout": fastcpu.FORMAT})

@@ -118,3 +118,19 @@ def test_first_start_serves_the_cache_it_just_built(cache: Path, tmp_path: Path,
     second = default.load_default(adapter, base, fast_cpu=True)
     assert built == [1] and second.meta["merged_cache"] == first.meta["merged_cache"]
     assert all(torch.equal(first.state_dict[n], second.state_dict[n]) for n in first.state_dict)
+
+
+def test_to_fast_consumes_the_float_weights_and_converts_them_as_before() -> None:
+    """The float state dict is emptied (each layer's float weights can go as it is converted: the first start's
+    peak), and the int8 model is the one `fastcpu.convert` makes of the same weights."""
+    from engine.model import Transformer
+
+    src = random_checkpoint("tiny")
+    ref = Transformer(src.args)
+    ref.load_state_dict({k: v.clone() for k, v in src.state_dict.items()})
+    fastcpu.convert(ref)
+    ck = to_fast(src)
+    assert src.state_dict == {} and ck.meta["layout"] == fastcpu.FORMAT
+    want = ref.state_dict()
+    assert set(ck.state_dict) == set(want)
+    assert all(torch.equal(ck.state_dict[k], want[k]) for k in want)
