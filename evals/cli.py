@@ -286,7 +286,8 @@ def run_next_edit(args: argparse.Namespace) -> int:
     budget = max(1.0, args.budget_s - (time.monotonic() - t0)) if args.budget_s > 0 else 0.0  # loading counts
     opts = Options(context_lines=args.context_lines, history=args.history, limit=args.limit, budget_s=budget)
     report = run(cases, eng, opts, args.out, _progress(args, "next-edit"))
-    print(format_report(report, f"next edits in process ({args.model})"))
+    what = report["model"].get("label") or report["model"].get("model")  # the adapter's label when there is one
+    print(format_report(report, f"next edits in process ({args.model}{f': {what}' if what else ''})"))
     print(f"report: {args.out / 'report.json'}")
     return 0
 
