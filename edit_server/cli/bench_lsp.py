@@ -186,6 +186,9 @@ class Sample:
     ms: float
     shown: bool = False  # a suggestion came back
     final: bool = True  # the request after the last keystroke of a burst (what the user waits for)
+    # a shown suggestion while retyping a line: whether taking it makes the line the author's (None: no
+    # suggestion, or a line with no known truth — an empty or a new line)
+    right: bool | None = None
     call: dict[str, Any] | None = None  # an awaited request's model call (the server's log line)
 
 
@@ -194,6 +197,25 @@ class Doc:
     uri: str
     text: str
     version: int = 1
+
+
+def completes_line(text: str, cur: int, item: dict[str, Any] | None, line: str) -> bool | None:
+    """Whether taking ``item`` at ``cur`` makes the cursor's line ``line`` (trailing spaces aside) and adds no
+    line; None: no item."""
+    if item is None:
+        return None
+    from evals.humaneval import completion_edit
+
+    got = completion_edit(text, cur, {"items": [item]})
+    if got is None:
+        return None
+    s, e, ins, _ = got
+    new = text[:s] + ins + text[e:]
+    if new.count("\n") != text.count("\n"):
+        return False
+    ls = new.rfind("\n", 0, s) + 1
+    le = new.find("\n", ls)
+    return new[ls:len(new) if le < 0 else le].rstrip() == line.rstrip()
 
 
 def kind_at(text: str, offset: int) -> str:
@@ -254,18 +276,20 @@ class Session:
         self.samples.append(sample)
         return item
 
-    async def type_text(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
-        """Type ``text`` in bursts of ``chunk`` characters, each followed by a pause for its answer."""
+    async def type_text(self, d: Doc, cur: int, text: str, line: str | None = None) -> tuple[int, dict | None]:
+        """Type ``text`` in bursts of ``chunk`` characters, each followed by a pause for its answer.
+        ``line``: the line as its author wrote it, when ``text`` retypes part of it (suggestions judged)."""
         item = None
         for i in range(0, len(text), self.chunk):
-            cur, got = await self.burst(d, cur, text[i:i + self.chunk])
+            cur, got = await self.burst(d, cur, text[i:i + self.chunk], line)
             item = got or item
         return cur, item
 
-    async def burst(self, d: Doc, cur: int, text: str) -> tuple[int, dict | None]:
+    async def burst(self, d: Doc, cur: int, text: str, line: str | None = None) -> tuple[int, dict | None]:
         """Type ``text`` at ``cur`` at typing speed with auto-closed brackets, a request after every
         change, without waiting for answers (the server supersedes the older ones), then wait."""
         tasks: list[asyncio.Task] = []
+        asked: list[tuple[str, int]] = []  # the document and cursor each request saw
         due = time.perf_counter()
         for ch in text:
             due += self.typing_s
@@ -275,10 +299,13 @@ class Session:
                 continue
             await self.edit(d, cur, cur, ch + PAIRS.get(ch, ""))
             cur += 1
+            asked.append((d.text, cur))
             tasks.append(asyncio.create_task(self._inline(d.uri, d.text, cur, kind_at(d.text, cur), False)))
         done = await asyncio.gather(*tasks)
-        for i, (sample, _) in enumerate(done):
+        for i, (sample, item) in enumerate(done):
             sample.final = i == len(done) - 1
+            if line is not None:
+                sample.right = completes_line(*asked[i], item, line)
             self.samples.append(sample)
         kinds = [sample.kind for sample, _ in done]
         self._take_calls(max(set(kinds), key=kinds.count) if kinds else "end-of-line")
@@ -295,7 +322,7 @@ class Session:
         head = line[indent:split_point(line)]
         await self.edit(d, start + indent, start + indent + len(head), "")
         await self.ask(d, start + indent, kind="jump")  # the cursor moved here: a new window to prefill
-        _, typed = await self.type_text(d, start + indent, head)
+        _, typed = await self.type_text(d, start + indent, head, line)
         if typed is not None:
             await accept(self.client, typed)
         end = start + len(line)
@@ -406,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
             "files": sessions[0][2],
             "memory": {k: max(m.get(k, 0.0) for _, m, _ in sessions) for k in ("rss_mb", "peak_rss_mb")},
             **summarize(samples, calls),
-            "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final,
+            "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final, "right": x.right,
                          **(x.call or {})} for x in samples],
             "calls": [{"kind": k, **c} for k, c in calls]}
     if "ar" in report:

@@ -24,6 +24,20 @@ def test_script_picks_lines_and_parameters() -> None:
     assert renames(text, 1) == [(text.index("count"), "count")]
 
 
+def test_a_suggestion_is_right_when_taking_it_makes_the_authors_line() -> None:
+    from edit_server.cli.bench_lsp import completes_line
+
+    line = "    total = count + 1"
+    text = "def f(count):\n    total = c\n    return total\n"
+    cur = text.index("= c") + 3
+    assert completes_line(text, cur, {"insertText": "ount + 1"}, line) is True
+    assert completes_line(text, cur, {"insertText": "ount + 2"}, line) is False
+    assert completes_line(text, cur, {"insertText": "ount + 1\n    x = 2"}, line) is False  # more than the line
+    rng = {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 13}}  # replaces "total = c"
+    assert completes_line(text, cur, {"insertText": "total = count + 1", "range": rng}, line) is True
+    assert completes_line(text, cur, None, line) is None
+
+
 def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(
         ["bench", "lsp", "--model", "tiny-random", "--device", "cpu", "--files", "1", "--sites", "1",
@@ -39,6 +53,9 @@ def test_bench_lsp_tiny_random(capsys: pytest.CaptureFixture[str]) -> None:
         assert k["cold"]["model_calls"] == k["next-edit"]["model_calls"] == k["empty-line"]["model_calls"] == 1
         assert k["single-line"]["n"] >= 3 and k["end-of-line"]["n"] == 3  # one request per keystroke
         assert k["single-line"]["model_calls"] >= 1  # the burst's last request at least is answered
+        # every suggestion while a line is retyped is judged against the author's line; none elsewhere
+        assert k["single-line"]["judged"] == k["single-line"]["answered"] >= k["single-line"]["right"] >= 0
+        assert k["end-of-line"]["judged"] == k["empty-line"]["judged"] == 0
         for kind in ("cold", "single-line", "next-edit"):
             assert k[kind]["p50_ms"] > 0 and k[kind]["settled"] >= 1 and k[kind]["steps_mean"] >= 1
         ks = run["keystrokes"]
