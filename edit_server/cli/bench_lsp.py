@@ -186,10 +186,11 @@ class Sample:
     ms: float
     shown: bool = False  # a suggestion came back
     final: bool = True  # the request after the last keystroke of a burst (what the user waits for)
-    # a shown suggestion while retyping a line: whether taking it makes the line the author's (None: no
-    # suggestion, or a line with no known truth — an empty or a new line)
-    right: bool | None = None
     call: dict[str, Any] | None = None  # an awaited request's model call (the server's log line)
+    # a shown suggestion while retyping a line (None: no suggestion, or no known truth — an empty line, a new
+    # line, a next edit): whether it types exactly what the typist was about to, and how many keys it saves
+    right: bool | None = None
+    saved: int | None = None
 
 
 @dataclass
@@ -199,9 +200,28 @@ class Doc:
     version: int = 1
 
 
-def completes_line(text: str, cur: int, item: dict[str, Any] | None, line: str) -> bool | None:
-    """Whether taking ``item`` at ``cur`` makes the cursor's line ``line`` (trailing spaces aside) and adds no
-    line; None: no item."""
+def typed_text(text: str, cur: int, chars: str) -> str:
+    """``text`` after typing ``chars`` at ``cur`` the way the bench's typist does (an opening bracket brings
+    its closer; typing a closer that is already there steps over it)."""
+    for ch in chars:
+        if ch in PAIRS.values() and text[cur:cur + 1] == ch:
+            cur += 1
+            continue
+        text = text[:cur] + ch + PAIRS.get(ch, "") + text[cur:]
+        cur += 1
+    return text
+
+
+def _line_at(text: str, offset: int) -> str:
+    ls = text.rfind("\n", 0, offset) + 1
+    le = text.find("\n", ls)
+    return text[ls:len(text) if le < 0 else le].rstrip()
+
+
+def saved_keys(text: str, cur: int, item: dict[str, Any] | None, upcoming: str) -> int | None:
+    """How many of the keystrokes ``upcoming`` taking ``item`` at ``cur`` saves: the largest m such that the
+    line is then what typing ``upcoming[:m]`` makes it (trailing spaces aside), no line added; 0 when no prefix
+    matches (a wrong suggestion), ``len(upcoming)`` when it types exactly what was coming. None: no item."""
     if item is None:
         return None
     from evals.humaneval import completion_edit
@@ -212,10 +232,10 @@ def completes_line(text: str, cur: int, item: dict[str, Any] | None, line: str) 
     s, e, ins, _ = got
     new = text[:s] + ins + text[e:]
     if new.count("\n") != text.count("\n"):
-        return False
-    ls = new.rfind("\n", 0, s) + 1
-    le = new.find("\n", ls)
-    return new[ls:len(new) if le < 0 else le].rstrip() == line.rstrip()
+        return 0
+    line = _line_at(new, s)
+    return next((m for m in range(len(upcoming), 0, -1) if _line_at(typed_text(text, cur, upcoming[:m]), cur) == line),
+                0)
 
 
 def kind_at(text: str, offset: int) -> str:
@@ -276,22 +296,23 @@ class Session:
         self.samples.append(sample)
         return item
 
-    async def type_text(self, d: Doc, cur: int, text: str, line: str | None = None) -> tuple[int, dict | None]:
+    async def type_text(self, d: Doc, cur: int, text: str, judge: bool = False) -> tuple[int, dict | None]:
         """Type ``text`` in bursts of ``chunk`` characters, each followed by a pause for its answer.
-        ``line``: the line as its author wrote it, when ``text`` retypes part of it (suggestions judged)."""
+        ``judge``: ``text`` retypes what the author wrote: each suggestion is judged against what is left of it."""
         item = None
         for i in range(0, len(text), self.chunk):
-            cur, got = await self.burst(d, cur, text[i:i + self.chunk], line)
+            cur, got = await self.burst(d, cur, text[i:i + self.chunk], text[i + self.chunk:] if judge else None)
             item = got or item
         return cur, item
 
-    async def burst(self, d: Doc, cur: int, text: str, line: str | None = None) -> tuple[int, dict | None]:
+    async def burst(self, d: Doc, cur: int, text: str, upcoming: str | None = None) -> tuple[int, dict | None]:
         """Type ``text`` at ``cur`` at typing speed with auto-closed brackets, a request after every
-        change, without waiting for answers (the server supersedes the older ones), then wait."""
+        change, without waiting for answers (the server supersedes the older ones), then wait. ``upcoming``:
+        what the typist types after ``text`` (each answer judged: `saved_keys`); None: not judged."""
         tasks: list[asyncio.Task] = []
-        asked: list[tuple[str, int]] = []  # the document and cursor each request saw
+        asked: list[tuple[str, int, str]] = []  # the document and cursor each request saw, what was left to type
         due = time.perf_counter()
-        for ch in text:
+        for k, ch in enumerate(text):
             due += self.typing_s
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             if ch in PAIRS.values() and d.text[cur:cur + 1] == ch:
@@ -299,13 +320,15 @@ class Session:
                 continue
             await self.edit(d, cur, cur, ch + PAIRS.get(ch, ""))
             cur += 1
-            asked.append((d.text, cur))
+            asked.append((d.text, cur, text[k + 1:] + (upcoming or "")))
             tasks.append(asyncio.create_task(self._inline(d.uri, d.text, cur, kind_at(d.text, cur), False)))
         done = await asyncio.gather(*tasks)
         for i, (sample, item) in enumerate(done):
             sample.final = i == len(done) - 1
-            if line is not None:
-                sample.right = completes_line(*asked[i], item, line)
+            if upcoming is not None:
+                snap, at, left = asked[i]
+                sample.saved = saved_keys(snap, at, item, left)
+                sample.right = None if sample.saved is None else sample.saved == len(left)
             self.samples.append(sample)
         kinds = [sample.kind for sample, _ in done]
         self._take_calls(max(set(kinds), key=kinds.count) if kinds else "end-of-line")
@@ -322,7 +345,7 @@ class Session:
         head = line[indent:split_point(line)]
         await self.edit(d, start + indent, start + indent + len(head), "")
         await self.ask(d, start + indent, kind="jump")  # the cursor moved here: a new window to prefill
-        _, typed = await self.type_text(d, start + indent, head, line)
+        _, typed = await self.type_text(d, start + indent, head, judge=True)
         if typed is not None:
             await accept(self.client, typed)
         end = start + len(line)
@@ -434,6 +457,7 @@ def run(args: argparse.Namespace) -> int:
             "memory": {k: max(m.get(k, 0.0) for _, m, _ in sessions) for k in ("rss_mb", "peak_rss_mb")},
             **summarize(samples, calls),
             "samples": [{"kind": x.kind, "ms": round(x.ms, 1), "shown": x.shown, "final": x.final, "right": x.right,
+                         "saved": x.saved,
                          **(x.call or {})} for x in samples],
             "calls": [{"kind": k, **c} for k, c in calls]}
     if "ar" in report:

@@ -19,7 +19,8 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 def summarize(samples: list[Any], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Per kind: requests sent, answered (a suggestion came back) and their latency; of the answers
-    while a line is retyped, how many would make it the author's line (``right``); the latency of
+    while a line is retyped (``judged``), how many type exactly what the typist was about to (``right``) or a
+    correct start of it (``partly``); the latency of
     the request after a burst's last keystroke (settle); the model calls' steps and recomputed
     prompt tokens (from the server's log)."""
     kinds: dict[str, Any] = {}
@@ -32,6 +33,7 @@ def summarize(samples: list[Any], calls: list[tuple[str, dict[str, Any]]]) -> di
         kinds[kind] = {
             "n": len(got), "answered": len(shown), "settled": len(settle), "model_calls": len(mine),
             "judged": sum(s.right is not None for s in got), "right": sum(s.right is True for s in got),
+            "partly": sum(s.right is False and (s.saved or 0) > 0 for s in got),  # a correct start, not all
             "p50_ms": _pct(settle, 0.5), "p95_ms": _pct(settle, 0.95),
             "answered_p50_ms": _pct(shown, 0.5), "answered_p95_ms": _pct(shown, 0.95),
             "steps_mean": round(statistics.mean(c["steps"] for c in mine), 1) if mine else None,
@@ -84,12 +86,12 @@ def format_table(r: dict[str, Any]) -> str:
         lines.append(row)
     for name, run in runs:
         lines += ["", f"{name} ({run['decode']}, adapter {run.get('adapter', 'shipped')}): per kind",
-                  f"{'kind':<13}{'sent':>6}{'shown':>7}{'right':>7}{'shown p50':>11}{'calls':>7}{'steps':>7}{'recomp p50':>12}"
+                  f"{'kind':<13}{'sent':>6}{'shown':>7}{'right+part':>11}{'shown p50':>11}{'calls':>7}{'steps':>7}{'recomp p50':>12}"
                   f"{'prefill p50':>13}{'decode p50':>12}{'tok/fwd':>9}  finish"]
         for k in KINDS:
             x = run["kinds"][k]
-            right = f"{x['right']}/{x['judged']}" if x.get("judged") else "-"
-            lines.append(f"{k:<13}{x['n']:>6}{x['answered']:>7}{right:>7}{_v(x['answered_p50_ms']):>11}{x['model_calls']:>7}"
+            right = f"{x['right']}+{x.get('partly', 0)}/{x['judged']}" if x.get("judged") else "-"
+            lines.append(f"{k:<13}{x['n']:>6}{x['answered']:>7}{right:>11}{_v(x['answered_p50_ms']):>11}{x['model_calls']:>7}"
                          f"{_v(x['steps_mean']):>7}{_v(x['recomputed_p50']):>12}{_v(x['prefill_ms_p50']):>13}"
                          f"{_v(x['decode_ms_p50']):>12}{_v(x.get('tokens_per_forward')):>9}  "
                          + " ".join(f"{f} {n}" for f, n in (x.get("finish") or {}).items()))
