@@ -74,6 +74,26 @@ def test_fim_span_and_template_round_trip(how: str, layout: str) -> None:
     assert made >= 10
 
 
+def test_line_spans_include_the_cursor_mid_line_with_the_rest_of_the_line_after_it() -> None:
+    from engine.train.tasks import GAP_REST, line_gap, pick_span
+
+    line = "    result += area(item, scale)\n"
+    rng = random.Random(0)
+    for a in (4, 11, 20, 27):
+        b = line_gap(line, a, rng)
+        assert b is not None and a < b < len(line) - 1 and len(line) - 1 - b <= GAP_REST
+        assert not (line[b - 1].isalnum() and line[b].isalnum())  # a token boundary
+    assert line_gap("x\n", 1, rng) is None
+    kinds = {"gap": 0, "to-eol": 0, "whole": 0}
+    for seed in range(300):
+        a, b = pick_span(CODE, "python", "line", random.Random(seed), 200)
+        ls, le = CODE.rfind("\n", 0, a) + 1, CODE.find("\n", a)
+        whole = not CODE[ls:a].strip()
+        kinds["gap" if b < le else "whole" if whole else "to-eol"] += 1
+        assert ls <= a < b <= le  # one line's piece
+    assert all(n >= 50 for n in kinds.values()), kinds
+
+
 def test_syntax_spans_cover_kinds_and_are_nodes() -> None:
     spans = syntax_spans(CODE, "python")
     kinds = {s.kind for s in spans}

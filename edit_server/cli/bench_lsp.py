@@ -328,7 +328,8 @@ class Session:
             if upcoming is not None:
                 snap, at, left = asked[i]
                 sample.saved = saved_keys(snap, at, item, left)
-                sample.right = None if sample.saved is None else sample.saved == len(left)
+                # nothing left to type: whatever it adds is wrong
+                sample.right = None if sample.saved is None else 0 < sample.saved == len(left)
             self.samples.append(sample)
         kinds = [sample.kind for sample, _ in done]
         self._take_calls(max(set(kinds), key=kinds.count) if kinds else "end-of-line")

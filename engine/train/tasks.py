@@ -84,15 +84,35 @@ def pick_span(text: str, lang: str, how: str, rng: random.Random, max_chars: int
         i = rng.choice(cand)
         n = 1 if how == "line" else rng.randint(2, 8)
         j = min(len(lines), i + n)
-        if how == "line" and rng.random() < 0.5:  # mid-line start: the typing-cursor case
-            indent = len(lines[i]) - len(lines[i].lstrip())
-            body = len(lines[i].rstrip("\n"))
-            a = starts[i] + rng.randint(indent, max(indent, body - 1))
-            return a, starts[i] + body
+        if how == "line":
+            r = rng.random()
+            if r < 2 / 3:  # mid-line start: the typing-cursor case
+                indent = len(lines[i]) - len(lines[i].lstrip())
+                body = len(lines[i].rstrip("\n"))
+                a = starts[i] + rng.randint(indent, max(indent, body - 1))
+                if r < 1 / 3:  # ... and the rest of the line stays after it: the cursor mid-line
+                    gap = line_gap(lines[i], a - starts[i], rng)
+                    if gap is not None:
+                        return a, starts[i] + gap
+                return a, starts[i] + body
         return starts[i], starts[j] if how == "lines" else starts[i] + len(lines[i].rstrip("\n"))
     n = rng.randint(1, max_chars)
     a = rng.randint(0, max(0, len(text) - n))
     return a, min(len(text), a + n)
+
+
+GAP_REST = 16  # characters of a line's rest after an in-line gap (a closer, `, b)`, ` + 1):`), at most
+
+
+def line_gap(line: str, a: int, rng: random.Random) -> int | None:
+    """Where an in-line middle starting at column ``a`` of ``line`` ends, the rest of the line left as the
+    suffix — what typing in the middle of a line looks like (`bench lsp` retypes such lines and judges what
+    is shown there; docs/PERFORMANCE.md). A token boundary with 1..`GAP_REST` characters of the line after
+    it; None when the line has none."""
+    body = len(line.rstrip("\n"))
+    ends = [b for b in range(max(a + 1, body - GAP_REST), body)
+            if line[b:body].strip() and not (line[b - 1].isalnum() and line[b].isalnum())]
+    return rng.choice(ends) if ends else None
 
 
 def block_span(lines: list[str], starts: list[int], rng: random.Random) -> tuple[int, int] | None:

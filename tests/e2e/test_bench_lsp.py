@@ -37,6 +37,7 @@ def test_a_suggestion_is_right_when_taking_it_makes_the_authors_line() -> None:
     rng = {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 13}}  # replaces "total = c"
     assert saved_keys(text, cur, {"insertText": "total = count + 1", "range": rng}, left) == 8
     assert saved_keys(text, cur, None, left) is None
+    assert saved_keys(text, cur, {"insertText": "x"}, "") == 0  # nothing was left to type
     # brackets as the typist types them: "(" brings ")", a typed ")" steps over it
     assert typed_text("x = \n", 4, "f(a") == "x = f(a)\n" and typed_text("x = \n", 4, "f(a)") == "x = f(a)\n"
     t2 = "    v = where.get()[j] - 1)\n"  # the typist's line after "where.get(" (its ")" auto-closed)
