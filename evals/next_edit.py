@@ -69,29 +69,14 @@ def gate_score(confidences: list[float]) -> float:
     return math.exp(sum(math.log(max(c, 1e-9)) for c in confidences) / len(confidences))
 
 
-def _lines_before(text: str, a: int, n: int) -> int:
-    for _ in range(n):
-        if a == 0:
-            break
-        a = text.rfind("\n", 0, a - 1) + 1
-    return a
-
-
-def _lines_after(text: str, b: int, n: int) -> int:
-    for _ in range(n):
-        if b >= len(text):
-            break
-        nl = text.find("\n", b)
-        b = len(text) if nl < 0 else nl + 1
-    return b
-
-
 def prompt_of(case: dict[str, Any], opts: Options, layout: str, history: int) -> tuple[Any, int, int]:
     """The edit prompt of a case and its region's span in the file."""
     text = case["files"][case["path"]]
     cursor = int(case["cursor"]["offset"])
     ra, rb = line_span(text, cursor, opts.above, opts.below)
-    pa, pb = _lines_before(text, ra, opts.context_lines), _lines_after(text, rb, opts.context_lines)
+    n = opts.context_lines  # whole lines above the region's first, below its last
+    pa = line_span(text, ra, n, 0)[0]
+    pb = line_span(text, rb, 0, n - 1)[1] if n > 0 else rb
     diffs = tuple(d[:EDIT_DIFF_CHARS] for d in case.get("history", [])[-history:]) if history else ()
     return EditPrompt(text[pa:ra], text[ra:rb], text[rb:pb], cursor - ra, case["path"], diffs,
                       layout=layout), ra, rb

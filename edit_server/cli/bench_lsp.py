@@ -200,14 +200,20 @@ class Doc:
     version: int = 1
 
 
+def keystroke(text: str, cur: int, ch: str) -> str | None:
+    """What the bench's typist's key ``ch`` inserts at ``cur``: the character, an opening bracket with its
+    closer; None for a closer already there (the cursor steps over it: no change)."""
+    if ch in PAIRS.values() and text[cur:cur + 1] == ch:
+        return None
+    return ch + PAIRS.get(ch, "")
+
+
 def typed_text(text: str, cur: int, chars: str) -> str:
-    """``text`` after typing ``chars`` at ``cur`` the way the bench's typist does (an opening bracket brings
-    its closer; typing a closer that is already there steps over it)."""
+    """``text`` after the typist types ``chars`` at ``cur`` (`keystroke` by `keystroke`)."""
     for ch in chars:
-        if ch in PAIRS.values() and text[cur:cur + 1] == ch:
-            cur += 1
-            continue
-        text = text[:cur] + ch + PAIRS.get(ch, "") + text[cur:]
+        ins = keystroke(text, cur, ch)
+        if ins is not None:
+            text = text[:cur] + ins + text[cur:]
         cur += 1
     return text
 
@@ -315,10 +321,11 @@ class Session:
         for k, ch in enumerate(text):
             due += self.typing_s
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            if ch in PAIRS.values() and d.text[cur:cur + 1] == ch:
+            ins = keystroke(d.text, cur, ch)
+            if ins is None:
                 cur += 1  # typing over the auto-closed bracket: no change, no request
                 continue
-            await self.edit(d, cur, cur, ch + PAIRS.get(ch, ""))
+            await self.edit(d, cur, cur, ins)
             cur += 1
             asked.append((d.text, cur, text[k + 1:] + (upcoming or "")))
             tasks.append(asyncio.create_task(self._inline(d.uri, d.text, cur, kind_at(d.text, cur), False)))

@@ -82,40 +82,38 @@ def parse(line: str) -> Import | None:
     m = _JS.match(text)
     if m is None:
         return None
-    clause = m.group("clause").strip()
-    items: list[str] = []
+    defaults, named, _ = _js_clause(m.group("clause"))
+    items = tuple(defaults + named)
+    bound = tuple(_js_bound(it) for it in items)
+    if not items or None in bound:
+        return None
+    return Import(text, "js", items, bound)  # type: ignore[arg-type]
+
+
+def _js_bound(item: str) -> str | None:
+    """The name a JS / TS import item binds (``x``, ``a as b``, ``type a``, ``* as ns``), or None."""
+    star = re.match(r"^\*\s+as\s+([\w$]+)$", item)
+    return star.group(1) if star else _bound(item)
+
+
+def _js_clause(clause: str) -> tuple[list[str], list[str], str]:
+    """A JS / TS import clause's items outside the braces (default, ``* as ns``) and inside them (stripped),
+    and the braces' inner padding (the line's own style: ``{a}`` or ``{ a }``)."""
     named = _JS_NAMED.search(clause)
     rest = clause[:named.start()] + clause[named.end():] if named else clause
-    for part in (p.strip() for p in rest.split(",")):
-        if part:
-            items.append(part)
-    if named:
-        items += [p for p in named.group("inner").split(",") if p.strip()]
-    bound = []
-    for it in items:
-        s = it.strip()
-        star = re.match(r"^\*\s+as\s+([\w$]+)$", s)
-        b = star.group(1) if star else _bound(s)
-        if b is None:
-            return None
-        bound.append(b)
-    return Import(text, "js", tuple(items), tuple(bound)) if items else None
+    inner = named.group("inner") if named else ""
+    return ([p.strip() for p in rest.split(",") if p.strip()], [p.strip() for p in inner.split(",") if p.strip()],
+            " " if inner.startswith(" ") else "")
 
 
 def _js_without(line: str, names: set[str]) -> str | None:
     m = _JS.match(line)
     assert m is not None
-    clause = m.group("clause")
-    named = _JS_NAMED.search(clause)
-    head = clause[:named.start()] if named else clause
-    parts = [p.strip() for p in head.split(",") if p.strip()]
-    parts = [p for p in parts if _bound(p) not in names and p.split()[-1] not in names]
-    if named:
-        inner = [p.strip() for p in named.group("inner").split(",") if p.strip()]
-        inner = [p for p in inner if _bound(p) not in names]
-        pad = " " if named.group("inner").startswith(" ") else ""  # the line's own brace style
-        if inner:
-            parts.append("{" + pad + ", ".join(inner) + pad + "}")
+    defaults, named, pad = _js_clause(m.group("clause"))
+    parts = [p for p in defaults if _js_bound(p) not in names]
+    inner = [p for p in named if _js_bound(p) not in names]
+    if inner:
+        parts.append("{" + pad + ", ".join(inner) + pad + "}")
     if not parts:
         return None
     return m.group("head") + ", ".join(parts) + m.group("tail")

@@ -319,20 +319,19 @@ def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
     t_end = time.time() + seconds
     for i, split in enumerate(splits):
         out = w.run / "eval" / split
-        if split == "next-edit":
+        left = (t_end - time.time()) / (len(splits) - i) if seconds > 0 else None
+        if left is not None and left < 5:
+            log.info("eval %s: skipped (no time left in the window)", split)
+            continue
+        if split == "next-edit":  # it stops itself in time, reporting what it finished
             cmd = [sys.executable, "-m", "evals", "next-edit", str(w.boot / ev["next_edit"]), "--model", EMBEDDED,
-                   "--out", str(out), "--no-progress"]
+                   "--out", str(out), "--no-progress",
+                   *(["--budget-s", f"{max(1.0, left - 10):.0f}"] if left is not None else [])]
         else:
             cmd = [sys.executable, "-m", "evals", "humaneval-infill", "--model", EMBEDDED, "--split", split,
                    "--limit", str(ev["limit"]), "--out", str(out), "--no-progress",
                    "--data", str(w.boot / "data" / "humaneval-infilling")]
         env = {**os.environ, "EDIT_SERVER_ADAPTER": str(w.run / "adapter")}
-        left = (t_end - time.time()) / (len(splits) - i) if seconds > 0 else None
-        if left is not None and left < 5:
-            log.info("eval %s: skipped (no time left in the window)", split)
-            continue
-        if split == "next-edit" and left is not None:  # it stops itself, reporting what it finished
-            cmd += ["--budget-s", f"{max(1.0, left - 10):.0f}"]
         try:
             rc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=left).returncode
             log.info("eval %s: exit %d", split, rc)
