@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
 from engine.decoding.echo import echo_for_edit, echo_for_fim
-from engine.decoding.policy import resolve, variant_sampler
+from engine.decoding.policy import resolve, rewrite_sampler, variant_sampler
 from engine.decoding.stops import empty_line_scope
 from engine.formats import FormatNotSupported, PromptFormat, for_model
 from engine.templates import FimPrompt
@@ -85,7 +85,10 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")
-    sampler = c.sampler if isinstance(c, InfillCall) or not c.variant else variant_sampler(cfg, c.variant)
+    # a greedy rewrite at width 1 with its region as drafts; a sampled alternative (drafts verify only
+    # greedy tokens) keeps the engine's window
+    sampler = c.sampler if isinstance(c, InfillCall) else \
+        variant_sampler(cfg, c.variant) if c.variant else rewrite_sampler(c.sampler, cfg)
     return FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 

@@ -295,6 +295,37 @@ def test_rewrites_draft_from_their_region(eng: Engine, monkeypatch: pytest.Monke
     assert seen[-1] is None
 
 
+def test_rewrites_decode_at_width_one_with_region_drafts(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite whose call leaves the window open runs at width 1 with at least `REWRITE_SPECULATE`
+    drafts (the engine's block or adaptive window duplicates and drops copied tokens); its output is the
+    width-1 greedy one. A call that pins its window keeps it; a sampled alternative keeps the engine's."""
+    import engine.decoding.window as window
+    from engine.api import RewriteCall
+    from engine.calls import call_request
+    from engine.decoding.policy import REWRITE_SPECULATE, rewrite_sampler
+
+    seen: list[tuple[object, int]] = []
+    real = window.WindowDecoder.__init__
+
+    def spy(self: window.WindowDecoder, e: object, job: object) -> None:
+        real(self, e, job)  # type: ignore[arg-type]
+        seen.append((self.wmax, self.spec_k))
+
+    monkeypatch.setattr(window.WindowDecoder, "__init__", spy)
+    p = EditPrompt("def f():\n", "    x = 1\n    return x\n", "\n", 4)
+    got = eng.rewrite(p)
+    assert seen == [(1, max(REWRITE_SPECULATE, eng.sampler.speculate or 0))]
+    assert got.tokens == eng.rewrite(p, sampler=SamplerConfig(window=1, speculate=0)).tokens
+    pinned = SamplerConfig(window=4, speculate=0)
+    assert rewrite_sampler(pinned, eng.sampler) is pinned
+    assert call_request(eng, RewriteCall(p, sampler=pinned)).sampler is pinned
+    alt = call_request(eng, RewriteCall(p, variant=1)).sampler
+    assert alt.window == eng.sampler.window and alt.temperature > 0
+    base = SamplerConfig(window="block", speculate=0, threshold=0.7)
+    asked = rewrite_sampler(None, base)
+    assert (asked.window, asked.speculate, asked.threshold) == (1, REWRITE_SPECULATE, 0.7)
+
+
 def test_decode_setting() -> None:
     assert parse_decode("ar") == {"window": 1, "speculate": 0}
     assert parse_decode("adaptive,spec=4") == {"window": "adaptive", "speculate": 4}

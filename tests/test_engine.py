@@ -44,7 +44,8 @@ def test_infill_result_structure(eng: Engine) -> None:
     assert len(r.tokens) == len(r.confidences) <= 20
     assert all(0.0 < c <= 1.0 for c in r.confidences)
     assert r.finish_reason in ("end", "length") and 1 <= r.steps <= 24
-    assert r.forwards >= r.steps + 1  # + prefill
+    # the prefill, then one forward a step; a forward that verifies drafts decides several steps' tokens
+    assert 2 <= r.forwards <= r.steps + 1
     assert r.text == eng.tokenizer.decode_content(r.tokens)
     assert set(r.timings) >= {"prefill_ms", "decode_ms", "total_ms"}
     assert r.tokens_per_forward == pytest.approx(len(r.tokens) / r.steps)
