@@ -36,7 +36,8 @@ class InfillCall:
     abort: AbortSignal | None = None
     on_step: StepCallback | None = None
     max_lines: int | None = None  # multi-line: the output ends with its ``max_lines``-th line (None: no cap)
-    # multi-line: after this many ms from the call, decoding stops and the finished lines are the answer
+    # multi-line: after this many ms from the call, decoding stops and the finished lines are the answer;
+    # single line: after this many ms from its first decoded token, decoding stops and the answer is empty
     budget_ms: float | None = None
 
 

@@ -69,15 +69,19 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
             if line == "" else len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip(" "))
         lines = None if c.single_line else c.max_lines
         echo = echo_for_fim(c.prompt.prefix, c.prompt.suffix, c.prompt.path, c.single_line)
+        # a multi-line middle: from the request, then its finished lines; a single line: from its first
+        # token (a cold prefill is not its fault), then nothing (`budget_cut`)
         deadline = None if c.single_line or not c.budget_ms else time.monotonic() + c.budget_ms / 1e3
+        line_budget = c.budget_ms / 1e3 if c.single_line and c.budget_ms else None
         if lay.in_place:  # the number of masks between prefix and suffix is part of the prompt
             spec = CanvasSpec(lay.canvas, single_line=c.single_line, scope_indent=scope, max_lines=lines,
-                              stop_loops=not c.single_line, echo=echo, deadline=deadline)
+                              stop_loops=not c.single_line, echo=echo, deadline=deadline,
+                              decode_budget_s=line_budget)
         else:
             spec = CanvasSpec(_round(lay.canvas, b), single_line=c.single_line, keep=c.max_tokens,
                               scope_indent=scope, max_lines=lines, stop_loops=not c.single_line,
                               max_chars=line_room(c.prompt) if c.single_line else None, echo=echo,
-                              deadline=deadline)
+                              deadline=deadline, decode_budget_s=line_budget)
     else:
         lay = fmt.edit(c.prompt, b)
         spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True,

@@ -287,7 +287,8 @@ class Engine(ByComplete):
                                   block_size=self.block(cfg), suppress_ids=self._suppress,
                                   stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
                                                        self._loop_reference(req), req.canvas.max_chars,
-                                                       req.canvas.echo, req.canvas.deadline))
+                                                       req.canvas.echo, req.canvas.deadline,
+                                                       req.canvas.decode_budget_s))
         if self.args.attention == "block_causal" and self.args.block_align == "absolute":
             cfg = replace(cfg, window="block", speculate=0)  # blocks are fixed by position: no window mode
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)

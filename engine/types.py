@@ -104,6 +104,9 @@ class CanvasSpec:
     echo: Echo | None = None
     # ``time.monotonic()`` past which a multi-line canvas stops with its finished lines (finish "budget")
     deadline: float | None = None
+    # seconds of decoding a canvas may take from its first decoded token (the prefill not counted); then it
+    # stops with its finished lines — none for a single line (finish "budget")
+    decode_budget_s: float | None = None
 
 
 @dataclass(frozen=True)

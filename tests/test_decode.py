@@ -393,3 +393,25 @@ def test_single_lines_stop_when_they_outgrow_the_code_around_them(eng: Engine, m
     assert r.steps <= len(eng.tokenizer.encode(r.text)) + 1 < 400  # stopped at the cap, not the canvas end
     ok = eng.infill(p, max_tokens=400, single_line=False, sampler=cfg)  # multi-line: the line caps instead
     assert ok.finish_reason != "long"
+
+
+def test_a_single_line_past_its_budget_answers_nothing(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-line call's ``budget_ms`` counts from its first decoded token; past it decoding stops with
+    no text (finish "budget") — a line cut short is no suggestion. Within it the line is whole."""
+    import engine.decoding.stops as stops
+
+    clock = [0.0]
+
+    def tick() -> float:  # every look at the clock is 0.1 s later
+        clock[0] += 0.1
+        return clock[0]
+
+    script_output(eng, monkeypatch, "alpha + beta + gamma + delta + epsilon")
+    p = FimPrompt("def f(a, b):\n    x = ", "\n    return x\n")
+    cfg = SamplerConfig(window=1, speculate=0)
+    whole = eng.complete([InfillCall(p, 40, True, cfg, budget_ms=60_000)])[0]
+    assert whole.finish_reason != "budget" and whole.text.startswith("alpha + beta")
+    monkeypatch.setattr(stops.time, "monotonic", tick)
+    monkeypatch.setattr("engine.decoding.echo.time.monotonic", tick)
+    cut = eng.complete([InfillCall(p, 40, True, cfg, budget_ms=300)])[0]
+    assert cut.finish_reason == "budget" and cut.text == "" and cut.steps < whole.steps

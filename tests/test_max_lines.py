@@ -49,3 +49,22 @@ def test_the_pipeline_cuts_longer_output() -> None:
     assert capped is not None and capped.text == "a = 1\n    b = 2\n    c = 3\n    d = 4"
     whole = fim_result(req, out, [0.9] * 10, s)
     assert whole is not None and whole.text.endswith("return e")
+
+
+def test_completion_time_budgets_per_kind_and_device() -> None:
+    """``singleLineBudgetMs`` / ``multilineBudgetMs`` (0 = auto: 600 / 1,200 ms on a CPU, 1,000 / 2,000
+    elsewhere) reach the engine call of each kind; a setting wins on any device."""
+    from edit_server.core import contexts
+    from edit_server.core.contexts import completion_budget_ms
+
+    s = Settings()
+    assert [completion_budget_ms(s, e, True) for e in (CPU, GPU, REMOTE, None)] == \
+        [contexts.CPU_SINGLE_LINE_BUDGET_MS, contexts.GPU_SINGLE_LINE_BUDGET_MS,
+         contexts.GPU_SINGLE_LINE_BUDGET_MS, contexts.CPU_SINGLE_LINE_BUDGET_MS] == [600, 1000, 1000, 600]
+    assert [completion_budget_ms(s, e, False) for e in (CPU, GPU)] == [1200, 2000]
+    set_, problems = build_settings({"singleLineBudgetMs": 250, "multilineBudgetMs": 900}, {})
+    assert not problems and completion_budget_ms(set_, GPU, True) == 250 and completion_budget_ms(set_, CPU, False) == 900
+    mid = Job("u", FimRequest("u", "f.py", "x = foo(, 1)\n", 1, len("x = foo(")), Settings())
+    assert engine_call(mid, FimPrompt("x = foo(", ", 1)\n"), CPU).budget_ms == 600
+    multi = Job("u", FimRequest("u", "f.py", "def f(x):\n    \n", 1, len("def f(x):\n    ")), Settings())
+    assert engine_call(multi, FimPrompt("def f(x):\n    ", "\n"), GPU).budget_ms == 2000

@@ -275,7 +275,8 @@ def test_batched_jobs_equal_each_job_alone(worker: Any) -> None:
 
     def jobs() -> list[Job]:
         out: list[Job] = [Job(f"doc{i}", FimRequest(f"doc{i}", f"/w/d{i}.py", t, 1, len(t) - 1),
-                              Settings(max_tokens=16, multiline_budget_ms=60_000))  # no time cut: exact
+                              Settings(max_tokens=16, multiline_budget_ms=60_000,
+                                       single_line_budget_ms=60_000))  # no time cut: exact
                          for i, t in enumerate(texts)]
         out.append(Job("edit", EditRequest("edit", "/w/e.py", edit_text, 1, 12), Settings()))
         return out

@@ -88,6 +88,38 @@ def test_the_budget_keeps_finished_lines() -> None:
     assert text_stop("a = 1\nb = ", None, None, deadline=past) == (len("a = 1\n"), "budget")
 
 
+def test_a_decode_budget_starts_at_the_first_token_and_leaves_a_single_line_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``decode_budget_s`` counts from the rule's first call (the first decoded token, not the request:
+    a cold prefill is not counted); past it a single line keeps nothing, a multi-line text its finished
+    lines; with a request ``deadline`` too, the earlier one rules."""
+    import engine.decoding.stops as stops
+
+    clock = [100.0]
+    monkeypatch.setattr(stops.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("engine.decoding.echo.time.monotonic", lambda: clock[0])
+    words = ["a", " =", " 1", "\n", "b", " =", " 2"]
+
+    def decode(ids: list[int]) -> str:
+        return "".join(words[i] for i in ids)
+
+    clock[0] = 100.0
+    rule = scope_rule(decode, None, decode_budget_s=0.5)
+    assert rule is not None
+    clock[0] = 105.0  # the prefill took 5 s: the budget starts now
+    assert rule([0, 1]) is None
+    clock[0] = 105.4
+    assert rule([0, 1, 2]) is None
+    clock[0] = 105.6
+    assert rule([0, 1, 2]) == (0, "budget", 0)  # a single line: nothing
+    assert rule(list(range(6)))[1:] == ("budget", len("a = 1\n"))  # finished lines kept
+    early = scope_rule(decode, None, deadline=105.2, decode_budget_s=10.0)
+    clock[0] = 105.0
+    assert early is not None and early([0]) is None
+    clock[0] = 105.3
+    assert early([0, 1]) == (0, "budget", 0)
+    assert scope_rule(decode, None) is None
+
+
 def test_the_stop_rule_returns_the_exact_character_cut() -> None:
     words = ["result", " =", " 1", "\n", "    return", " result", "\n", "x"]
 

@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 CPU_AUTO_BUDGET = 1024
 CPU_MULTILINE_BUDGET_MS = 1200  # the empty-line goal: p50 1 s / p95 2 s on a 2-core CPU (docs/PERFORMANCE.md)
 GPU_MULTILINE_BUDGET_MS = 2000
+# a single line while typing: past this its decoding stops and nothing is shown (a line cut short is not a
+# suggestion). On the 2-core CPU every right or partly right suggestion of `bench lsp --gate` came within
+# 300 ms; those past 500 ms were long wrong lines (session 14, docs/PERFORMANCE.md). The H200 at width 1:
+# p95 716 ms (bench_gpu latency), so more room there until its window steps are made cheaper.
+CPU_SINGLE_LINE_BUDGET_MS = 600
+GPU_SINGLE_LINE_BUDGET_MS = 1000
 CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)
 CANVAS_RESERVE = 512  # room left in the model's context for the canvas (FIM middle / rewritten region)
 
@@ -57,11 +63,14 @@ def max_lines(settings: Settings, engine: EngineAPI | None) -> int | None:
     return CPU_AUTO_MAX_LINES if on_cpu(engine) else None
 
 
-def multiline_budget_ms(settings: Settings, engine: EngineAPI | None) -> int:
-    """ms a multi-line completion may take: the setting, or (0 = auto) 1,200 on a CPU, 2,000 elsewhere."""
-    if settings.multiline_budget_ms:
-        return settings.multiline_budget_ms
-    return CPU_MULTILINE_BUDGET_MS if on_cpu(engine) else GPU_MULTILINE_BUDGET_MS
+def completion_budget_ms(settings: Settings, engine: EngineAPI | None, single_line: bool) -> int:
+    """ms a completion may take: ``singleLineBudgetMs`` / ``multilineBudgetMs``, or (0 = auto) 600 / 1,200 on
+    a CPU, 1,000 / 2,000 elsewhere. Past it a multi-line completion answers with its finished lines, a single
+    line with nothing."""
+    if single_line:
+        return settings.single_line_budget_ms or (
+            CPU_SINGLE_LINE_BUDGET_MS if on_cpu(engine) else GPU_SINGLE_LINE_BUDGET_MS)
+    return settings.multiline_budget_ms or (CPU_MULTILINE_BUDGET_MS if on_cpu(engine) else GPU_MULTILINE_BUDGET_MS)
 
 
 def edit_history(settings: Settings, engine: EngineAPI | None) -> int:

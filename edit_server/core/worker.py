@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edit_server.core.contexts import Context, make_context, max_lines, multiline_budget_ms
+from edit_server.core.contexts import Context, completion_budget_ms, make_context, max_lines
 from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
@@ -167,7 +167,7 @@ def engine_call(job: Job, built: Built, engine: EngineAPI | None = None, variant
         return InfillCall(built, max_tokens=job.settings.max_tokens, single_line=one,
                           cache_key=job.key, abort=job.abort, on_step=job.on_step,
                           max_lines=None if one else max_lines(job.settings, engine),
-                          budget_ms=None if one else multiline_budget_ms(job.settings, engine))
+                          budget_ms=completion_budget_ms(job.settings, engine, one))
     assert isinstance(built, EditBuilt)
     return RewriteCall(built.prompt, cache_key=job.key, abort=job.abort,
                        on_step=job.on_step if not variant else None, variant=variant)

@@ -6,6 +6,7 @@ a middle that re-types what is there or turns to prose, a rewrite past its regio
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from engine.decoding.echo import HEADER, PREFIX_LINES, budget_cut, columns, echo_cut
@@ -115,16 +116,28 @@ def text_stop(text: str, scope: int | None, max_lines: int | None, loops: str | 
 
 def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: int | None = None,
                loops: str | None = None, max_chars: int | None = None, echo: Echo | None = None,
-               deadline: float | None = None) -> Callable[[list[int]], tuple[int, FinishReason, int] | None] | None:
+               deadline: float | None = None, decode_budget_s: float | None = None
+               ) -> Callable[[list[int]], tuple[int, FinishReason, int] | None] | None:
     """Denoiser stop rule: (tokens to keep so the text reaches the scope cut, the line cap, the first
     loop, ``max_chars`` characters, a re-typed / prose line or the budget's last finished line, its kind,
     the cut's character offset in their text), or None; no rule when nothing is asked for. ``loops``: stop
-    at loops that this reference text (the prompt's) does not hold."""
-    if base is None and not max_lines and loops is None and max_chars is None and echo is None and deadline is None:
+    at loops that this reference text (the prompt's) does not hold. ``decode_budget_s``: a budget that
+    starts when the rule is first asked (the first decoded token: the prefill is not counted)."""
+    if base is None and not max_lines and loops is None and max_chars is None and echo is None \
+            and deadline is None and decode_budget_s is None:
         return None
+    first: list[float] = []
+
+    def until() -> float | None:
+        if decode_budget_s is None:
+            return deadline
+        if not first:
+            first.append(time.monotonic())
+        end = first[0] + decode_budget_s
+        return end if deadline is None else min(end, deadline)
 
     def rule(ids: list[int]) -> tuple[int, FinishReason, int] | None:
-        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, deadline)
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, until())
         if stop is None:
             return None
         cut, kind = stop
