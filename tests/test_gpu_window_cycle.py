@@ -69,6 +69,7 @@ def test_two_windows_compound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert got["throughput"]["kind"] == "cpu" and got["throughput"]["steps"] == summary["steps"]
     assert got["bench_engine"]["rows"][0]["what"] == "load"  # the engine bench ran while the job trained
     assert any(r["what"] == "decode" for r in got["bench_engine"]["rows"])
+    assert "bench-gpu-engine" in got["bench_engine_log"]  # the bench's own output comes back with it
     assert got["window"]["train_end_s"] == 28 and len([p for p in out1.rglob("*") if p.is_file()]) <= 8
     # -- here: keep (which records the kind's first measured speed) -----------------------------------
     kept = tmp_path / "weights" / "gpu-ckpt"

@@ -76,13 +76,26 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
                       ("bench_latency", w.root / "bench" / "latency.json"), ("window", w.root / "window.json")):
         if path.is_file():
             result[key] = read_json(path)
+    bench_log = tail_bytes(w.root / "bench" / "engine.log", BENCH_LOG_BYTES)
+    if bench_log:  # the detached engine bench's own output: why it stopped where it did (session 14 could not tell)
+        result["bench_engine_log"] = bench_log.decode("utf-8", "replace")
     (to / "status.json").write_text(json.dumps(result, indent=1))
     if w.log.is_file():
-        with open(w.log, "rb") as f:
-            f.seek(max(0, w.log.stat().st_size - log_bytes))
-            (to / "job.log").write_bytes(f.read())
+        (to / "job.log").write_bytes(tail_bytes(w.log, log_bytes))
     result["warnings"] = back_limits(to)
     return {k: v for k, v in result.items() if k not in ("loss_curve", "val", "bench_engine", "bench_latency")}
+
+
+BENCH_LOG_BYTES = 4000
+
+
+def tail_bytes(path: Path, n: int) -> bytes:
+    """The last ``n`` bytes of ``path`` (b"" when it is not there)."""
+    if not path.is_file():
+        return b""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - n))
+        return f.read()
 
 
 def back_limits(out: Path) -> list[str]:
