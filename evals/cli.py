@@ -286,8 +286,10 @@ def run_next_edit(args: argparse.Namespace) -> int:
     budget = max(1.0, args.budget_s - (time.monotonic() - t0)) if args.budget_s > 0 else 0.0  # loading counts
     opts = Options(context_lines=args.context_lines, history=args.history, limit=args.limit, budget_s=budget)
     report = run(cases, eng, opts, args.out, _progress(args, "next-edit"))
-    what = report["model"].get("label") or report["model"].get("model")  # the adapter's label when there is one
-    print(format_report(report, f"next edits in process ({args.model}{f': {what}' if what else ''})"))
+    # the loaded model's own name, not the spec: `smollm2-bd3` with $EDIT_SERVER_ADAPTER may be a Qwen adapter
+    name = report["model"].get("model") or args.model
+    what = report["model"].get("label")
+    print(format_report(report, f"next edits in process ({name}{f': {what}' if what and what != name else ''})"))
     print(f"report: {args.out / 'report.json'}")
     return 0
 
