@@ -93,6 +93,13 @@ def test_window_config_fits_steps_from_the_window_start(tmp_path: Path) -> None:
     s = window_config(ck, w, step=900, kind="k", recipe_config=recipe, restart=True, now=1200.0, table=table,
                       sets={"lr": 3e-4, "max_minutes": 4})
     assert s["lr"] == 3e-4 and s["deadline"] == 1240.0  # --set wins; max_minutes from the window's start
+    # a recipe's own max_minutes is a backstop: the plan's train_end_s rules the window (not 1000 + 9 min)
+    nine = window_config({**recipe, "max_minutes": 9}, w, step=0, kind="k", recipe_config=recipe, restart=False,
+                         now=1200.0, table=table)
+    assert nine["deadline"] == 1700.0 and nine["max_minutes"] == 0
+    no_end = {k: v for k, v in w.items() if k != "train_end_s"}
+    assert window_config({**recipe, "max_minutes": 9}, no_end, step=0, kind="k", recipe_config=recipe,
+                         restart=False, now=1200.0, table=table)["deadline"] == 1540.0
     # an exact resume inside the window (a checkpoint of this window): its own steps, the window's deadline
     mid = {**d, "steps": 1500}
     e = window_config(mid, w, step=1200, kind="k", recipe_config=recipe, restart=False, now=1400.0, table=table)

@@ -11,7 +11,8 @@ estimate of the machine's start + the first upload) and `start`/`resume` write `
 The job trains until ``start + train_end_s`` (`TrainConfig.deadline`), with ``steps`` fitted to that
 deadline from the kind's recorded seconds per step (``throughput.json``; refitted by the trainer at the end
 of warmup from the speed it measures), then exports, evaluates and measures latency inside the rest.
-``max_minutes`` in a window counts from the window's start, not the trainer's.
+``max_minutes`` in a window counts from the window's start, not the trainer's, and caps it only when asked
+(``--set max_minutes=…``) or when the window has no ``train_end_s`` (the recipe's own value is a backstop).
 
 A window continuing a kept checkpoint (``resume --extend``) is a *warm restart*: the checkpoint's config,
 data stream (the example RNG continues), corpus recipe and optimizer state, with a new warmup + cosine over
@@ -195,7 +196,12 @@ def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, k
     d.update(sets or {})
     if not win:
         return d
-    deadline = train_deadline(win, float(d.get("max_minutes") or 0))
+    # the plan's train_end_s rules a window; the config's max_minutes is a backstop for a window without one
+    # (session 14: the Qwen recipe's 9 minutes ended training 193 s before the plan's 733 s); an explicit
+    # `--set max_minutes=…` still caps it
+    asked = (sets or {}).get("max_minutes")
+    cap = float(asked) if asked is not None else 0.0 if win.get("train_end_s") else float(d.get("max_minutes") or 0)
+    deadline = train_deadline(win, cap)
     if not deadline:
         return d
     now = time.time() if now is None else now
