@@ -361,3 +361,25 @@ def test_hold_commands_take_the_weights_out_of_the_tree_and_the_index_and_back(t
     assert (repo / "engine/weights/gpu-ckpt/part-0").read_bytes() == b"\1" * 1000
     assert not (tmp_path / "hold").exists()
     assert bp.hold_commands((), "../hold") == ("", "")
+
+
+def test_a_kto_window_without_training_carries_the_shipped_adapter(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --base … --parts kto,bench`: no warm restart, no checkpoint collect; the shipped Qwen adapter
+    (held out of the tree with the other weights) is copied to `.devcarry/adapter` before the window and
+    carried by the KTO command, whose `align-start` aligns that copy; after the window `align-export`."""
+    from engine.train.gpu_recipe import main
+    from engine.train.recipe.base_window import KTO_CARRY, shipped_adapter_of
+
+    shipped = shipped_adapter_of(NAME)
+    assert shipped is not None and shipped.name == "qwen2_5-coder-0_5b-bd3"
+    assert main(["plan", "--base", NAME, "--budget-s", "900", "--kind", "nvidia-h200", "--tree-bytes", "3000000",
+                 "--parts", "kto,bench"]) == 0
+    out = capsys.readouterr().out
+    assert "no training in this window" in out and "warm restart" not in out and "collect: checkpoint" not in out
+    assert f"cp engine/weights/{shipped.name}.safetensors engine/weights/{shipped.name}.json {KTO_CARRY}/" in out
+    assert f"align-start --adapter {KTO_CARRY}/{shipped.name} --set " in out
+    assert f"carry=['{KTO_CARRY}']" in out and out.count(f"carry=['{KTO_CARRY}']") == 1
+    assert "align-export <files_at>" in out and "start --window-start" not in out
+    size = sum(shipped.with_suffix(x).stat().st_size for x in (".safetensors", ".json"))
+    kto_line = next(ln for ln in out.splitlines() if "KTO on the" in ln)
+    assert float(kto_line.split()[4]) >= (3_000_000 + size) / MiB - 0.1  # the copy goes up with that command

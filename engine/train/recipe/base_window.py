@@ -90,6 +90,19 @@ def collect_fits(config: dict[str, Any]) -> dict[str, Any]:
 
 
 CARRY = ".devcarry/resume"  # the kept checkpoint's copy, carried once (ignored by git: not in the tree)
+KTO_CARRY = ".devcarry/adapter"  # the shipped adapter a KTO-only window aligns, carried by its KTO command
+
+
+def shipped_adapter_of(name: str) -> Path | None:
+    """The shipped adapter (path without suffix) of the tier built on parted base ``name``
+    (`engine.tiers.SHIPPED`), None when there is none in the tree."""
+    from engine.tiers import SHIPPED
+
+    for s in SHIPPED.values():
+        path = ROOT / "engine" / "weights" / s.stem
+        if s.base == name and path.with_suffix(".safetensors").is_file() and path.with_suffix(".json").is_file():
+            return path
+    return None
 
 
 def kept_checkpoint(src: Path, name: str) -> dict[str, Any] | None:
@@ -127,8 +140,14 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
     if cfg and str(cfg.get("model", "")).lower() != name:
         raise ValueError(f"the config trains {cfg.get('model')!r}, not {name!r}")
     src = Path(kept) if kept is not None else keep_dir(name)
-    k = None if fresh else kept_checkpoint(src, name)
+    train = "train" in parts
+    k = None if fresh or not train else kept_checkpoint(src, name)  # no training: nothing to extend
     hold = window_hold() if hold is None else hold
+    # KTO without training aligns this base's shipped adapter: held out of the tree like every shipped
+    # parted adapter, a copy rides with the KTO command (`.devcarry/adapter`)
+    shipped = shipped_adapter_of(name) if "kto" in parts and not train else None
+    kto_adapter = (f"{KTO_CARRY}/{shipped.stem}", sum(shipped.with_suffix(x).stat().st_size
+                                                      for x in (".safetensors", ".json"))) if shipped else None
     if k and not k["dir"].startswith(("runs/", ".devcarry/")) and not Path(k["dir"]).is_absolute() \
             and not any(k["dir"] == h or k["dir"].startswith(h + "/") for h in hold):
         hold = (*hold, k["dir"])  # in the tree: out for the window (its copy is carried once)
@@ -147,7 +166,7 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
         c = replace(c, install_base_s=INSTALL_S)
     plan = plan_window(budget_s, kind, uploads, tree, resume_from=CARRY if k else None,
                        resume_carry=k["bytes"] if k else 0, parts=parts, costs=c, table=table, model=name,
-                       config=cfg)
+                       config=cfg, kto_adapter=kto_adapter)
     before, after = hold_commands(hold)
     size, measured = tied_size(name)
     cfg_rel = "engine/train/configs/gpu_qwen05b_bd3.json"
@@ -159,9 +178,13 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
     dest = str(keep_dir(name).relative_to(ROOT)) if committable else "runs/qwen-ckpt"
     prep = [f"rm -rf {CARRY} && mkdir -p {Path(CARRY).parent} && cp -r {k['dir']} {CARRY}   # the kept "
             f"checkpoint (step {k['step']}), carried once: the window warm-restarts from it"] if k else []
+    if shipped is not None and "kto" in plan["parts"]:
+        rel = shipped.relative_to(ROOT)
+        prep.append(f"rm -rf {KTO_CARRY} && mkdir -p {KTO_CARRY} && cp {rel}.safetensors {rel}.json {KTO_CARRY}/"
+                    "   # the shipped adapter KTO aligns, carried by the KTO command")
     plan.update(
         base=name, packed=packed, base_bytes=size, base_bytes_measured=measured, capacity=room,
-        collect=collect_fits(final) if final else None, kept=({kk: v for kk, v in k.items() if kk != "config"}
+        collect=collect_fits(final) if final and train else None, kept=({kk: v for kk, v in k.items() if kk != "config"}
                                                            if k else None),
         keep_to=dest, committable=committable, hold=list(hold),
         here_before=[f"python -m engine.train.gpu_recipe pack --config {cfg_rel} --out {PACK} --max-files 12000 "
@@ -173,6 +196,9 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
                      before + "   # the window's tree: without the SmolLM2 checkpoint and adapter"
                      + (" and the kept checkpoints (carried once instead)" if len(hold) > len(HOLD) else "")],
         here_after=[after + "   # the moved paths back (also when the window failed)",
+                    "python -m engine.train.gpu_recipe align-export <files_at> --to runs/kto-gpu/aligned   # the "
+                    "aligned adapter + its reward calibration (setting gate.kto); the measure is in status.json"]
+        if "train" not in plan["parts"] else [after + "   # the moved paths back (also when the window failed)",
                     f"python -m engine.train.gpu_recipe keep <files_at> --to {dest}   # "
                     + (f"committable ({ck / 1e6:.1f} MB ≤ {COMMIT_MAX / 1e6:.0f} MB): the next window extends it"
                        if committable else f"not committable: > {COMMIT_MAX / 1e6:.0f} MB")
@@ -190,10 +216,13 @@ def format_base_window(p: dict[str, Any]) -> str:
              f"{'from the pack' if p['packed'] else 'no pack yet: uploads estimated'}; "
              f"room per upload {p['capacity'] / MiB:.1f} MiB beside the tree", ""]
     k = p.get("kept")
-    lines.append(f"warm restart from {k['dir']} (step {k['step']}, {k['bytes'] / MiB:.1f} MiB carried once as "
-                 f"{CARRY}): the window extends it" if k else
-                 f"first window of this base: training starts fresh (no kept checkpoint in "
-                 f"{keep_dir(p['base']).relative_to(ROOT)})")
+    if "train" not in p["parts"]:
+        lines.append(f"no training in this window (parts: {', '.join(p['parts'])}): a kept checkpoint waits for the next")
+    else:
+        lines.append(f"warm restart from {k['dir']} (step {k['step']}, {k['bytes'] / MiB:.1f} MiB carried once as "
+                     f"{CARRY}): the window extends it" if k else
+                     f"first window of this base: training starts fresh (no kept checkpoint in "
+                     f"{keep_dir(p['base']).relative_to(ROOT)})")
     lines += [""]
     lines += ["here, before the window:"] + [f"  {c}" for c in p["here_before"]] + [""]
     lines.append(format_plan(p))

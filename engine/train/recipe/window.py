@@ -300,12 +300,15 @@ def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree:
                 resume_from: str | None = None, resume_carry: int = 0, parts: tuple[str, ...] = (
                     "train", "bench", "latency"), costs: Costs | None = None,
                 table: dict[str, Any] | None = None, py: str = "python3 -m engine.train.gpu_recipe",
-                model: str | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
+                model: str | None = None, config: dict[str, Any] | None = None,
+                kto_adapter: tuple[str, int] | None = None) -> dict[str, Any]:
     """Every device command of a window in order, with its carry, upload bytes and expected seconds.
 
     ``parts``: what the window does, most important first (``train``, ``bench``, ``latency``, ``kto``);
-    what does not fit is dropped from the end and named in ``dropped``. Raises ValueError when even
-    training does not fit."""
+    what does not fit is dropped from the end and named in ``dropped``. ``kto_adapter``: (a carried
+    adapter's path without suffix, its bytes) that KTO aligns when the window does not train (a parted
+    base's shipped adapter sits the window's tree out: the KTO command carries a copy). Raises ValueError
+    when even training does not fit."""
     c = costs or Costs()
     if model and c.load_s == LOAD_S:
         c = replace(c, load_s=load_seconds(model))
@@ -319,7 +322,7 @@ def plan_window(budget_s: float, kind: str, uploads: list[dict[str, Any]], tree:
             short = 0.0  # the extra poll commands' own costs come out of training: replan until it fits
             for _ in range(6):
                 out = _plan(budget_s, kind, uploads, tree, resume_from, resume_carry, want, c, py, per_step,
-                            tokens_per_step=tokens_per_step, short=short)
+                            tokens_per_step=tokens_per_step, short=short, kto_adapter=kto_adapter)
                 if out["total_s"] <= budget_s - c.margin_s + 1e-6 or not out["train_end_s"]:
                     break
                 short += out["total_s"] - (budget_s - c.margin_s)
@@ -344,7 +347,8 @@ class _NoRoom(Exception):
 
 def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, resume_from: str | None,
           resume_carry: int, parts: list[str], c: Costs, py: str, per_step: float,
-          tokens_per_step: int = 34_271, short: float = 0.0) -> dict[str, Any]:
+          tokens_per_step: int = 34_271, short: float = 0.0,
+          kto_adapter: tuple[str, int] | None = None) -> dict[str, Any]:
     steps: list[Step] = []
     t = c.machine_start_s
 
@@ -440,8 +444,10 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
         add(Step("collect the bench report", f"{py} poll --wait {c.bench_s:.0f} --to $OUT", [], tree,
                  c.bench_s + c.collect_s + c.fetch_s))
     if kto:
-        adapter = "run" if train else "shipped"
-        room = budget - t - c.margin_s - c.gap_s - c.give_back_s
+        carried = kto_adapter if not train else None  # after training KTO aligns the run's own adapter
+        adapter = "run" if train else carried[0] if carried else "shipped"
+        extra = carried[1] if carried else 0
+        room = budget - t - c.margin_s - c.gap_s - c.give_back_s - extra / MiB / c.upload_mib_s
         per_cmd = c.gap_s + tree / MiB / c.upload_mib_s + c.collect_s + c.fetch_s
         n_cmd = max(1, -int(-room // (c.poll_max_s + per_cmd)))
         # the KTO job's own time; short of the minimum the plan overruns and training is shortened
@@ -451,8 +457,9 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
             w = kto_s / n_cmd
             add(Step(f"KTO on the {adapter} adapter: self-play → align kto → calibration (reward gate vs "
                      "confidence gate)" if k == 0 else "KTO: poll + collect",
-                     f"{first if k == 0 else ''}{py} align-poll --wait {w:.0f} --to $OUT", [], tree,
-                     w + c.collect_s + c.fetch_s))
+                     f"{first if k == 0 else ''}{py} align-poll --wait {w:.0f} --to $OUT",
+                     [str(Path(carried[0]).parent)] if carried and k == 0 else [],
+                     tree + (extra if k == 0 else 0), w + c.collect_s + c.fetch_s))
     add(Step("give the machine back (device tool: give_back)", "give_back", [], 0, c.give_back_s))
     total = t
     gaps = [round(b.start_s - a.end_s - b.upload_bytes / MiB / c.upload_mib_s, 1)
@@ -463,12 +470,17 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
             "commands": [s.__dict__ for s in steps]}
 
 
+# a self-play sample on an H200 at width 1 (session 14's `bench_gpu latency` on the Qwen tier: a single line
+# p50 179 ms, a next edit 858 ms; in the trained block it was 83 / 330 ms, when this was 0.15 s)
+SELFPLAY_S = 0.4
+
+
 def kto_sets(seconds: float) -> str:
-    """`align-start --set` values that fit the KTO stage into ``seconds`` (estimates: self-play ≈ 0.15 s a
+    """`align-start --set` values that fit the KTO stage into ``seconds`` (estimates: self-play ≈ `SELFPLAY_S` a
     sample, a KTO step of 16 ≈ 0.4 s on an H200, model loads ≈ 20 s; then `align measure`: the reward gate's
     precision vs the confidence gate's at equal coverage on held-out HumanEval + self-play)."""
     usable = max(0.0, seconds - 40)
-    selfplay = int(max(48, usable * 0.45 / 0.15))
+    selfplay = int(max(48, usable * 0.45 / SELFPLAY_S))
     held = max(16, selfplay // 4)
     steps = int(max(10, usable * 0.45 / 0.4))
     measure = int(min(50, max(10, usable * 0.1 / 0.6)))  # HumanEval tasks for the gate report (≈ 0.6 s each)
