@@ -130,8 +130,8 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     # ms a multi-line completion may take (from the request); then its finished lines are the answer;
     # 0 = auto: 1,200 on a CPU, 2,000 on a GPU / remote
     multiline_budget_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 0
-    # ms a single-line completion may take (from the request); then nothing is shown; 0 = auto: 600 on a
-    # CPU, 1,000 on a GPU / remote
+    # ms a single-line completion may decode (from its first token: a cold prefill is not counted); then
+    # nothing is shown; 0 = auto: 600 on a CPU, 1,000 on a GPU / remote
     single_line_budget_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 0
     inline_completion: Feature = msgspec.field(default_factory=Feature)
     next_edit: NextEdit = msgspec.field(default_factory=NextEdit)

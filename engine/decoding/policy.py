@@ -87,8 +87,7 @@ def rewrite_sampler(asked: SamplerConfig | None, cfg: SamplerConfig) -> SamplerC
     with at least `REWRITE_SPECULATE` drafts a forward — unless the call pinned its own window."""
     if asked is not None and asked.window is not None:
         return asked
-    base = asked if asked is not None else cfg
-    return replace(base, window=REWRITE_WINDOW, speculate=max(int(cfg.speculate or 0), REWRITE_SPECULATE))
+    return replace(cfg, window=REWRITE_WINDOW, speculate=max(int(cfg.speculate or 0), REWRITE_SPECULATE))
 
 
 VARIANT_TEMPERATURE = 0.7  # sampled next-edit alternatives (`engine.api.RewriteCall.variant`)

@@ -96,13 +96,12 @@ KTO_CARRY = ".devcarry/adapter"  # the shipped adapter a KTO-only window aligns,
 def shipped_adapter_of(name: str) -> Path | None:
     """The shipped adapter (path without suffix) of the tier built on parted base ``name``
     (`engine.tiers.SHIPPED`), None when there is none in the tree."""
-    from engine.tiers import SHIPPED
+    from engine.tiers import SHIPPED, shipped_adapter
 
-    for s in SHIPPED.values():
-        path = ROOT / "engine" / "weights" / s.stem
-        if s.base == name and path.with_suffix(".safetensors").is_file() and path.with_suffix(".json").is_file():
-            return path
-    return None
+    spec = next((m for m, s in SHIPPED.items() if s.base == name), None)
+    path = shipped_adapter(spec) if spec is not None else None
+    return path if path is not None and all(path.with_suffix(x).is_file() for x in (".safetensors", ".json")) \
+        else None
 
 
 def kept_checkpoint(src: Path, name: str) -> dict[str, Any] | None:
@@ -182,6 +181,17 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
         rel = shipped.relative_to(ROOT)
         prep.append(f"rm -rf {KTO_CARRY} && mkdir -p {KTO_CARRY} && cp {rel}.safetensors {rel}.json {KTO_CARRY}/"
                     "   # the shipped adapter KTO aligns, carried by the KTO command")
+    if train:  # the checkpoint: kept (the next window extends it), exported, evaluated here
+        then = [f"python -m engine.train.gpu_recipe keep <files_at> --to {dest}   # "
+                + (f"committable ({ck / 1e6:.1f} MB ≤ {COMMIT_MAX / 1e6:.0f} MB): the next window extends it"
+                   if committable else f"not committable: > {COMMIT_MAX / 1e6:.0f} MB")
+                + "; also records the measured s/step in throughput.json",
+                f"python -m engine.train.gpu_recipe export {dest} --to runs/qwen-adapter/default",
+                "EDIT_SERVER_ADAPTER=runs/qwen-adapter/default python -m evals humaneval-infill --model default "
+                "--device cpu --split single-line --limit 100"]
+    else:
+        then = ["python -m engine.train.gpu_recipe align-export <files_at> --to runs/kto-gpu/aligned   # the "
+                "aligned adapter + its reward calibration (setting gate.kto); the measure is in status.json"]
     plan.update(
         base=name, packed=packed, base_bytes=size, base_bytes_measured=measured, capacity=room,
         collect=collect_fits(final) if final and train else None, kept=({kk: v for kk, v in k.items() if kk != "config"}
@@ -195,17 +205,7 @@ def base_window(name: str, budget_s: float, kind: str, *, pack: Path | None = No
                      *prep,
                      before + "   # the window's tree: without the SmolLM2 checkpoint and adapter"
                      + (" and the kept checkpoints (carried once instead)" if len(hold) > len(HOLD) else "")],
-        here_after=[after + "   # the moved paths back (also when the window failed)",
-                    "python -m engine.train.gpu_recipe align-export <files_at> --to runs/kto-gpu/aligned   # the "
-                    "aligned adapter + its reward calibration (setting gate.kto); the measure is in status.json"]
-        if "train" not in plan["parts"] else [after + "   # the moved paths back (also when the window failed)",
-                    f"python -m engine.train.gpu_recipe keep <files_at> --to {dest}   # "
-                    + (f"committable ({ck / 1e6:.1f} MB ≤ {COMMIT_MAX / 1e6:.0f} MB): the next window extends it"
-                       if committable else f"not committable: > {COMMIT_MAX / 1e6:.0f} MB")
-                    + "; also records the measured s/step in throughput.json",
-                    f"python -m engine.train.gpu_recipe export {dest} --to runs/qwen-adapter/default",
-                    "EDIT_SERVER_ADAPTER=runs/qwen-adapter/default python -m evals humaneval-infill --model default "
-                    "--device cpu --split single-line --limit 100"],
+        here_after=[after + "   # the moved paths back (also when the window failed)", *then],
     )
     return plan
 
