@@ -262,11 +262,11 @@ def test_pipeline_candidates_follow_the_settings() -> None:
     res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
     alt = GenerateResult(RENAMED.replace("+ 1", "+ 2"), [1, 2], [0.6, 0.6], 1, 1, 10, 10, "end")
     out = Outcome(built, res, 1, None, [(alt, None)])
-    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, move_edit=False,
-                                                                         import_edit=False)))
+    cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, analog_edit=False,
+                                                                         move_edit=False, import_edit=False)))
     assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
     cands, outs = edit_candidates(req, out, Settings())  # on by default
-    assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
+    assert [c.origin for c in cands] == ["model", "sampled", "repeat", "analog"] and outs[2].text == cands[2].new
     # the model re-typed the region (filtered), the alternative is weaker than the repeated rename
     i, sug, _ = edit_results(req, built, cands, Settings())
     assert i == 2 and sug is not None and "count" not in sug.text

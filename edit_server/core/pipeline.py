@@ -306,8 +306,8 @@ class Pipeline:
 
 def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple[list[Candidate], list[Outcome]]:
     """A next edit's candidates — the model's rewrite, its sampled alternatives (``nextEdit.candidates``),
-    the model-free rules' (the repeated last edit, the finished move, the superseded import:
-    ``nextEdit.repeatEdit`` / ``moveEdit`` / ``importEdit``) — and the outcome each is offered to feedback as."""
+    the model-free rules' (the repeated last edit, its changes on look-alike lines, the finished move, the
+    superseded import: ``nextEdit.repeatEdit`` / ``analogEdit`` / ``moveEdit`` / ``importEdit``) — and the outcome each is offered to feedback as."""
     assert isinstance(out.built, EditBuilt)
     cands = [Candidate(out.text, edit_scored(out.result), out.reward)]
     outcomes = [out]

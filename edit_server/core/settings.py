@@ -47,6 +47,9 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
     # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
     repeat_edit: bool = True
+    # and another: the last edit's token-level changes carried over to the region's look-alike lines
+    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``
+    analog_edit: bool = True
     # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
     # `edit_server.selectivity.move_edit`); gated as ``edit:move``
     move_edit: bool = True
@@ -56,7 +59,7 @@ class NextEdit(Feature, rename="camel", kw_only=True):
 
     def rules(self) -> list[str]:
         """The model-free candidates on (`edit_server.selectivity.select.RULES` keys), in ranking order."""
-        on = (("repeat", self.repeat_edit), ("move", self.move_edit), ("import", self.import_edit))
+        on = (("repeat", self.repeat_edit), ("analog", self.analog_edit), ("move", self.move_edit), ("import", self.import_edit))
         return [name for name, enabled in on if enabled]
 
 

@@ -11,7 +11,7 @@ kinds' requests as an `Output`. Before the engine runs, `skip_reason` says wheth
 
 A next edit may have several candidates for one region (`Candidate`: the model's rewrite, sampled
 alternatives, the model-free rules' — settings ``nextEdit.candidates``, ``nextEdit.repeatEdit`` /
-``moveEdit`` / ``importEdit``): `pick`
+``analogEdit`` / ``moveEdit`` / ``importEdit``): `pick`
 takes each through the same stage and keeps the best — shown by the gate first, then without a syntax
 error introduced, then the highest score (the first candidate on ties) — or none. The ranking is the same
 with the gate off (the syntax check then only ranks), so a gate-off run shows the candidate the gate
@@ -28,6 +28,7 @@ from typing import Any, Literal
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
 from edit_server.selectivity import (
+    analog_edit,
     candidates,
     gate,
     import_edit,
@@ -205,7 +206,7 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
 class Candidate:
     """One rewrite of a next edit's region: the model's (``origin`` "model", or "sampled" for an
     alternative; its confidences and reward) or a model-free rule's (`RULES`: "repeat", the repeated last
-    edit; "move", the finished move; "import", the superseded import — each with its module's ``SCORE``)."""
+    edit; "analog", its changes carried to look-alike lines; "move", the finished move; "import", the superseded import — each with its module's ``SCORE``)."""
 
     new: str
     confidences: list[float]
@@ -229,7 +230,7 @@ def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate],
                  for c in cands], settings, model)
 
 
-RULES = {"repeat": repeat_edit, "move": move_edit, "import": import_edit}  # a rule's origin -> its module
+RULES = {"repeat": repeat_edit, "analog": analog_edit, "move": move_edit, "import": import_edit}  # a rule's origin -> its module
 
 
 def rule_candidate(origin: str, req: EditRequest, built: EditBuilt) -> Candidate | None:

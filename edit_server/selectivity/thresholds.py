@@ -26,7 +26,7 @@ MODEL_ORIGINS = ("model", "sampled")  # next-edit candidates the model wrote (`s
 
 def gate_kind(kind: str, origin: str | None) -> str:
     """The kind a show threshold is kept and looked up for: the model's own outputs share their kind (the
-    thresholds a model ships were fitted on them); a rule's candidate has its own (``edit:repeat``, ``edit:move``, ``edit:import``),
+    thresholds a model ships were fitted on them); a rule's candidate has its own (``edit:repeat``, ``edit:analog``, ``edit:move``, ``edit:import``),
     calibrated apart, else held against ``gate.threshold`` (never against the model's)."""
     return kind if not origin or origin in MODEL_ORIGINS else f"{kind}:{origin}"
 
