@@ -36,6 +36,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+
 # the training corpus's source suffixes and skipped folders (engine/train/corpus.py), here for the evals too
 SOURCE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc",
                              ".cpp", ".hpp", ".cxx", ".java", ".lua"})
@@ -391,7 +393,8 @@ def pending_in_region(current: str, final: str, ra: int, rb: int) -> tuple[int, 
     return ra, rb, region
 
 
-def near_ks(s: GitSession, states: list[str] | None = None, above: int = 6, below: int = 8) -> list[int]:
+def near_ks(s: GitSession, states: list[str] | None = None, above: int = EDIT_REGION_ABOVE,
+            below: int = EDIT_REGION_BELOW) -> list[int]:
     """The ``k`` (steps applied) after which the next step starts within ``above`` lines above / ``below``
     lines below the cursor: where a next-edit model has something to suggest."""
     states = states or states_of(s)

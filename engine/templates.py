@@ -49,6 +49,12 @@ DEFAULT_EDIT_LAYOUT: EditLayout = "history-file"
 # the count (``edit_history``) and the server shows no more (edit_server.core.contexts.edit_history)
 EDIT_HISTORY = 3
 EDIT_DIFF_CHARS = 1500
+# a next edit's editable region in lines: up to EDIT_REGION_ABOVE above the cursor's line and EDIT_REGION_BELOW
+# below it — training's git sessions draw their regions up to it (engine.train.git_sessions), the replay's
+# truth is every pending hunk inside it (evals.replay_sessions, evals.next_edit), and the server's region is
+# exactly it (``nextEdit.region`` "lines": edit_server.context.builder)
+EDIT_REGION_ABOVE = 6
+EDIT_REGION_BELOW = 8
 
 
 @dataclass(frozen=True)

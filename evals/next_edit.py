@@ -7,9 +7,9 @@ all. This runner needs only the engine: the cases are built on the CPU (`edit-se
 
 Per case (``meta.category``: next-edit / elsewhere / done, `evals.replay_sessions`):
 
-* **region**: the ``above`` lines above the cursor's line and ``below`` below it (6 / 8: the window the
-  cases' truth is taken in, `engine.git_history.line_span`) — not the server's syntax region, so the
-  model's rewrite alone is measured, not the region choice;
+* **region**: the ``above`` lines above the cursor's line and ``below`` below it (6 / 8,
+  `engine.templates.EDIT_REGION_ABOVE` / ``_BELOW``: the window the cases' truth is taken in, and the server's
+  region with ``nextEdit.region`` "lines", its default);
 * **prompt**: at most ``context_lines`` lines of the file on each side, the case's last ``history`` diffs
   (the model's trained count when not given), no other sections, the model's edit layout;
 * **judged** like `evals.cases.judge`: *exact* when the file after the rewrite equals the file after the
@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.git_history import line_span
-from engine.templates import DEFAULT_EDIT_LAYOUT, EDIT_DIFF_CHARS, EditPrompt
+from engine.templates import (
+    DEFAULT_EDIT_LAYOUT,
+    EDIT_DIFF_CHARS,
+    EDIT_REGION_ABOVE,
+    EDIT_REGION_BELOW,
+    EditPrompt,
+)
 from evals.metrics import line_f1, normalize_ws, percentile
 
 CATEGORIES = ("next-edit", "elsewhere", "done")
@@ -40,8 +46,8 @@ THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 @dataclass(frozen=True)
 class Options:
-    above: int = 6
-    below: int = 8
+    above: int = EDIT_REGION_ABOVE
+    below: int = EDIT_REGION_BELOW
     context_lines: int = 60  # file lines shown on each side of the region
     history: int | None = None  # diffs in the prompt (None: the model's trained count)
     limit: int = 0  # first N cases (0 = all)

@@ -29,6 +29,7 @@ from engine.git_history import (
     pending_in_region,
     states_of,
 )
+from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.textdiff import unified_diff
 from evals.cases import Case, Cursor, Edit, language_of
 
@@ -40,8 +41,8 @@ class SessionReplayOptions:
     cases: int = 60  # per repository
     seed: int = 0
     shares: tuple[float, float, float] = (0.5, 0.25, 0.25)  # next-edit, elsewhere, done
-    above: int = 6
-    below: int = 8
+    above: int = EDIT_REGION_ABOVE  # the truth: every pending hunk in these lines around the cursor's
+    below: int = EDIT_REGION_BELOW
     history: int = 5  # hunks replayed before the request
     max_file_chars: int = 100_000
 

@@ -28,7 +28,9 @@ def _ws(tmp_path: Path) -> Path:
     (tmp_path / "util.py").write_text("def helper(a):\n    return a\n")
     (tmp_path / ".env").write_text("TOKEN=x\n")
     f = tmp_path / "main.py"
-    f.write_text("from util import helper\n\n\ndef run():\n    x = helper(1)\n    password = 'hunter2hunter2'\n    return x\n")
+    steps = "".join(f"    x = x + {i}\n" for i in range(8))  # the password's line is past line 1's region
+    f.write_text("from util import helper\n\n\ndef run():\n    x = helper(1)\n" + steps +
+                 "    password = 'hunter2hunter2'\n    return x\n")
     return f
 
 
@@ -50,8 +52,8 @@ def test_context_table_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     assert "edit context for main.py line 1 col 5" in out
     assert "region" in out and "util.py" in out and "def helper" in out
-    # the region around line 6 holds a password: no rewrite may touch it
-    assert main(["context", f"{f}:6:5", "--kind", "edit", "--root", str(tmp_path)]) == 0
+    # the region around line 14 holds a password: no rewrite may touch it
+    assert main(["context", f"{f}:14:5", "--kind", "edit", "--root", str(tmp_path)]) == 0
     assert "no context sent: secret in the editable region" in capsys.readouterr().out
 
 

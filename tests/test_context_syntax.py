@@ -167,3 +167,32 @@ def test_builder_infers_edits_when_none_are_given(tmp_path) -> None:
     assert doc.sexp() == Document.open(path, new, 3).sexp()
     assert doc.reparsed_fully == 0 and doc.version == 3
     b.close()
+
+
+def test_line_region_is_the_trained_window_clipped_at_the_file_ends() -> None:
+    from edit_server.context.window import line_region
+    from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+
+    text = "".join(f"x{i} = {i}\n" for i in range(40))
+    doc = Document.open("m.py", text, 1)
+    at = text.index("x20 =")
+    assert line_region(doc, at) == (20 - EDIT_REGION_ABOVE, 20 + EDIT_REGION_BELOW + 1) == (14, 29)
+    assert line_region(doc, 0) == (0, 9)  # the first line: nothing above
+    assert line_region(doc, text.index("x38")) == (32, 40)  # the last lines: the empty "line" after "\n" is not one
+    assert line_region(doc, len(text)) == (34, 41)  # unless the cursor is on it
+
+
+def test_the_builder_takes_the_region_the_settings_name(tmp_path: Path) -> None:
+    from edit_server.context import ContextBuilder
+    from tests.context_util import TOK, options
+
+    body = "".join(f"    y{i} = helper({i})\n" for i in range(12))
+    text = "import os\n\n\ndef run():\n" + body + "    return y0\n\n\ndef other():\n    return 1\n"
+    (tmp_path / "main.py").write_text(text)
+    cur = text.index("y6 =")
+    lines = ContextBuilder([tmp_path], TOK, options(git=False)).build_edit(str(tmp_path / "main.py"), text, cur, [])
+    # y6 is line 10: lines 4 (y0) to 18 (the second blank line after the function)
+    assert text[lines.region_start:lines.region_end] == body + "    return y0\n\n\n" == lines.prompt.region
+    syntax = ContextBuilder([tmp_path], TOK, options(git=False, edit_region="syntax")).build_edit(
+        str(tmp_path / "main.py"), text, cur, [])
+    assert text[syntax.region_start:syntax.region_end] == "def run():\n" + body + "    return y0\n"

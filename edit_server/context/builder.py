@@ -39,6 +39,7 @@ from edit_server.context.window import (
     expand,
     fim_window,
     fim_window_between,
+    line_region,
     long_lines,
     region_lines,
     region_text,
@@ -297,7 +298,7 @@ class ContextBuilder(Workspace):
             line = doc.line_of(offset)
             if not reason and long_lines(costs, doc, line, line + 1):
                 reason = f"the cursor line is longer than {o.max_line_chars} characters"
-            lo, hi = (line, line + 1) if reason else region_lines(doc, offset, o.region_min_lines, o.region_max_lines)
+            lo, hi = (line, line + 1) if reason else self._region(doc, offset)
             far = long_lines(costs, doc, lo, hi)  # a long line is cut in the prompt: keep it out of the region
             lo = max([lo, *(r + 1 for r in far if r < line)])
             hi = min([hi, *(r for r in far if r > line)])
@@ -351,6 +352,13 @@ class ContextBuilder(Workspace):
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
             return EditBuild(prompt, region.start, region.end, rep)
+
+    def _region(self, doc: Document, offset: int) -> tuple[int, int]:
+        """The editable region in lines (``edit_region``: "lines", else the syntax node around the cursor)."""
+        o = self.options
+        if o.edit_region == "lines":
+            return line_region(doc, offset)
+        return region_lines(doc, offset, o.region_min_lines, o.region_max_lines)
 
     def _region_cost(self, region) -> int:
         return self.counter.count_text(region.text[: region.cursor]) + \

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 # the options that come from the settings struct (core/settings.py ``Settings``) and nowhere else
-SETTINGS_FIELDS = ("budget", "exclude", "max_line_chars", "max_doc_chars", "max_history")
+SETTINGS_FIELDS = ("budget", "exclude", "max_line_chars", "max_doc_chars", "max_history", "edit_region")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +31,7 @@ class ContextOptions:
     max_line_chars: int | None  # longer lines are cut in every prompt section ("…") (``limits.maxLineChars``)
     max_doc_chars: int  # larger documents: no parse, no context (``limits.maxDocumentChars``)
     max_history: int  # edit-history hunks in a prompt (``historySize``)
+    edit_region: str  # a next edit's editable region: "lines" or "syntax" (``nextEdit.region``)
     shares: Shares = field(default_factory=Shares)
     prefix_ratio: float = 0.75  # of the window, before the cursor
     max_diff_chars: int = 6000
@@ -48,7 +49,8 @@ class ContextOptions:
         """The options for ``settings`` (the one settings struct) and a prompt ``budget`` in tokens (the
         resolved one: ``contextBudget``, or its auto value for the engine); ``tuning``: the other fields."""
         return cls(budget=budget, exclude=tuple(settings.exclude), max_line_chars=settings.limits.max_line_chars,
-                   max_doc_chars=settings.limits.max_document_chars, max_history=settings.history_size, **tuning)
+                   max_doc_chars=settings.limits.max_document_chars, max_history=settings.history_size,
+                   edit_region=settings.next_edit.region, **tuning)
 
 
 @dataclass

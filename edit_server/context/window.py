@@ -17,6 +17,7 @@ import numpy as np
 from edit_server.context.budget import TokenCounter
 from edit_server.context.secrets import cap, pem_rows, redact_line, redact_lines, split_redacted, whole_line
 from edit_server.context.syntax import Document
+from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,7 @@ def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int 
         hi = line + 1
         while hi < n and hi - line < half and lines[hi].strip():
             hi += 1
-    # the empty "line" after a final newline adds nothing (unless the cursor is on it)
-    n_eff = max(n - 1 if n > 1 and doc.lines[-1] == "" else n, line + 1)
+    n_eff = _lines_in(doc, line)
     hi = min(hi, n_eff)
     while hi - lo < min_lines and (lo > 0 or hi < n_eff):
         if hi < n_eff:
@@ -241,6 +241,21 @@ def region_lines(doc: Document, offset: int, min_lines: int = 4, max_lines: int 
         if hi - lo < min_lines and lo > 0:
             lo -= 1
     return lo, hi
+
+
+def _lines_in(doc: Document, line: int) -> int:
+    """Lines a region may reach: the empty "line" after a final newline adds nothing (unless the cursor is
+    on it)."""
+    n = len(doc.lines)
+    return max(n - 1 if n > 1 and doc.lines[-1] == "" else n, line + 1)
+
+
+def line_region(doc: Document, offset: int, above: int = EDIT_REGION_ABOVE, below: int = EDIT_REGION_BELOW
+                ) -> tuple[int, int]:
+    """Editable region [start, end) in lines: ``above`` lines above the cursor's line and ``below`` below it
+    (fewer at the file's ends) — the region the model is trained on and the replays' truth is taken in."""
+    line = doc.line_of(offset)
+    return max(0, line - above), min(line + below + 1, _lines_in(doc, line))
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # (`engine.api.RewriteCall.variant`; decoded one after another on the shared prompt KV); 1 = one rewrite
     # (the default: with the shipped model, sampled alternatives showed more wrong edits, docs/QUALITY.md)
     candidates: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
+    # the editable region: "lines" — 6 lines above the cursor's line and 8 below (`engine.templates.
+    # EDIT_REGION_ABOVE` / ``_BELOW``: what the model is trained on and the replays' truth is taken in) — or
+    # "syntax": the largest syntax node around the cursor of at most 20 lines (`context.window.region_lines`)
+    region: Literal["lines", "syntax"] = "lines"
     # one more candidate without the model: the user's last in-line substitution (a rename, a changed
     # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
     # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)

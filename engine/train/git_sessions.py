@@ -15,7 +15,7 @@ from engine.git_history import (  # noqa: F401 - load_git_sources: the trainer's
     pending_in_region,
     states_of,
 )
-from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY
+from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY, EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
 
@@ -34,7 +34,7 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
     k = k if k is not None else rng.randint(1, len(s.steps))
     current, final = states[k], states[-1]
     cursor = cursor_after(current, s.steps[k - 1])
-    ra, rb = line_span(current, cursor, rng.randint(1, 6), rng.randint(2, 8))
+    ra, rb = line_span(current, cursor, rng.randint(1, EDIT_REGION_ABOVE), rng.randint(2, EDIT_REGION_BELOW))
     if reach_next and k < len(s.steps):
         nxt = s.steps[k][0]
         ra = min(ra, current.rfind("\n", 0, nxt) + 1)
