@@ -266,7 +266,7 @@ def test_pipeline_candidates_follow_the_settings() -> None:
                                                                          move_edit=False, import_edit=False)))
     assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
     cands, outs = edit_candidates(req, out, Settings())  # on by default
-    assert [c.origin for c in cands] == ["model", "sampled", "repeat", "analog"] and outs[2].text == cands[2].new
+    assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
     # the model re-typed the region (filtered), the alternative is weaker than the repeated rename
     i, sug, _ = edit_results(req, built, cands, Settings())
     assert i == 2 and sug is not None and "count" not in sug.text

@@ -52,8 +52,10 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
     repeat_edit: bool = True
     # and another: the last edit's token-level changes carried over to the region's look-alike lines
-    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``
-    analog_edit: bool = True
+    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``. Off: chosen on the training
+    # repositories (11 right, 6 wrong of 1,200 cases), it was right 4 times in 12 on held-out ones
+    # (docs/QUALITY.md, issue 25)
+    analog_edit: bool = False
     # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
     # `edit_server.selectivity.move_edit`); gated as ``edit:move``
     move_edit: bool = True
