@@ -98,7 +98,7 @@ def test_session_examples_render_history_and_target(repo: Path) -> None:
     s = extract_sessions(repo)[0]
     rng = random.Random(0)
     kinds = set()
-    for k in range(1, len(s.steps) + 1):
+    for k in [k for _ in range(4) for k in range(1, len(s.steps) + 1)]:  # regions are drawn: several rounds
         ex = session_example(TOK, s, rng, BUDGET, k=k)
         assert ex is not None
         kinds.add(ex.kind)
@@ -168,3 +168,24 @@ def test_gpu_pack_stages_sessions_and_the_trainer_reads_them(repo: Path, tmp_pat
     text = V1 * 3
     stream = ExampleStream([Doc("m.py", "python", text, len(text))], TOK, BUDGET, {"git": 1.0}, 0, sessions)
     assert {e.kind for e in stream.take(12)} <= {"edit:git", "noedit:git"}
+
+
+def test_half_the_session_examples_take_the_served_region(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.git_history import cursor_after, line_span, states_of
+    from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+    from engine.train import git_sessions
+
+    s = extract_sessions(repo)[0]
+    current = states_of(s)[1]
+    a, b = line_span(current, cursor_after(current, s.steps[0]), EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
+    served = current[a:b]
+
+    def share() -> float:
+        exs = [session_example(TOK, s, random.Random(seed), BUDGET, k=1) for seed in range(60)]
+        return sum(served in e.meta["region"] for e in exs if e is not None) / len(exs)
+
+    assert 0.3 <= share() <= 0.75  # SERVED_REGION_SHARE 0.5 (a drawn region may also cover it by chance)
+    monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 1.0)
+    assert share() == 1.0
+    monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 0.0)
+    assert share() < 0.2

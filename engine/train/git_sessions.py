@@ -19,6 +19,11 @@ from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY, EDIT_REGION_ABOVE, E
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
 
+# of the session examples, the share whose region is exactly the server's (``nextEdit.region`` "lines": all of
+# EDIT_REGION_ABOVE / _BELOW); the rest draw smaller ones. Adapters up to step 491 saw the server's shape in
+# ~2 % of their examples (one draw of 6 × 7)
+SERVED_REGION_SHARE = 0.5
+
 
 def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
                     k: int | None = None, reach_next: bool = False, layout: str | None = None) -> Example | None:
@@ -34,7 +39,9 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
     k = k if k is not None else rng.randint(1, len(s.steps))
     current, final = states[k], states[-1]
     cursor = cursor_after(current, s.steps[k - 1])
-    ra, rb = line_span(current, cursor, rng.randint(1, EDIT_REGION_ABOVE), rng.randint(2, EDIT_REGION_BELOW))
+    served = rng.random() < SERVED_REGION_SHARE
+    ra, rb = line_span(current, cursor, *((EDIT_REGION_ABOVE, EDIT_REGION_BELOW) if served else
+                                          (rng.randint(1, EDIT_REGION_ABOVE), rng.randint(2, EDIT_REGION_BELOW))))
     if reach_next and k < len(s.steps):
         nxt = s.steps[k][0]
         ra = min(ra, current.rfind("\n", 0, nxt) + 1)
