@@ -1,5 +1,6 @@
 """`edit-server eval table DIR`: one Markdown table of every report under DIR (for docs/QUALITY.md);
-``--replay``: the next-edit replay table of docs/QUALITY.md's issue-25 section, per run (`replay_table`)."""
+``--replay``: the next-edit replay table of docs/QUALITY.md's issue-25 section, per run (`replay_table`), with
+who wrote what was shown (the model or one of the server's rules: `origin_line`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,27 @@ def replay_row(variant: str, summary: dict[str, Any], by_category: dict[str, Any
             f"{_pct(summary.get('shown_rate'))} | {_pct(summary.get('precision_when_shown'))} |")
 
 
+def origin_line(results: Path) -> str | None:
+    """Who wrote the shown suggestions of a replay run (``results.jsonl``: each record's ``origin``, the
+    server's `select.Candidate.origin`): ``shown by origin: repeat 6 (3 right, 1 in quiet cases); …`` —
+    None without records or shown ones."""
+    if not results.is_file():
+        return None
+    counts: dict[str, list[int]] = {}
+    for line in results.read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        if r.get("shown"):
+            c = counts.setdefault(str(r.get("origin") or "unknown"), [0, 0, 0])
+            c[0] += 1
+            c[1] += bool(r.get("accepted"))
+            c[2] += bool(r.get("quiet_case"))
+    if not counts:
+        return None
+    parts = [f"{o} {n} ({right} right, {quiet} in quiet cases)"
+             for o, (n, right, quiet) in sorted(counts.items(), key=lambda kv: -kv[1][0])]
+    return "shown by origin: " + "; ".join(parts)
+
+
 def replay_table(root: Path) -> str:
     """Per replay run under ``root`` (or ``root`` itself): its rows as served (gate off: every suggestion
     the server's selection kept) and with the gate's view (score ≥ threshold, no syntax error)."""
@@ -74,5 +96,7 @@ def replay_table(root: Path) -> str:
         if g:
             out.append(replay_row(f"gate (score ≥ {g['threshold']}, no syntax error)", g["summary"],
                                   g["by_category"]))
-        out += ["", f"latency p50 {lat.get('latency_ms_p50') or 0:,.0f} ms, p95 {lat.get('latency_ms_p95') or 0:,.0f} ms", ""]
+        origins = origin_line(rep.parent / "results.jsonl")
+        out += ["", f"latency p50 {lat.get('latency_ms_p50') or 0:,.0f} ms, p95 {lat.get('latency_ms_p95') or 0:,.0f} ms",
+                *([origins] if origins else []), ""]
     return "\n".join(out)
