@@ -100,6 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     he.add_argument("--init-option", action="append", default=[], metavar="KEY=JSON",
                     help="--via-lsp: extra initializationOptions entry (repeatable; dotted keys nest), e.g. "
                          "multilineBudgetMs=30000 (a loaded machine's time budget would cut the middles)")
+    he.add_argument("--trigger", choices=["invoked", "automatic"], default="invoked",
+                    help="--via-lsp: each request as an explicit invoke (the server may answer a block on an "
+                         "empty line) or as the editor's automatic trigger while typing (one line unless a block "
+                         "is expected there)")
     he.add_argument("--oracle", action="store_true",
                     help="score the canonical solutions (harness sanity check, no model)")
     he.add_argument("--steps-mode", choices=["parallel", "one-per-step"], default="parallel",
@@ -309,7 +313,8 @@ def run_humaneval(args: argparse.Namespace) -> int:
               "model": None if args.oracle else args.model, "device": args.device,
               "steps_mode": args.steps_mode, "threshold": args.threshold, "max_tokens": max_tokens,
               "seed": args.seed, "check_timeout": args.check_timeout, "fim_layout": args.fim_layout,
-              **({"init": init_options(args)} if args.via_lsp and args.init_option else {})}
+              **({"init": init_options(args)} if args.via_lsp and args.init_option else {}),
+              **({"trigger": args.trigger} if args.via_lsp else {})}
     extra = sampler_options(args.window, args.remask, args.remask_threshold, args.remask_per_step,
                             args.remask_budget)
     if extra:
@@ -333,7 +338,7 @@ def run_humaneval(args: argparse.Namespace) -> int:
                 generate_lsp(todo, scorer, model=args.model, device=args.device, split=args.split,
                              root=Path(ws), log_path=args.out / "server.log", timeout=args.timeout,
                              init_extra={**init_options(args), "maxTokens": max_tokens},
-                             progress=prog)
+                             progress=prog, trigger=args.trigger)
     finally:
         scorer.close()
     records = [store.records[t.task_id] for t in tasks if store.done(t.task_id)]

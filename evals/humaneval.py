@@ -165,8 +165,11 @@ async def _start(model: str, device: str, root: Path, log_path: Path, timeout: f
     return client
 
 
+TRIGGER_KINDS = {"invoked": 1, "automatic": 2}  # LSP InlineCompletionTriggerKind
+
+
 async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root: Path,
-                   timeout: float) -> dict[str, Any]:
+                   timeout: float, trigger: str = "invoked") -> dict[str, Any]:
     from evals.lsp_client import utf16_position
 
     gap = "\n" if split in WHOLE_LINE_SPLITS else ""
@@ -183,7 +186,7 @@ async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root
     try:
         result = await client.request("textDocument/inlineCompletion", {
             "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
-            "context": {"triggerKind": 1}}, timeout=timeout)
+            "context": {"triggerKind": TRIGGER_KINDS[trigger]}}, timeout=timeout)
     except Exception as e:  # noqa: BLE001 - a failed request is a recorded miss
         result, err = None, str(e)
     ms = (time.perf_counter() - t0) * 1000
@@ -203,16 +206,18 @@ async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root
 
 async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, device: str, split: str, root: Path,
                         log_path: Path, timeout: float, init_extra: dict[str, Any],
-                        progress: Callable[[Iterable], Iterable]) -> None:
+                        progress: Callable[[Iterable], Iterable], trigger: str = "invoked") -> None:
     """Each task through the real server; a task that breaks the server is recorded as an error (a
-    miss) and the server is restarted for the next one. A server that cannot start raises."""
+    miss) and the server is restarted for the next one. A server that cannot start raises. ``trigger``:
+    each request as the user's explicit invoke ("invoked": the server may answer a block on an empty line)
+    or as the editor's own while typing ("automatic": one line unless a block is expected there)."""
     client: LspClient | None = None
     try:
         for i, task in enumerate(progress(tasks)):
             if client is None:
                 client = await _start(model, device, root, log_path, timeout, init_extra)
             try:
-                rec = await _one_lsp(client, i, task, split, root, timeout)
+                rec = await _one_lsp(client, i, task, split, root, timeout, trigger)
             except Exception as e:  # noqa: BLE001 - recorded; the run goes on with a fresh server
                 log.warning("task %s failed: %s", task.task_id, e)
                 rec = {"id": task.task_id, "middle": fix_middle(split, ""), "latency_ms": None, "shown": False,

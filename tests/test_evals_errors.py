@@ -171,6 +171,36 @@ def test_humaneval_a_task_that_breaks_is_recorded_and_the_rest_run(tmp_path: Pat
     assert recs["T/0"]["passed"] and recs["T/3"]["passed"]
 
 
+def test_humaneval_via_lsp_sends_the_trigger_kind_asked(tmp_path: Path, monkeypatch) -> None:
+    tasks = [InfillTask("T/0", "def f():\n", "\n", "    return 1\n", "def check(f):\n    assert f() == 1\n", "f")]
+    kinds: list[int] = []
+
+    class Client:
+        async def notify(self, method: str, params: dict) -> None:
+            pass
+
+        async def request(self, method: str, params: dict, timeout: float) -> Any:
+            kinds.append(params["context"]["triggerKind"])
+            return {"items": [{"insertText": "    return 1"}]}
+
+        async def stop(self) -> None:
+            pass
+
+    async def start(*a: Any) -> Client:
+        return Client()
+
+    monkeypatch.setattr(humaneval, "_start", start)
+    for trigger in ("invoked", "automatic"):
+        store = ResultStore(tmp_path / trigger, {"k": 1})
+        scorer = humaneval.Scorer(store, Limits(timeout_s=10, cpu_s=10), 1)
+        asyncio.run(humaneval._generate_lsp(tasks, scorer, model="m", device="cpu", split="single-line",
+                                            root=tmp_path, log_path=tmp_path / "log", timeout=5, init_extra={},
+                                            progress=iter, trigger=trigger))
+        scorer.close()
+        assert store.records["T/0"]["passed"]
+    assert kinds == [1, 2]  # LSP InlineCompletionTriggerKind: Invoked, Automatic
+
+
 @pytest.mark.e2e
 def test_eval_cases_with_a_bad_case_through_the_real_server(tmp_path: Path) -> None:
     f = tmp_path / "c.jsonl"
