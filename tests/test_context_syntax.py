@@ -196,3 +196,12 @@ def test_the_builder_takes_the_region_the_settings_name(tmp_path: Path) -> None:
     syntax = ContextBuilder([tmp_path], TOK, options(git=False, edit_region="syntax")).build_edit(
         str(tmp_path / "main.py"), text, cur, [])
     assert text[syntax.region_start:syntax.region_end] == "def run():\n" + body + "    return y0\n"
+    # a didChangeConfiguration of nextEdit.region reaches a running builder (SETTINGS_FIELDS)
+    from edit_server.core.contexts import BuilderContext
+    from edit_server.core.settings import NextEdit, Settings
+
+    b = ContextBuilder([tmp_path], TOK, options(git=False))
+    ctx = BuilderContext(b, Settings(), b.options.budget, 3)
+    ctx.configure(Settings(next_edit=NextEdit(region="syntax")), None)
+    again = b.build_edit(str(tmp_path / "main.py"), text, cur, [])
+    assert (again.region_start, again.region_end) == (syntax.region_start, syntax.region_end)
