@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.report import _fmt
+from evals.store import read_records
 
 HE_COLS = ["n", "pass@1", "exact_match", "tokens_per_forward", "latency_ms_p50", "latency_ms_p95"]
 CASE_COLS = ["n", "shown_rate", "accept_rate", "partial_mean", "precision_when_shown",
@@ -66,8 +67,7 @@ def origin_line(results: Path) -> str | None:
     if not results.is_file():
         return None
     counts: dict[str, list[int]] = {}
-    for line in results.read_text().splitlines():
-        r = json.loads(line) if line.strip() else {}
+    for r in read_records(results).values():
         if r.get("shown"):
             c = counts.setdefault(str(r.get("origin") or "unknown"), [0, 0, 0])
             c[0] += 1

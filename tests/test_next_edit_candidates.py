@@ -418,11 +418,12 @@ def test_replay_table_rows(tmp_path) -> None:
     assert lines[5].startswith("| gate (score ≥ 0.5, no syntax error) | 8 | 25 % (1/4) | 0.38 | 25 % |")
     assert "latency p50 1,234 ms, p95 5,678 ms" in lines
     assert not any(ln.startswith("shown by origin") for ln in lines)  # no results.jsonl: no origin line
-    recs = [{"shown": True, "origin": "model", "accepted": False, "quiet_case": True},
-            {"shown": True, "origin": "repeat", "accepted": True, "quiet_case": False},
-            {"shown": True, "origin": "model", "accepted": False, "quiet_case": False},
-            {"shown": False, "origin": None, "accepted": False, "quiet_case": True}]
-    (tmp_path / "run" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    recs = [{"id": "a", "shown": True, "origin": "model", "accepted": False, "quiet_case": True},
+            {"id": "b", "shown": True, "origin": "repeat", "accepted": True, "quiet_case": False},
+            {"id": "c", "shown": True, "origin": "model", "accepted": False, "quiet_case": False},
+            {"id": "d", "shown": False, "origin": None, "accepted": False, "quiet_case": True}]
+    # a line cut by a crash is skipped, as everywhere results.jsonl is read (`evals.store.read_records`)
+    (tmp_path / "run" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"id": "e", "sh')
     assert ("shown by origin: model 2 (0 right, 1 in quiet cases); repeat 1 (1 right, 0 in quiet cases)"
             in replay_table(tmp_path).splitlines())
 
