@@ -54,6 +54,33 @@ def test_fit_steps() -> None:
     assert fit_steps(30, 100.0, 0.0, 3000) == 3000
 
 
+def test_deadline_fit_follows_a_speed_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed halves a third of the way in (a bench starts beside the job): one fit at warmup would
+    plan twice the steps the deadline allows and the cosine would be cut off at about 70 %; the refits
+    end it within a few per cent of the deadline."""
+    import engine.train.trainer as trainer
+
+    def simulate(refits: bool) -> tuple[int, int]:
+        clock = [0.0]
+        monkeypatch.setattr(trainer.time, "time", lambda: clock[0])
+        cfg = TrainConfig(steps=100_000, warmup=10, deadline=100.0, fit_deadline=True)
+        fit = trainer.DeadlineFit()
+        if not refits:
+            fit.left = []
+        step = 0
+        while step < cfg.steps and clock[0] < cfg.deadline:
+            clock[0] += 0.05 if clock[0] < 33 else 0.1
+            step += 1
+            if fit.due(step, cfg):
+                cfg.steps = fit.fit(step, clock[0], clock[0] / step, cfg)
+        return step, cfg.steps
+
+    ran, planned = simulate(refits=False)
+    assert planned > 1.4 * ran  # cut off at about 70 %: the cosine never reached its floor
+    ran, planned = simulate(refits=True)
+    assert ran == planned and 0.9 * 1340 < ran < 1340  # 33 s at 0.05 + 67 s at 0.1 = 1,330 steps
+
+
 def test_kind_clock_and_table(tmp_path: Path) -> None:
     assert device_kind("NVIDIA H200") == "nvidia-h200"
     assert device_kind("NVIDIA H100 80GB HBM3") == "nvidia-h100-x1"

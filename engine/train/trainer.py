@@ -240,6 +240,42 @@ def fit_steps(step: int, seconds_left: float, per_step: float, steps: int, *, sa
     return step + max(1, int(seconds_left * safety / per_step))
 
 
+class DeadlineFit:
+    """``fit_deadline``: the schedule's length follows the measured speed. Fitted first at the end of warmup
+    (average speed so far), then again at a quarter, half and three quarters of the fitted cosine with the
+    speed since the last fit, so a speed change mid-run (a bench sharing the device, a thermal drop, a
+    neighbour leaving) still ends the cosine at the deadline instead of cutting it short or idling at
+    the floor. Each refit moves the cosine's phase by the relative change, no more."""
+
+    MARKS = (0.25, 0.5, 0.75)
+
+    def __init__(self) -> None:
+        self.step = -1  # the step of the last fit; -1: not fitted yet
+        self.time = 0.0
+        self.base = 0  # the step of the first fit: the marks are fractions of the cosine from here
+        self.left = list(self.MARKS)  # the fractions not refitted at yet (each once)
+        self.mark = 0  # the step of the next refit; 0: none
+
+    def due(self, step: int, cfg: TrainConfig) -> bool:
+        if self.step < 0:
+            return step == cfg.schedule_start + cfg.warmup
+        return self.mark > 0 and step >= self.mark
+
+    def fit(self, step: int, now: float, per_step_avg: float, cfg: TrainConfig) -> int:
+        first = self.step < 0
+        per_step = per_step_avg if first else (now - self.time) / max(1, step - self.step)
+        steps = fit_steps(step, cfg.deadline - time.time(), per_step, cfg.steps)
+        log.info("steps %s to the deadline: %d (%.3f s/step%s)", "fitted" if first else "refitted", steps,
+                 per_step, "" if first else f", was {cfg.steps}")
+        if first:
+            self.base = step
+        self.step, self.time = step, now
+        marks = [(f, self.base + int((steps - self.base) * f)) for f in self.left]
+        self.left = [f for f, m in marks if m > step]
+        self.mark = next((m for _, m in marks if m > step), 0)
+        return steps
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: TrainConfig,
              device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, float]:
@@ -334,6 +370,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         live.ckpt_step = step
 
     bar = _bar(cfg.steps, start, progress)
+    refit = DeadlineFit()
     last_save = t0
     step = start
     while step < cfg.steps:  # not a range: fit_deadline may move cfg.steps at the end of warmup
@@ -359,10 +396,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['masked_acc']:.2f}", tok_s=f"{tps:.0f}")
         per_step = (now - t0) / (step + 1 - start)
-        if cfg.fit_deadline and cfg.deadline > 0 and step + 1 == cfg.schedule_start + cfg.warmup:
-            cfg.steps = fit_steps(step + 1, cfg.deadline - time.time(), per_step, cfg.steps)
+        if cfg.fit_deadline and cfg.deadline > 0 and refit.due(step + 1, cfg):
+            cfg.steps = refit.fit(step + 1, now, per_step, cfg)
             live.steps = bar.total = cfg.steps
-            log.info("steps fitted to the deadline: %d (%.3f s/step)", cfg.steps, per_step)
         out_of_time = (cfg.max_minutes > 0 and now - t0 > cfg.max_minutes * 60) or (
             cfg.deadline > 0 and time.time() + per_step > cfg.deadline)
         stop = (out / "STOP").exists() or guard.diverged
