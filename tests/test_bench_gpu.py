@@ -58,6 +58,13 @@ def test_engine_bench_rehearsal(tmp_path: Path) -> None:
         assert r["cuda_graphs"] is False  # a CPU has none
     assert any(r["what"] == "prefill" for r in rows) and rows[0]["what"] == "load"
     assert d["skipped"] == [] and d["machine"]["device"] == "cpu"
+    assert all(r["load_1m"] >= 0 for r in rows)
+    prof = next(r for r in rows if r["what"] == "profile")  # where a decoded token's time goes
+    assert prof["prompt"] == 48 and set(prof) >= {"ar", "block", "width1"}
+    ar = prof["ar"]
+    assert ar["units"] == 16 and ar["aten_ops_per_unit"] > 20 and ar["syncs_per_unit"] >= 1  # int(argmax) each token
+    assert ar["launches_per_unit"] == 0 and ar["top_device"] == []  # a CPU launches no kernels
+    assert ar["top_host"][0]["self_ms"] > 0 and prof["width1"]["forwards"] >= 1
 
 
 def test_engine_bench_keeps_to_its_budget(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -132,6 +133,28 @@ def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) 
                           "tokens_per_s": round(len(r.tokens) / dec * 1e3, 1), "speedup_vs_ar": round(ar / dec, 3)}}
 
 
+def profile_decoding(eng: Engine, n_prompt: int, n_tokens: int) -> dict[str, Any]:
+    """Where each decoded token's time goes (`engine.bench.profile`): AR over a KV cache, and diffusion in
+    the trained block and at width 1 (the served decoding), ``n_tokens`` each after ``n_prompt`` tokens."""
+    from engine.bench.profile import profile_calls
+    from engine.types import CanvasSpec, SamplerConfig
+
+    prompt, kind = prompt_ids(eng, n_prompt), eng.device.type
+    ar_ms(eng, prompt, 2)  # warm-up (a first call's allocations are not a step's cost)
+    out: dict[str, Any] = {"prompt": n_prompt, "ar": profile_calls(lambda: ar_ms(eng, prompt, n_tokens), n_tokens,
+                                                                  device_type=kind)}
+    for name, window in (("block", "block"), ("width1", 1)):
+        cfg = SamplerConfig(threshold=0.9, window=window)
+        spec = CanvasSpec(n_tokens, stop_at_end=False)
+        eng.generate(prompt, CanvasSpec(eng.block_size, stop_at_end=False), cfg)  # warm-up
+        got: list[Any] = []
+        out[name] = profile_calls(lambda got=got, spec=spec, cfg=cfg: got.append(eng.generate(prompt, spec, cfg)),
+                                  n_tokens, device_type=kind)
+        out[name]["forwards"] = got[0].forwards
+        eng.cache.clear()
+    return out
+
+
 def bench_prefill(eng: Engine, contexts: list[int]) -> list[dict[str, Any]]:
     """Prefill cold (empty cache) vs warm (the same prompt after a 1-token edit at its end)."""
     from engine.types import CanvasSpec
@@ -161,7 +184,9 @@ class Report:
         return time.perf_counter() - self.t0
 
     def add(self, row: dict[str, Any]) -> None:
-        self.data["rows"].append({**row, "at_s": round(self.elapsed(), 1)})
+        # the host's load beside each row: a window's bench shares the machine with the corpus build and
+        # training, and host-bound decoding (kernel launches) slows with every busy core
+        self.data["rows"].append({**row, "at_s": round(self.elapsed(), 1), "load_1m": round(os.getloadavg()[0], 2)})
         self.flush()
 
     def skip(self, what: str) -> None:
@@ -218,6 +243,8 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
                 if ctx:
                     rep.add({"shape": shape, "what": "prefill", "rows": bench_prefill(eng, ctx)})
                 eng.cache.clear()
+        if a.profile > 0 and prompts and rep.elapsed() < a.budget_s:
+            rep.add({"shape": shape, "what": "profile", **profile_decoding(first, prompts[0], a.profile)})
         rep.add({"shape": shape, "what": "memory", **peak_memory(dev)})
         del first, eng, model
         if dev.type == "cuda":
@@ -285,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--tokens", type=int, default=64)
     e.add_argument("--threshold", type=float, default=0.9)
     e.add_argument("--graphs", default="on,off")
+    e.add_argument("--profile", type=int, default=16,
+                   help="tokens decoded under torch.profiler per shape (AR, block, width 1; 0: none)")
     for sp in (e, lat := sub.add_parser("latency", help="the trained default: single-line and next-edit latency")):
         sp.add_argument("--device", default="auto")
         sp.add_argument("--dtype", default="auto")
