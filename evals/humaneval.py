@@ -165,12 +165,9 @@ async def _start(model: str, device: str, root: Path, log_path: Path, timeout: f
     return client
 
 
-TRIGGER_KINDS = {"invoked": 1, "automatic": 2}  # LSP InlineCompletionTriggerKind
-
-
 async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root: Path,
                    timeout: float, trigger: str = "invoked") -> dict[str, Any]:
-    from evals.lsp_client import utf16_position
+    from evals.lsp_client import TRIGGER_KINDS, utf16_position
 
     gap = "\n" if split in WHOLE_LINE_SPLITS else ""
     text = task.prompt + gap + task.suffix

@@ -6,10 +6,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from lsprotocol.types import InlineCompletionTriggerKind
+
 from edit_server.lsp.client import LspClient, LspError, offset_of, server_command, utf16_position
 
-__all__ = ["LspClient", "LspError", "offset_of", "server_command", "utf16_position", "warm_up"]
+__all__ = ["TRIGGER_KINDS", "LspClient", "LspError", "offset_of", "server_command", "utf16_position", "warm_up"]
 log = logging.getLogger(__name__)
+
+# `--trigger` → the inline completion's ``context.triggerKind``: typing (automatic) or asked for (invoked)
+TRIGGER_KINDS = {"invoked": int(InlineCompletionTriggerKind.Invoked),
+                 "automatic": int(InlineCompletionTriggerKind.Automatic)}
 
 
 async def warm_up(client: LspClient, root: Path, timeout: float) -> None:
@@ -24,7 +30,7 @@ async def warm_up(client: LspClient, root: Path, timeout: float) -> None:
         "uri": uri, "languageId": "python", "version": 1, "text": text}})
     for method, params in (
             ("textDocument/inlineCompletion",
-             {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": 1}}),
+             {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": TRIGGER_KINDS["invoked"]}}),
             ("textDocument/copilotInlineEdit",
              {"textDocument": {"uri": uri, "version": 1}, "position": pos})):
         try:

@@ -14,7 +14,7 @@ from typing import Any
 from engine.textdiff import changed_span
 from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_arg, command_score, completion_edit
-from evals.lsp_client import LspClient, offset_of, server_command, utf16_position, warm_up
+from evals.lsp_client import TRIGGER_KINDS, LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore
 
 CLEAR_HISTORY = "editServer.clearHistory"
@@ -182,7 +182,7 @@ class CaseRunner:
             if case.kind == "fim":
                 result = await client.request("textDocument/inlineCompletion", {
                     "textDocument": {"uri": uris[cur.path]}, "position": pos,
-                    "context": {"triggerKind": 1}}, timeout=self.timeout)
+                    "context": {"triggerKind": TRIGGER_KINDS["invoked"]}}, timeout=self.timeout)
             else:
                 result = await client.request("textDocument/copilotInlineEdit", {
                     "textDocument": {"uri": uris[cur.path], "version": versions[cur.path]},
