@@ -102,6 +102,21 @@ def test_a_wrap_or_extension_is_not_repeated_a_replacement_is() -> None:
         "x = ContentDecoder()\ny = ContentDecoder()\n"
 
 
+def test_a_token_replaced_at_several_places_of_a_line_is_one_substitution() -> None:
+    def sub(a: str, b: str) -> repeat_edit.Substitution | None:
+        return repeat_edit.hunk_substitution(unified_diff("m.py", a, b))
+
+    renamed = sub("def __init__(self, limits: Limits):\n    self.limits = limits\n",
+                  "def __init__(self, pool_limits: Limits):\n    self.pool_limits = pool_limits\n")
+    assert renamed == repeat_edit.Substitution("limits", "pool_limits")
+    text = "    self.pool_limits = pool_limits\n\ndef size(self):\n    return self.limits.hard + limits_other\n"
+    assert repeat_edit.apply(text, 0, len(text), renamed) == text.replace("self.limits", "self.pool_limits")
+    assert repeat_edit.token_substitution("a = limits(limits)", "a = lim(limits)") == repeat_edit.Substitution("limits", "lim")
+    assert repeat_edit.token_substitution("x = a + a", "x = b + c") is None  # two different replacements
+    assert repeat_edit.token_substitution("f(a, a)", "f(a, a, b)") is None  # an insertion, not a replacement
+    assert sub("x = old + old\ny = other\n", "x = new + new\ny = changed\n") is None  # pairs disagree
+
+
 # -- the finished move ------------------------------------------------------------------------------------
 
 IMPORTS = "import os\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"

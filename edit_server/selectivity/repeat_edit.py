@@ -59,9 +59,38 @@ def line_substitution(a: str, b: str) -> Substitution | None:
     return Substitution(a[p:len(a) - q], b[p:len(b) - q])
 
 
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def token_substitution(a: str, b: str) -> Substitution | None:
+    """The one token replacement that turns line ``a`` into ``b`` wherever they differ, or None: for a line
+    that makes the same change twice (``self.limits = limits`` → ``self.pool_limits = pool_limits``), which
+    `line_substitution`'s single differing middle cannot express. Insertions and deletions are not
+    replacements (None)."""
+    import difflib
+
+    ta, tb = _TOKEN.findall(a), _TOKEN.findall(b)
+    ops = [op for op in difflib.SequenceMatcher(a=ta, b=tb, autojunk=False).get_opcodes() if op[0] != "equal"]
+    subs = {("".join(ta[i1:i2]), "".join(tb[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag == "replace"}
+    if len(subs) != 1 or any(tag != "replace" for tag, *_ in ops):
+        return None
+    (o, n), = subs
+    return Substitution(o, n)
+
+
+def pair_substitutions(a: str, b: str) -> list[Substitution]:
+    """The substitutions that could explain line ``a`` → ``b``: the differing middle, and where it is not a
+    single token replacement, the one token replacement made at several places."""
+    out = [s] if (s := line_substitution(a, b)) is not None else []
+    t = token_substitution(a, b)
+    if t is not None and t not in out:
+        out.append(t)
+    return out
+
+
 def hunk_substitution(diff: str) -> Substitution | None:
     """The one substitution every changed line pair of a unified diff makes, or None."""
-    found: Substitution | None = None
+    found: list[Substitution] | None = None  # the substitutions every pair so far allows
     rem: list[str] = []
     add: list[str] = []
 
@@ -72,10 +101,12 @@ def hunk_substitution(diff: str) -> Substitution | None:
         if len(rem) != len(add):
             return False
         for a, b in zip(rem, add, strict=True):
-            s = line_substitution(a, b)
-            if s is None or found is not None and s != found:
+            options = pair_substitutions(a, b)
+            if found is not None:  # every pair must allow the same substitution
+                options = [s for s in options if s in found]
+            if not options:
                 return False
-            found = s
+            found = options
         rem.clear()
         add.clear()
         return True
@@ -94,8 +125,13 @@ def hunk_substitution(diff: str) -> Substitution | None:
             add.append(body)
         elif not flush():
             return None
-    if not flush() or found is None:
+    if not flush() or not found:
         return None
+    return _repeatable(found[0])
+
+
+def _repeatable(found: Substitution) -> Substitution | None:
+    """``found``, unless it is too short to place, a no-op, or a wrap / extension (local to its place)."""
     if len(found.old.strip()) < MIN_OLD or found.old.strip() == found.new.strip() or _occurrences(found.new, found.old):
         return None
     return found
