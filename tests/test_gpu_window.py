@@ -28,8 +28,9 @@ from engine.train.recipe.window import (
     window_config,
     write_window,
 )
+from engine.train.schedule import fit_steps, lr_at
 from engine.train.tasks import BLOCK_LINES, Budget, fit_block, make_fim
-from engine.train.trainer import ExampleStream, TrainConfig, fit_steps, lr_at, train
+from engine.train.trainer import ExampleStream, TrainConfig, train
 from tests.test_train_smoke import synth_tree
 
 TINY = dict(model="tiny", seq_len=192, block_size=8, max_canvas=32, chars_per_token=1.0, batch_size=2,
@@ -58,13 +59,13 @@ def test_deadline_fit_follows_a_speed_change(monkeypatch: pytest.MonkeyPatch) ->
     """The speed halves a third of the way in (a bench starts beside the job): one fit at warmup would
     plan twice the steps the deadline allows and the cosine would be cut off at about 70 %; the refits
     end it within a few per cent of the deadline."""
-    import engine.train.trainer as trainer
+    import engine.train.schedule as schedule
 
     def simulate(refits: bool) -> tuple[int, int]:
         clock = [0.0]
-        monkeypatch.setattr(trainer.time, "time", lambda: clock[0])
+        monkeypatch.setattr(schedule.time, "time", lambda: clock[0])
         cfg = TrainConfig(steps=100_000, warmup=10, deadline=100.0, fit_deadline=True)
-        fit = trainer.DeadlineFit()
+        fit = schedule.DeadlineFit()
         if not refits:
             fit.left = []
         step = 0

@@ -12,7 +12,8 @@ import torch
 from engine.tokenizer import Tokenizer
 from engine.train.corpus import build_corpus
 from engine.train.lora import load_adapter
-from engine.train.trainer import TrainConfig, lr_at, train
+from engine.train.schedule import lr_at
+from engine.train.trainer import TrainConfig, train
 
 NAMES = ["alpha", "beta", "gamma", "delta", "count", "total", "value", "item"]
 
