@@ -38,6 +38,7 @@ from engine.templates import (
     EDIT_REGION_BELOW,
     EditPrompt,
 )
+from engine.textdiff import unified_diff
 from evals.metrics import line_f1, normalize_ws, percentile
 
 CATEGORIES = ("next-edit", "elsewhere", "done")
@@ -107,6 +108,25 @@ def judge(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, 
     return {"shown": shown, "right": exact, "exact": exact, "f1": f1}
 
 
+DIFF_CHARS = 2000  # of each diff kept in a record
+
+
+def diffs(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, str]:
+    """The rewrite as a unified diff of the region (``diff``) and, for a next-edit case, the truth's
+    (``want``), each at most `DIFF_CHARS` characters."""
+    path = case["path"]
+    text = case["files"][path]
+    first = text.count("\n", 0, ra)
+    out = {"diff": unified_diff(path, text[ra:rb], new_region, first_line=first)[:DIFF_CHARS]}
+    expected = [e for e in case.get("expected") or [] if e["path"] == path]
+    if expected:
+        want = text
+        for e in sorted(expected, key=lambda e: e["start"], reverse=True):
+            want = want[:e["start"]] + e["text"] + want[e["end"]:]
+        out["want"] = unified_diff(path, text, want)[:DIFF_CHARS]
+    return out
+
+
 def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
         progress: Callable[[Iterable], Iterable] = iter) -> dict[str, Any]:
     """Each case through ``eng.rewrite``; ``out/results.jsonl`` (one record per case) and
@@ -132,6 +152,8 @@ def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
                            exact=False if case.get("expected") else None, f1=0.0 if case.get("expected") else None)
             else:
                 rec.update(judge(case, ra, rb, res.text))
+                if rec["shown"]:  # what the model changed, and what was due: readable without rerunning
+                    rec.update(diffs(case, ra, rb, res.text))
                 rec.update(score=gate_score(list(res.changed or res.confidences)), tokens=len(res.tokens),
                            steps=res.steps, forwards=res.forwards, prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason)
             rec["latency_ms"] = (time.perf_counter() - t0) * 1000

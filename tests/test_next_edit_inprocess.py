@@ -80,6 +80,10 @@ def test_judge_and_summary(tmp_path: Path) -> None:
     recs = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["exact"] for r in recs] == [True, False, None, None] and recs[1]["f1"] == 0.0
     assert json.loads((tmp_path / "report.json").read_text())["options"]["history"] == 1
+    # a shown rewrite keeps its diff (numbered in the file) and the truth's; a silent one neither
+    assert "\n-line_13 = 13\n" in recs[1]["diff"] and "@@ -11,7 +11,6 @@" in recs[1]["diff"]  # the file's lines
+    assert "\n-line_12 = 12\n" in recs[1]["want"] and "\n-line_13" not in recs[1]["want"]
+    assert "diff" not in recs[2] and "want" not in recs[3] and "+line_x = 16\n" in recs[3]["diff"]
 
 
 def test_context_lines_and_history_options_and_engine_failures(tmp_path: Path) -> None:
