@@ -189,3 +189,35 @@ def test_half_the_session_examples_take_the_served_region(repo: Path, monkeypatc
     assert share() == 1.0
     monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 0.0)
     assert share() < 0.2
+
+
+def test_the_served_region_fits_the_edit_canvas(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite's canvas has its own cap (`max_edit_canvas`): with the FIM cap (128) half the served 15-line
+    regions of real code were silently dropped from training (a 6 / 8 region is p50 103, p90 151 Qwen tokens
+    on the training repositories: canvases of 160–224)."""
+    import dataclasses
+    import json
+
+    from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, edit_canvas_length
+    from engine.train import git_sessions
+    from engine.train.trainer import TrainConfig
+
+    monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 1.0)
+    s = extract_sessions(repo)[0]
+    region_tok = len(TOK.encode(states_of(s)[1])) // 3  # room for the served region, not the whole file
+    fim_only = dataclasses.replace(BUDGET, max_canvas=edit_canvas_length(region_tok, block_size=16) - 16)
+    assert fim_only.edit_canvas == fim_only.max_canvas  # 0: the FIM cap
+    with_edit = dataclasses.replace(fim_only, max_edit_canvas=512)
+    assert with_edit.edit_canvas == 512 and with_edit.max_canvas == fim_only.max_canvas
+
+    def kept(budget: Budget) -> int:
+        return sum(session_example(TOK, s, random.Random(seed), budget, k=1) is not None for seed in range(20))
+
+    assert kept(with_edit) == 20 and kept(fim_only) < 20
+    cfg = TrainConfig(max_canvas=128, max_edit_canvas=256)
+    assert cfg.budget().edit_canvas == 256 and cfg.budget().max_canvas == 128
+    # the GPU recipe's Qwen config trains the canvases the server asks for (15 lines at ~10 tokens each)
+    gpu = json.loads((Path(__file__).parents[1] / "engine/train/configs/gpu_qwen05b_bd3.json").read_text())
+    lines = EDIT_REGION_ABOVE + 1 + EDIT_REGION_BELOW
+    assert edit_canvas_length(lines * 10, block_size=gpu["block_size"]) <= gpu["max_edit_canvas"]
+    assert gpu["max_canvas"] == 128  # FIM middles as before

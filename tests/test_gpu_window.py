@@ -113,6 +113,9 @@ def test_window_config_fits_steps_from_the_window_start(tmp_path: Path) -> None:
     # a warm restart of a finished checkpoint: its config, the recipe's mix, a new schedule from its step
     ck = {**TINY, "steps": 900, "warmup": 50, "lr": 8e-4, "mix": {"fim": 1.0}, "max_canvas": 16,
           "max_minutes": 6.5}  # the H200 run's budget: the old window's, not this one's
+    d = window_config(ck, w, step=900, kind="k", recipe_config={**recipe, "max_edit_canvas": 64}, restart=True,
+                      now=1200.0, table=table)
+    assert d["max_edit_canvas"] == 64  # the recipe's rewrite canvas reaches a checkpoint trained without it
     d = window_config(ck, w, step=900, kind="k", recipe_config=recipe, restart=True, now=1200.0, table=table)
     assert d["schedule_start"] == 900 and d["steps"] == 900 + int(485 / 0.5) and d["warmup"] == 30
     assert d["mix"] == TINY["mix"] and d["max_canvas"] == 32 and d["strict_resume"] is False

@@ -39,6 +39,11 @@ class Budget:
     block_size: int = 32
     max_canvas: int = 128
     chars_per_token: float = 3.5
+    max_edit_canvas: int = 0  # a rewrite's canvas cap (0: ``max_canvas``): the served region is 15 lines
+
+    @property
+    def edit_canvas(self) -> int:
+        return self.max_edit_canvas or self.max_canvas
 
 
 def round_up(n: int, b: int) -> int:

@@ -266,7 +266,7 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
     r_tok = len(tok.encode(region))
     t_tok = len(tok.encode(new_region))
     canvas = max(edit_canvas_length(r_tok, block_size=budget.block_size), round_up(t_tok + 1, budget.block_size))
-    if canvas > budget.max_canvas:
+    if canvas > budget.edit_canvas:
         return None
     room = budget.max_len - canvas - r_tok - 24 - len(tok.encode(path))
     room -= sum(len(tok.encode(h)) for h in history)

@@ -57,6 +57,7 @@ class TrainConfig:
     seq_len: int = 512  # prompt + canvas tokens (the BD3 sequence is prompt + 2 × canvas)
     block_size: int = 32
     max_canvas: int = 128
+    max_edit_canvas: int = 0  # a rewrite's canvas cap (0: max_canvas); the served 15-line region needs ~256
     chars_per_token: float = 3.2
     batch_size: int = 4
     grad_accum: int = 1
@@ -106,7 +107,7 @@ class TrainConfig:
                              f"{', '.join(MOMENT_DTYPES)}")
 
     def budget(self) -> Budget:
-        return Budget(self.seq_len, self.block_size, self.max_canvas, self.chars_per_token)
+        return Budget(self.seq_len, self.block_size, self.max_canvas, self.chars_per_token, self.max_edit_canvas)
 
 
 # ---- data ----------------------------------------------------------------------------------
