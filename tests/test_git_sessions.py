@@ -221,3 +221,29 @@ def test_the_served_region_fits_the_edit_canvas(repo: Path, monkeypatch: pytest.
     lines = EDIT_REGION_ABOVE + 1 + EDIT_REGION_BELOW
     assert edit_canvas_length(lines * 10, block_size=gpu["block_size"]) <= gpu["max_edit_canvas"]
     assert gpu["max_canvas"] == 128  # FIM middles as before
+
+
+def test_the_stream_counts_what_each_kind_made(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ExampleStream.stats`: per kind, draws tried and examples made — the mix as trained, and a kind the
+    budget starves shows it (its yield falls) instead of vanishing silently."""
+    import dataclasses
+
+    from engine.train import git_sessions
+    from engine.train.corpus import Doc
+    from engine.train.trainer import ExampleStream
+
+    monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 1.0)
+    sessions = extract_sessions(repo)
+    text = V1 * 3
+    docs = [Doc("m.py", "python", text, len(text))]
+
+    def stats(budget: Budget) -> dict:
+        stream = ExampleStream(docs, TOK, budget, {"fim": 0.5, "git": 0.5}, 0, sessions)
+        stream.take(30)
+        return stream.stats()
+
+    roomy = stats(BUDGET)
+    assert sum(v["made"] for v in roomy.values()) == 30 and abs(sum(v["share"] for v in roomy.values()) - 1) < 0.01
+    assert all(v["tries"] >= v["made"] > 0 for v in roomy.values()) and roomy["git"]["yield"] > 0.5
+    tight = stats(dataclasses.replace(BUDGET, max_canvas=48))  # the served regions' canvases do not fit
+    assert tight["git"]["yield"] < roomy["git"]["yield"] / 2 and tight["fim"]["yield"] > 0.5

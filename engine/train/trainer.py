@@ -125,6 +125,18 @@ class ExampleStream:
         self.kinds = [k for k, w in mix.items() if w > 0 and (k != "git" or self.git_pairs)]
         self.weights = [mix[k] for k in self.kinds]
         self.rng = random.Random(seed)
+        # per kind: draws tried and examples made — a kind whose examples do not fit the budget is dropped
+        # silently otherwise (session 16: half the served-region edits, canvases over max_canvas)
+        self.tries: dict[str, int] = dict.fromkeys(self.kinds, 0)
+        self.made: dict[str, int] = dict.fromkeys(self.kinds, 0)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Per kind: tries, examples made, the share of tries that made one and of all examples made (the
+        mix as trained, against the config's)."""
+        total = sum(self.made.values()) or 1
+        return {k: {"tries": self.tries[k], "made": self.made[k],
+                    "yield": round(self.made[k] / self.tries[k], 3) if self.tries[k] else 0.0,
+                    "share": round(self.made[k] / total, 3)} for k in self.kinds}
 
     def one(self) -> Example:
         kind = self.rng.choices(self.kinds, self.weights)[0]
@@ -147,7 +159,9 @@ class ExampleStream:
                     ex = make_noedit(self.tok, d.text, d.path, self.rng, self.budget, layout=self.edit_layout)
                 else:
                     ex = make_continuation(self.tok, d.text, d.path, self.rng, self.budget)
+            self.tries[kind] += 1
             if ex is not None and len(ex) <= self.budget.max_len:
+                self.made[kind] += 1
                 return ex
         raise RuntimeError("could not make an example in 600 tries (documents too short for the budget?)")
 
@@ -376,7 +390,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
                "train_loss_last": _mean_last(history, 10), "val": vals, "tokens": tokens_before + n_tok,
                "tok_s": n_tok / elapsed if elapsed else 0.0, "seconds": seconds_before + elapsed,
                "resumed_from": start, "skipped_steps": guard.skipped, "diverged": guard.diverged,
-               "run_seconds": elapsed, "run_tokens": n_tok, "history": history}
+               "run_seconds": elapsed, "run_tokens": n_tok, "examples": stream.stats(), "history": history}
+    log.info("examples this run (kind: made / tries, share): %s", ", ".join(
+        f"{k} {v['made']}/{v['tries']} {v['share']:.0%}" for k, v in summary["examples"].items()))
     adapter_meta = export_meta(cfg, tok, meta, summary, device, corpus)
     save_adapter(out / "adapter", model, first, adapter_meta)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
