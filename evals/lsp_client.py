@@ -6,16 +6,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from lsprotocol.types import InlineCompletionTriggerKind
-
-from edit_server.lsp.client import LspClient, LspError, offset_of, server_command, utf16_position
+from edit_server.lsp.client import (
+    TRIGGER_KINDS,
+    LspClient,
+    LspError,
+    offset_of,
+    server_command,
+    utf16_position,
+)
 
 __all__ = ["TRIGGER_KINDS", "LspClient", "LspError", "offset_of", "server_command", "utf16_position", "warm_up"]
 log = logging.getLogger(__name__)
-
-# `--trigger` → the inline completion's ``context.triggerKind``: typing (automatic) or asked for (invoked)
-TRIGGER_KINDS = {"invoked": int(InlineCompletionTriggerKind.Invoked),
-                 "automatic": int(InlineCompletionTriggerKind.Automatic)}
 
 
 async def warm_up(client: LspClient, root: Path, timeout: float) -> None:

@@ -16,10 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lsprotocol.types import METHOD_TO_TYPES
+from lsprotocol.types import METHOD_TO_TYPES, InlineCompletionTriggerKind
 from pygls.lsp.client import LanguageClient
 
 from edit_server.lsp.convert import offset_to_position, position_to_offset
+
+# a client's names for the inline completion's ``context.triggerKind``: typing (automatic) or asked for (invoked)
+TRIGGER_KINDS = {"invoked": int(InlineCompletionTriggerKind.Invoked),
+                 "automatic": int(InlineCompletionTriggerKind.Automatic)}
 
 log = logging.getLogger(__name__)
 STATUS = "$/editServer/status"
