@@ -86,6 +86,8 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/cpu/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
+        # int4 MLP weights for narrow decode steps ($EDIT_SERVER_INT4; engine/cpu/fastcpu.py)
+        int4 = fastcpu.attach_int4(model) if getattr(model, "fast_cpu", None) and options.env().int4_mlp else 0
         # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu.gemm)
         gemm = cpu_gemm.configure() if self.device.type == "cpu" else None
         if cache_bytes is None:
@@ -107,7 +109,7 @@ class Engine(ByComplete):
             "regime": self.args.attention, "shifted_logits": self.args.shifted_logits,
             "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
             "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
-            "params": params, "fast_cpu": getattr(model, "fast_cpu", None),
+            "params": params, "fast_cpu": getattr(model, "fast_cpu", None), "int4_matrices": int4,
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
             "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,

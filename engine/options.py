@@ -15,6 +15,7 @@ DECODE = "EDIT_SERVER_DECODE"  # block | adaptive | ar | <window int>, optionall
 FASTCPU = "EDIT_SERVER_FASTCPU"  # 0 / 1: the int8 CPU path
 INT8_SMALL = "EDIT_SERVER_INT8_SMALL"  # positions per forward up to which the weight-only int8 kernel runs
 INT8_GEMM = "EDIT_SERVER_INT8_GEMM"  # 0: no int8 x int8 GEMM
+INT4 = "EDIT_SERVER_INT4"  # 1 / 0: narrow decode steps read the MLP weights as int4 (group 32)
 ONEDNN_FP32 = "EDIT_SERVER_ONEDNN_FP32"  # auto / 0 / 1
 CUDA_GRAPHS = "EDIT_SERVER_CUDA_GRAPHS"  # 0 / 1
 PREFIX_CACHE_MB = "EDIT_SERVER_PREFIX_CACHE_MB"  # prefix KV-cache budget, MiB
@@ -27,7 +28,7 @@ SHARED = "EDIT_SERVER_SHARED"  # the shared data directory (evals, GPU recipe)
 GPU_WORK = "EDIT_SERVER_GPU_WORK"  # the GPU recipe's work directory
 GPU_THROUGHPUT = "EDIT_SERVER_GPU_THROUGHPUT"  # another seconds-per-step table for the GPU window plan (tests)
 
-NAMES = (DECODE, FASTCPU, INT8_SMALL, INT8_GEMM, ONEDNN_FP32, CUDA_GRAPHS, PREFIX_CACHE_MB, MERGED_CACHE,
+NAMES = (DECODE, FASTCPU, INT8_SMALL, INT8_GEMM, INT4, ONEDNN_FP32, CUDA_GRAPHS, PREFIX_CACHE_MB, MERGED_CACHE,
          ADAPTER, BASE_WHEEL, ENGINE_FACTORY, HTTP_TOKEN, SHARED, GPU_WORK, GPU_THROUGHPUT)
 
 
@@ -39,6 +40,7 @@ class EnvOptions:
     fastcpu: str = ""
     int8_small: str = ""
     int8_gemm: str = ""
+    int4: str = ""
     onednn_fp32: str = ""
     cuda_graphs: str = ""
     prefix_cache_mb: str = ""
@@ -63,6 +65,15 @@ class EnvOptions:
     @property
     def fast_cpu(self) -> bool | None:
         return self.fastcpu == "1" if self.fastcpu else None
+
+    @property
+    def int4_mlp(self) -> bool | None:
+        """``$EDIT_SERVER_INT4``: 1 / 0, None when unset (the engine's default)."""
+        if not self.int4:
+            return None
+        if self.int4 not in ("0", "1"):
+            raise ValueError(f"${INT4}={self.int4!r}: expected 0 or 1")
+        return self.int4 == "1"
 
     @property
     def small_positions(self) -> int:
@@ -116,7 +127,7 @@ def named(name: str, environ: Mapping[str, str] | None = None) -> str:
 def env(environ: Mapping[str, str] | None = None) -> EnvOptions:
     """The overrides in ``environ`` (default: this process's environment)."""
     e = os.environ if environ is None else environ
-    names = dict(zip(("decode", "fastcpu", "int8_small", "int8_gemm", "onednn_fp32", "cuda_graphs",
+    names = dict(zip(("decode", "fastcpu", "int8_small", "int8_gemm", "int4", "onednn_fp32", "cuda_graphs",
                       "prefix_cache_mb", "merged_cache", "adapter", "base_wheel", "engine_factory",
                       "http_token", "shared", "gpu_work", "gpu_throughput"), NAMES, strict=True))
     names.update(xdg_cache_home="XDG_CACHE_HOME", xdg_data_home="XDG_DATA_HOME",

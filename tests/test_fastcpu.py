@@ -91,3 +91,41 @@ def test_int8_gemm_is_per_token(monkeypatch: pytest.MonkeyPatch, bias: bool) -> 
     lin._packed = None  # decode-sized batches keep the weight-only kernel: nothing is packed
     lin(x[:fastcpu.SMALL])
     assert lin._packed is None
+
+
+@torch.no_grad()
+def test_int4_mlp_for_narrow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`attach_int4`: the MLP's narrow steps read group-32 int4 weights (close to int8), wider steps and
+    the state dict are untouched; the engine attaches them under $EDIT_SERVER_INT4=1 only."""
+    assert fastcpu.int4_available()
+    w = torch.randn(64, 96, generator=torch.Generator().manual_seed(1))
+    packed, sz = fastcpu.pack_int4(w)
+    assert sz.shape == (3, 64, 2) and sz.dtype == torch.bfloat16
+    x = torch.randn(2, 96, dtype=torch.bfloat16)
+    got = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, 32, sz).float()
+    want = x.float() @ w.t()
+    assert (got - want).abs().max() < 0.15 * want.abs().max()  # 16 levels per group of 32
+    fast = fastcpu.convert(tiny())
+    keys = set(fast.state_dict())
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    kv = KVCache.for_model(fast.args, 1, 64, fastcpu.KV_DTYPE, "cpu")
+    fast(ids[:, :38], cache=kv, is_causal=True, logits_slice=slice(0, 0))
+    kv.length = 38
+
+    def step() -> torch.Tensor:
+        return fast(ids[:, 38:], offset=38, cache=kv, mask=causal_mask(2, 38))
+
+    int8, wide8 = step(), fast(ids, is_causal=True)
+    n = fastcpu.attach_int4(fast)
+    assert n == 2 * len(fast.model.layers) and set(fast.state_dict()) == keys  # a copy beside, not a format
+    int4, wide4 = step(), fast(ids, is_causal=True)
+    assert not torch.equal(int4, int8) and torch.allclose(int4, int8, atol=0.1 * int8.abs().max().item())
+    assert torch.equal(wide4, wide8)  # prefill (> SMALL positions) keeps the int8 kernels
+    tok = Tokenizer.byte_level()
+    assert Engine(tiny(), tok, fast_cpu=True).info["int4_matrices"] == 0  # off unless asked
+    monkeypatch.setenv("EDIT_SERVER_INT4", "1")
+    assert Engine(tiny(), tok, fast_cpu=True).info["int4_matrices"] == 2 * len(fast.model.layers)
+    assert Engine(tiny(), tok, fast_cpu=False).info["int4_matrices"] == 0  # the int8 path only
+    monkeypatch.setenv("EDIT_SERVER_INT4", "yes")
+    with pytest.raises(ValueError, match="EDIT_SERVER_INT4"):
+        Engine(tiny(), tok, fast_cpu=True)
