@@ -67,6 +67,9 @@ def test_two_windows_compound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert main(["poll", "--work", str(w1), "--wait", "0", "--to", str(out1)]) == 0
     got = json.loads((out1 / "status.json").read_text())
     assert got["throughput"]["kind"] == "cpu" and got["throughput"]["steps"] == summary["steps"]
+    made = got["examples"]  # the mix as trained comes back: every kind of the config made examples
+    assert set(made) == set(CONFIG["mix"]) and all(v["made"] > 0 and v["tries"] >= v["made"] for v in made.values())
+    assert sum(v["made"] for v in made.values()) == summary["steps"] * CONFIG["batch_size"]  # one per batch row
     assert got["bench_engine"]["rows"][0]["what"] == "load"  # the engine bench ran while the job trained
     assert any(r["what"] == "decode" for r in got["bench_engine"]["rows"])
     assert "bench-gpu-engine" in got["bench_engine_log"]  # the bench's own output comes back with it

@@ -76,6 +76,9 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
                       ("bench_latency", w.root / "bench" / "latency.json"), ("window", w.root / "window.json")):
         if path.is_file():
             result[key] = read_json(path)
+    examples = (read_json(w.run / "summary.json") or {}).get("examples")
+    if examples:  # the mix as trained: per kind, draws tried and examples made (a starved kind shows)
+        result["examples"] = examples
     bench_log = tail_bytes(w.root / "bench" / "engine.log", BENCH_LOG_BYTES)
     if bench_log:  # the detached engine bench's own output: why it stopped where it did (session 14 could not tell)
         result["bench_engine_log"] = bench_log.decode("utf-8", "replace")
