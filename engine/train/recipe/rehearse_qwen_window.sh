@@ -17,7 +17,7 @@ export EDIT_SERVER_GPU_THROUGHPUT="$R/throughput.json"
 t() { local s e; s=$(date +%s.%N); "$@"; e=$(date +%s.%N); printf "%8.1f s  %s\n" "$(echo "$e - $s" | bc)" "$*" | cut -c1-220 >> "$R/timings"; }
 # here: the GPU config at CPU size; the tied copy is cached beside the pinned base after its first write
 t $G pack --config engine/train/configs/gpu_qwen05b_bd3.json --out "$R/pack" --set device=cpu dtype=fp32 \
-    seq_len=256 max_canvas=64 batch_size=1 grad_accum=1 warmup=1 steps="$STEPS" threads=2 val_examples=2 \
+    seq_len=256 max_canvas=64 max_edit_canvas=64 batch_size=1 grad_accum=1 warmup=1 steps="$STEPS" threads=2 val_examples=2 \
     val_every="$STEPS" save_every="$STEPS" --max-files "$FILES" --eval-split single-line --eval-limit "$TASKS" \
     --next-edit-cases "$NE" --no-wheels > "$R/pack.json"
 t $G plan --base qwen2.5-coder-0.5b --pack "$R/pack" --budget-s 900 --kind nvidia-h200 > "$R/plan.txt"
