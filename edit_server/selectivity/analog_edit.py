@@ -30,22 +30,14 @@ ones.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Sequence
 
-from edit_server.selectivity.candidates import HunkLike, diff_lines
+from edit_server.selectivity.candidates import HunkLike, diff_lines, tokens
 
 SCORE = 0.94  # the candidate's score (`gate.score` of its confidences); the repeated edit's is 0.95
 MIN_SIMILARITY = 0.5  # token ratio of a target line with the pair's old line
 MAX_INSERT = 3  # non-space tokens one inserted change may hold (a longer one is new code, not a pattern)
 MAX_PAIRS = 12  # changed line pairs of one edit looked at (a bigger edit is a rewrite, not a pattern)
-_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
-
-
-def tokens(line: str) -> list[str]:
-    return _TOKEN.findall(line)
-
-
 def _ratio(a: Sequence[str], b: Sequence[str]) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 

@@ -19,6 +19,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def tokens(line: str) -> list[str]:
+    """A line as the rules compare it: words, runs of whitespace, single other characters (joined back,
+    the line itself)."""
+    return _TOKEN.findall(line)
 
 
 class HunkLike(Protocol):

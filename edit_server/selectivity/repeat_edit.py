@@ -24,11 +24,12 @@ it like any other suggestion.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edit_server.selectivity.candidates import HunkLike
+from edit_server.selectivity.candidates import HunkLike, tokens
 from engine.textdiff import changed_span
 
 SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
@@ -59,17 +60,12 @@ def line_substitution(a: str, b: str) -> Substitution | None:
     return Substitution(a[p:len(a) - q], b[p:len(b) - q])
 
 
-_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
-
-
 def token_substitution(a: str, b: str) -> Substitution | None:
     """The one token replacement that turns line ``a`` into ``b`` wherever they differ, or None: for a line
     that makes the same change twice (``self.limits = limits`` → ``self.pool_limits = pool_limits``), which
     `line_substitution`'s single differing middle cannot express. Insertions and deletions are not
     replacements (None)."""
-    import difflib
-
-    ta, tb = _TOKEN.findall(a), _TOKEN.findall(b)
+    ta, tb = tokens(a), tokens(b)
     ops = [op for op in difflib.SequenceMatcher(a=ta, b=tb, autojunk=False).get_opcodes() if op[0] != "equal"]
     subs = {("".join(ta[i1:i2]), "".join(tb[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag == "replace"}
     if len(subs) != 1 or any(tag != "replace" for tag, *_ in ops):
