@@ -99,10 +99,7 @@ def judge(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, 
     expected = case.get("expected")
     if not expected:
         return {"shown": shown, "right": not shown, "exact": None, "f1": None}
-    want = text
-    for e in sorted(expected, key=lambda e: e["start"], reverse=True):
-        if e["path"] == path:
-            want = want[:e["start"]] + e["text"] + want[e["end"]:]
+    want = _with_truth(text, path, expected)
     exact = shown and normalize_ws(got) == normalize_ws(want)
     f1 = 1.0 if exact else line_f1({path: text}, {path: got}, {path: want}) if shown else 0.0
     return {"shown": shown, "right": exact, "exact": exact, "f1": f1}
@@ -118,13 +115,18 @@ def diffs(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, 
     text = case["files"][path]
     first = text.count("\n", 0, ra)
     out = {"diff": unified_diff(path, text[ra:rb], new_region, first_line=first)[:DIFF_CHARS]}
-    expected = [e for e in case.get("expected") or [] if e["path"] == path]
-    if expected:
-        want = text
-        for e in sorted(expected, key=lambda e: e["start"], reverse=True):
-            want = want[:e["start"]] + e["text"] + want[e["end"]:]
-        out["want"] = unified_diff(path, text, want)[:DIFF_CHARS]
+    expected = case.get("expected") or []
+    if any(e["path"] == path for e in expected):
+        out["want"] = unified_diff(path, text, _with_truth(text, path, expected))[:DIFF_CHARS]
     return out
+
+
+def _with_truth(text: str, path: str, expected: list[dict[str, Any]]) -> str:
+    """``text`` (the file at ``path``) with the case's expected edits of that file applied."""
+    for e in sorted(expected, key=lambda e: e["start"], reverse=True):
+        if e["path"] == path:
+            text = text[:e["start"]] + e["text"] + text[e["end"]:]
+    return text
 
 
 def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
