@@ -90,7 +90,7 @@ class TrainConfig:
     edit_layout: str = DEFAULT_EDIT_LAYOUT  # next-edit prompt order (history-file | file-history), likewise
     max_minutes: float = 0.0  # > 0: stop (checkpoint + export) when the wall-clock budget is spent
     deadline: float = 0.0  # > 0: stop (checkpoint + export) before this wall-clock time (epoch s: a GPU window's)
-    fit_deadline: bool = False  # at the end of warmup: `steps` := what ends the cosine by `deadline` at the measured speed
+    fit_deadline: bool = False  # `steps` := what ends the cosine by `deadline` at the measured speed (schedule.DeadlineFit)
     schedule_start: int = 0  # warm restart: warmup + cosine run from this step to `steps` (a later window's extension)
 
     @classmethod
@@ -334,7 +334,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
     refit = DeadlineFit()
     last_save = t0
     step = start
-    while step < cfg.steps:  # not a range: fit_deadline may move cfg.steps at the end of warmup
+    while step < cfg.steps:  # not a range: fit_deadline moves cfg.steps (after warmup, then at its refits)
         f = lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * f
