@@ -26,6 +26,7 @@ from torch import Tensor
 from engine import options
 from engine.api import ByComplete, Call
 from engine.attention import attention_path
+from engine.caches import merged as merged_cache
 from engine.caches.prefix import PrefixCache, Slot, prefix_budget
 from engine.calls import FormatRequest, call_request, call_result, pick_format
 from engine.checkpoint import LoadedCheckpoint
@@ -86,8 +87,11 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/cpu/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
-        # int4 MLP weights for narrow decode steps ($EDIT_SERVER_INT4; engine/cpu/fastcpu.py)
-        int4 = fastcpu.attach_int4(model) if getattr(model, "fast_cpu", None) and options.env().int4_mlp else 0
+        # int4 MLP weights for narrow decode steps: none (default), single-line requests' or all ($EDIT_SERVER_INT4,
+        # engine/cpu/fastcpu.py); the copy is kept beside the merged-model cache entry the model came from
+        mode = options.env().int4_mode if getattr(model, "fast_cpu", None) else "off"
+        int4 = merged_cache.attach_int4(model, self.meta.get("merged_cache")) if mode != "off" else 0
+        self.int4_mode = mode if int4 else "off"
         # MKL or oneDNN for the CPU's fp32 GEMMs and attention: probed once per process (engine.cpu.gemm)
         gemm = cpu_gemm.configure() if self.device.type == "cpu" else None
         if cache_bytes is None:
@@ -110,6 +114,7 @@ class Engine(ByComplete):
             "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
             "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
             "params": params, "fast_cpu": getattr(model, "fast_cpu", None), "int4_matrices": int4,
+            "int4_steps": self.int4_mode,
             "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
             "format": self.format.name, "block_align": self.args.block_align,
             "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
@@ -300,7 +305,8 @@ class Engine(ByComplete):
 
     @torch.no_grad()
     def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
-        with self.lock:
+        int4 = self.int4_mode == "all" or (self.int4_mode == "line" and all(r.canvas.single_line for r in reqs))
+        with self.lock, fastcpu.int4_steps(int4):
             t0 = time.perf_counter()
             jobs = [self._job(r, h) for r, h in zip(reqs, hooks, strict=True)]
             if self.args.attention == "block_causal":

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from engine import CanvasSpec, EditPrompt, Engine, FimPrompt, SamplerConfig
+from engine import CanvasSpec, EditPrompt, Engine, FimPrompt, GenerateRequest, SamplerConfig
 from engine.attention import causal_mask
 from engine.caches.prefix import KVCache
 from engine.config import preset
@@ -94,9 +94,9 @@ def test_int8_gemm_is_per_token(monkeypatch: pytest.MonkeyPatch, bias: bool) -> 
 
 
 @torch.no_grad()
-def test_int4_mlp_for_narrow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`attach_int4`: the MLP's narrow steps read group-32 int4 weights (close to int8), wider steps and
-    the state dict are untouched; the engine attaches them under $EDIT_SERVER_INT4=1 only."""
+def test_int4_mlp_for_narrow_steps() -> None:
+    """`attach_int4`: inside `int4_steps` the MLP's narrow steps read group-32 int4 weights (close to int8);
+    outside it, wider steps and the state dict are untouched; a saved copy attaches without packing."""
     assert fastcpu.int4_available()
     w = torch.randn(64, 96, generator=torch.Generator().manual_seed(1))
     packed, sz = fastcpu.pack_int4(w)
@@ -118,13 +118,53 @@ def test_int4_mlp_for_narrow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     int8, wide8 = step(), fast(ids, is_causal=True)
     n = fastcpu.attach_int4(fast)
     assert n == 2 * len(fast.model.layers) and set(fast.state_dict()) == keys  # a copy beside, not a format
-    int4, wide4 = step(), fast(ids, is_causal=True)
+    assert torch.equal(step(), int8)  # attached, but not asked for
+    with fastcpu.int4_steps():
+        int4, wide4 = step(), fast(ids, is_causal=True)
+        with fastcpu.int4_steps(False):
+            assert torch.equal(step(), int8)
+        assert torch.equal(step(), int4)
     assert not torch.equal(int4, int8) and torch.allclose(int4, int8, atol=0.1 * int8.abs().max().item())
     assert torch.equal(wide4, wide8)  # prefill (> SMALL positions) keeps the int8 kernels
+    # the saved copy: the same matrices without packing; a wrong-shaped one is packed again
+    state = fastcpu.int4_state(fast)
+    assert len(state) == 2 * n
+    again = fastcpu.convert(tiny())
+    bad = {**state, "layers.0.down.int4_sz": state["layers.0.down.int4_sz"][:1]}
+    assert fastcpu.attach_int4(again, packed=bad) == n
+    assert again.model.layers[1].gate_up.int4[0] is state["layers.1.gate_up.int4"]  # type: ignore[index]
+    assert again.model.layers[0].down.int4[1].shape == state["layers.0.down.int4_sz"].shape  # type: ignore[index]
+    with fastcpu.int4_steps():
+        assert torch.equal(again(ids[:, :38], is_causal=True), fast(ids[:, :38], is_causal=True))
+
+
+def test_int4_steps_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$EDIT_SERVER_INT4: no request reads the int4 copy by default (or ``0``), single-line ones with ``line``,
+    every request with ``1``; a block in the same batch as a single line keeps the int8 weights for both."""
     tok = Tokenizer.byte_level()
-    assert Engine(tiny(), tok, fast_cpu=True).info["int4_matrices"] == 0  # off unless asked
-    monkeypatch.setenv("EDIT_SERVER_INT4", "1")
-    assert Engine(tiny(), tok, fast_cpu=True).info["int4_matrices"] == 2 * len(fast.model.layers)
+    seen: list[bool] = []
+    real = fastcpu.int4_steps
+
+    def spy(on: bool = True):  # type: ignore[no-untyped-def]
+        seen.append(on)
+        return real(on)
+
+    monkeypatch.setattr(fastcpu, "int4_steps", spy)
+    line = CanvasSpec(6, single_line=True)
+    block = CanvasSpec(6)
+    ids = [10, 11, 12, 13]
+    for mode, want in (("", [False, False, False]), ("line", [True, False, False]), ("1", [True, True, True]),
+                       ("0", [False, False, False])):
+        monkeypatch.setenv("EDIT_SERVER_INT4", mode)
+        eng = Engine(tiny(), tok, fast_cpu=True)
+        assert eng.info["int4_matrices"] == (0 if mode in ("", "0") else 2 * len(eng.model.model.layers))
+        assert eng.info["int4_steps"] == {"": "off", "1": "all", "0": "off"}.get(mode, mode)
+        seen.clear()
+        eng.generate(ids, line)
+        eng.generate(ids, block)
+        eng.generate_batch([GenerateRequest(ids, line), GenerateRequest(ids, block)])
+        assert seen == want, mode
+    monkeypatch.delenv("EDIT_SERVER_INT4")
     assert Engine(tiny(), tok, fast_cpu=False).info["int4_matrices"] == 0  # the int8 path only
     monkeypatch.setenv("EDIT_SERVER_INT4", "yes")
     with pytest.raises(ValueError, match="EDIT_SERVER_INT4"):

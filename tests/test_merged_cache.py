@@ -134,3 +134,36 @@ def test_to_fast_consumes_the_float_weights_and_converts_them_as_before() -> Non
     want = ref.state_dict()
     assert set(ck.state_dict) == set(want)
     assert all(torch.equal(ck.state_dict[k], want[k]) for k in want)
+
+
+def test_int4_copy_is_kept_beside_its_entry(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first engine over a cache entry packs the int4 MLP copy and keeps it beside the entry; the next
+    loads it (nothing packed) and answers the same; a broken copy is packed again; eviction removes it."""
+    monkeypatch.setenv("EDIT_SERVER_INT4", "line")
+    ck = to_fast(random_checkpoint("tiny"))
+    k = f"{1:020x}"
+    merged_cache.save("m", k, ck)
+    fim = FimPrompt("def f(x):\n    return ", "\n")
+
+    def engine() -> Engine:
+        back = merged_cache.load("m", k)
+        assert back is not None
+        return Engine.from_checkpoint(back, device="cpu")
+
+    first = engine()
+    side = merged_cache.int4_path(cache / f"m-{k}.safetensors", fastcpu.INT4_GROUP)
+    assert first.info["int4_matrices"] > 0 and side.is_file()
+    a = first.infill(fim, max_tokens=8, single_line=True)
+    packs: list[int] = []
+    real = fastcpu.pack_int4
+    monkeypatch.setattr(fastcpu, "pack_int4", lambda *a, **kw: packs.append(1) or real(*a, **kw))
+    second = engine()
+    assert packs == [] and second.info["int4_matrices"] == first.info["int4_matrices"]
+    assert second.infill(fim, max_tokens=8, single_line=True).tokens == a.tokens
+    side.write_bytes(b"broken")
+    assert engine().info["int4_matrices"] == first.info["int4_matrices"] and len(packs) > 0
+    assert side.stat().st_size > 100  # written again
+    for i in range(2, merged_cache.KEEP + 2):  # newer entries push this one out, its int4 copy with it
+        os.utime(cache / f"m-{k}.safetensors", ns=(1, 1))
+        merged_cache.save("m", f"{i:020x}", ck)
+    assert not (cache / f"m-{k}.safetensors").exists() and not side.exists()

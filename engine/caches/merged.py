@@ -11,6 +11,8 @@ checkouts of the same adapter (worktrees, a fresh clone: other paths and mtimes)
 ones (a base GGUF in the shared cache) by name, size and mtime. The ``KEEP`` most recently used entries
 of a name stay: a benchmark or evaluation that alternates two adapters (``bench lsp --adapter``) used to
 evict the other's entry at every start, so every start rebuilt it (peak RSS 1.6 GB instead of ~0.9 GB).
+An entry's int4 copy of the MLP weights (`engine.cpu.fastcpu.attach_int4`, packed from its int8 ones) is kept
+beside it (``<entry>.int4g<group>.safetensors``, written at the first load that packs it, removed with it).
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ def _evict(d: Path, name: str) -> None:
     for old in entries[KEEP:]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)
+        for extra in d.glob(f"{old.stem}.int4g*.safetensors"):
+            extra.unlink(missing_ok=True)
 
 
 def save(name: str, k: str, ck: LoadedCheckpoint) -> Path | None:
@@ -135,3 +139,37 @@ def save(name: str, k: str, ck: LoadedCheckpoint) -> Path | None:
     except OSError as e:
         log.warning("could not write the merged-model cache in %s: %s", d, e)
         return None
+
+
+def int4_path(entry: Path, group: int) -> Path:
+    return entry.with_name(f"{entry.stem}.int4g{group}.safetensors")
+
+
+def attach_int4(model: torch.nn.Module, entry: str | Path | None) -> int:
+    """`fastcpu.attach_int4` with the int4 copy kept beside the merged-model cache ``entry`` (the file the
+    model was loaded from; None: packed, not kept): loaded when there, else packed and written (atomically;
+    a failed write only logs). Returns how many matrices got an int4 copy."""
+    from safetensors.torch import load_file, save_file
+
+    from engine.cpu import fastcpu
+
+    if entry is None:
+        return fastcpu.attach_int4(model)
+    where = int4_path(Path(entry), fastcpu.INT4_GROUP)
+    packed = None
+    if where.is_file():
+        try:
+            packed = {n: t.clone() for n, t in load_file(str(where)).items()}  # aligned copies, as `load`
+        except Exception as e:  # noqa: BLE001 - a broken copy is packed again
+            log.warning("int4 copy %s unreadable (%s); packing it again", where, e)
+    n = fastcpu.attach_int4(model, packed=packed)
+    state = fastcpu.int4_state(model)
+    if n and (packed is None or set(packed) != set(state)):
+        try:
+            with tempfile.TemporaryDirectory(prefix=".tmp-", dir=where.parent) as tmp:
+                t = Path(tmp) / where.name
+                save_file(state, str(t))
+                os.replace(t, where)
+        except OSError as e:
+            log.warning("could not keep the int4 copy at %s: %s", where, e)
+    return n

@@ -22,7 +22,10 @@ are left as they are (`supported`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -75,6 +78,19 @@ def quantize(w: Tensor) -> tuple[Tensor, Tensor]:
 # ---- int4 weights for narrow decode steps ----------------------------------------------------------
 INT4_GROUP = 32  # input columns per int4 scale / zero (64: top-1 agreement with int8 0.90 instead of 0.95)
 _INT4_MM = getattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu", None)
+# whether the narrow steps running now read the int4 copy: the engine turns it on per batch of requests
+# (`int4_steps`: none, single-line ones or all, $EDIT_SERVER_INT4); everything else reads the int8 weights
+_INT4_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("fastcpu_int4_on", default=False)
+
+
+@contextlib.contextmanager
+def int4_steps(on: bool = True) -> Iterator[None]:
+    """Inside: narrow steps of layers with an int4 copy (`attach_int4`) read it (``on``) or not."""
+    token = _INT4_ON.set(on)
+    try:
+        yield
+    finally:
+        _INT4_ON.reset(token)
 
 
 def int4_available() -> bool:
@@ -131,7 +147,7 @@ class Int8Linear(nn.Module):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if x2.shape[0] <= SMALL:
-            if self.int4 is not None:
+            if self.int4 is not None and _INT4_ON.get():
                 packed, sz, group = self.int4
                 y = _INT4_MM(x2.to(torch.bfloat16), packed, group, sz).float()  # type: ignore[misc]
             else:
@@ -261,15 +277,39 @@ def convert(model: nn.Module) -> nn.Module:
     return _finish(m, head, embed)
 
 
-def attach_int4(model: nn.Module, group: int = INT4_GROUP) -> int:
-    """Give every fast layer's MLP (gate|up, down: ~88 % of a layer's bytes in Qwen2.5-Coder-0.5B) an int4
-    copy for narrow decode steps (`Int8Linear.attach_int4`); returns how many matrices got one. Attention and
-    the LM head stay int8."""
-    n = 0
-    for layer in getattr(getattr(model, "model", None), "layers", []):
+def _int4_layers(model: nn.Module) -> Iterator[tuple[str, Int8Linear]]:
+    for i, layer in enumerate(getattr(getattr(model, "model", None), "layers", [])):
         if isinstance(layer, FastLayer):
-            n += layer.gate_up.attach_int4(group) + layer.down.attach_int4(group)
+            yield f"layers.{i}.gate_up", layer.gate_up
+            yield f"layers.{i}.down", layer.down
+
+
+def attach_int4(model: nn.Module, group: int = INT4_GROUP, packed: dict[str, Tensor] | None = None) -> int:
+    """Give every fast layer's MLP (gate|up, down: ~88 % of a layer's bytes in Qwen2.5-Coder-0.5B) an int4
+    copy for narrow decode steps (`Int8Linear.attach_int4`, read inside `int4_steps`); returns how many
+    matrices got one. Attention and the LM head stay int8. ``packed``: a copy `int4_state` saved for these
+    weights (the merged-model cache keeps one: packing costs seconds at every load); a matrix it lacks, or
+    holds in another shape, is packed again."""
+    n = 0
+    for name, lin in _int4_layers(model):
+        p, sz = (packed or {}).get(f"{name}.int4"), (packed or {}).get(f"{name}.int4_sz")
+        k, rows = lin.q.shape[1], lin.q.shape[0]
+        if (p is not None and sz is not None and _INT4_MM is not None and p.shape == (rows, k // 2)
+                and sz.shape == (k // group, rows, 2)):
+            lin.int4 = (p, sz, group)
+            n += 1
+        else:
+            n += lin.attach_int4(group)
     return n
+
+
+def int4_state(model: nn.Module) -> dict[str, Tensor]:
+    """The int4 copies `attach_int4` made, by matrix (what ``packed`` takes back)."""
+    out: dict[str, Tensor] = {}
+    for name, lin in _int4_layers(model):
+        if lin.int4 is not None:
+            out[f"{name}.int4"], out[f"{name}.int4_sz"] = lin.int4[0], lin.int4[1]
+    return out
 
 
 def skeleton(args: Any) -> nn.Module:
