@@ -14,20 +14,9 @@ import torch
 
 from engine.tokenizer import Tokenizer
 from engine.train.recipe import UPLOAD_LIMIT, MiB
-from engine.train.recipe.window import (
-    Costs,
-    device_kind,
-    estimate_uploads,
-    format_plan,
-    parse_start,
-    plan_window,
-    read_window,
-    record_throughput,
-    seconds_per_step,
-    train_deadline,
-    window_config,
-    write_window,
-)
+from engine.train.recipe.plan import Costs, estimate_uploads, format_plan, plan_window
+from engine.train.recipe.throughput import device_kind, record_throughput, seconds_per_step
+from engine.train.recipe.window import parse_start, read_window, train_deadline, window_config, write_window
 from engine.train.schedule import fit_steps, lr_at
 from engine.train.tasks import BLOCK_LINES, Budget, fit_block, make_fim
 from engine.train.trainer import ExampleStream, TrainConfig, train
@@ -311,7 +300,7 @@ def test_kept_checkpoint_fits_a_commit() -> None:
 
 def test_kto_stage_reports_reward_gate_vs_confidence_gate(tmp_path: Path) -> None:
     from engine.train.recipe.align import AlignWork, measure_command, measure_summary
-    from engine.train.recipe.window import kto_sets
+    from engine.train.recipe.plan import kto_sets
 
     a = AlignWork(tmp_path)
     plan = json.loads(Path("engine/train/configs/gpu_kto.json").read_text())

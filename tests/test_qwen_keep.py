@@ -180,7 +180,7 @@ def test_keep_puts_each_base_in_its_own_folder(tmp_path: Path, monkeypatch: pyte
 
 def test_qwen_plan_warm_restarts_from_the_kept_checkpoint(tmp_path: Path) -> None:
     from engine.train.recipe.base_window import base_window
-    from engine.train.recipe.window import load_throughput
+    from engine.train.recipe.throughput import load_throughput
 
     table = load_throughput()
     cfg = json.loads(QWEN_CONFIG.read_text())

@@ -231,7 +231,7 @@ def test_job_eval_runs_the_tied_qwen_adapter_with_image_packages(pinned: tuple[P
 
 # ---- the plan --------------------------------------------------------------------------------
 def _table(tmp_path: Path) -> dict:
-    from engine.train.recipe.window import load_throughput
+    from engine.train.recipe.throughput import load_throughput
 
     table = json.loads(json.dumps(load_throughput()))
     table.pop("models", None)  # the estimated path (before a kind's first Qwen window); the recorded one below
@@ -239,7 +239,7 @@ def _table(tmp_path: Path) -> dict:
 
 
 def test_the_recorded_qwen_speed_is_the_h200_measurement() -> None:
-    from engine.train.recipe.window import load_throughput, seconds_per_step
+    from engine.train.recipe.throughput import load_throughput, seconds_per_step
 
     cfg = json.loads((ROOT / "engine" / "train" / "configs" / "gpu_qwen05b_bd3.json").read_text())
     s, is_est = seconds_per_step("nvidia-h200", load_throughput(), model=NAME, config=cfg)
@@ -272,7 +272,7 @@ def test_qwen_plan_fits_the_budget_and_the_limits(tmp_path: Path, kind: str, bud
 
 def test_qwen_plan_uses_the_measured_speed_once_recorded(tmp_path: Path) -> None:
     from engine.train.recipe.base_window import base_window
-    from engine.train.recipe.window import record_throughput, seconds_per_step
+    from engine.train.recipe.throughput import record_throughput, seconds_per_step
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps(_table(tmp_path)))

@@ -179,7 +179,7 @@ def window_from(a: argparse.Namespace) -> dict[str, Any] | None:
 def run_plan(a: argparse.Namespace) -> dict[str, Any]:
     from engine.train.recipe.base_parts import hold_commands, window_hold, window_tree_bytes
     from engine.train.recipe.pack import tree_bytes
-    from engine.train.recipe.window import Costs, estimate_uploads, format_plan, pack_uploads, plan_window
+    from engine.train.recipe.plan import Costs, estimate_uploads, format_plan, pack_uploads, plan_window
 
     if a.base:
         return run_base_plan(a)
@@ -218,7 +218,7 @@ def run_base_plan(a: argparse.Namespace) -> dict[str, Any]:
     """`plan --base NAME`: a window that trains a parted base (its tied-output copy uploaded) from scratch,
     with `HOLD` moved out of the tree for the window (`recipe.base_window`)."""
     from engine.train.recipe.base_window import base_window, format_base_window
-    from engine.train.recipe.window import Costs
+    from engine.train.recipe.plan import Costs
 
     costs = Costs(**{k: v for k, v in (("bench_s", a.bench_s), ("eval_s", a.eval_s), ("gap_s", a.gap_s),
                                         ("upload_mib_s", a.upload_mib_s)) if v is not None})

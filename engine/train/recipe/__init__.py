@@ -2,7 +2,7 @@
 
 A GPU is lent rarely and briefly (15 minutes of device time in all, ≤ 10 minutes per command, ≤ 64 MiB
 uploaded per command including the working tree, ≤ 8 files of ≤ 16 MiB back, nothing kept afterwards;
-`recipe.window` plans a window to the second). So:
+`recipe.plan` plans a window to the second, `recipe.window` keeps its clock on the machine). So:
 
 - `pack` (here): code snapshot + tokenizer + vendored pure-Python packages + tree-sitter wheels +
   HumanEval data + the corpus recipe (``boot.tar.xz``) and the base GGUF (xz), cut into upload folders

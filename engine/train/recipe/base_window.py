@@ -1,6 +1,6 @@
 """`plan --base qwen2.5-coder-0.5b`: a whole GPU window that trains a parted base's block-diffusion adapter.
 
-The same window machinery as SmolLM2's (`recipe.window.plan_window`: the clock, uploads, polls, the
+The same window machinery as SmolLM2's (`recipe.plan.plan_window`: the clock, uploads, polls, the
 30 s rule, the margin), with what differs for a parted base:
 
 - the base goes up as its tied-output copy (`recipe.base_parts`: 346 MB for Qwen2.5-Coder-0.5B),
@@ -16,7 +16,7 @@ The same window machinery as SmolLM2's (`recipe.window.plan_window`: the clock, 
   room for it), so the windows compound. ``steps`` are fitted from the kind's seconds per step of *this*
   config: measured once a window has recorded it (`gpu_recipe keep` / `record` →
   ``throughput.json``' ``models``), until then SmolLM2's measured H200 speed scaled by training FLOPs per
-  step (`window.flops_ratio`), labelled an estimate; the trainer refits the steps to the deadline at the
+  step (`throughput.flops_ratio`), labelled an estimate; the trainer refits the steps to the deadline at the
   end of warmup from the speed it measures, and the job writes that speed to ``run/throughput.json``;
 - what comes back must fit one command: the checkpoint's parts + manifest + status.json + job.log ≤ 8
   files and ≤ 64 MiB (`collect_fits`).
@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.train.recipe import BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, ROOT, MiB, keep_dir
 from engine.train.recipe.base_parts import HOLD, hold_commands, window_hold, window_tree_bytes
-from engine.train.recipe.window import Costs, fill_uploads, format_plan, pack_uploads, plan_window
+from engine.train.recipe.plan import Costs, fill_uploads, format_plan, pack_uploads, plan_window
 
 PACK = "runs/gpu-pack-qwen"
 BOOT_ESTIMATE = 4_000_000  # code + HumanEval data + the 151,936-token tokenizer.json, xz (before a pack)

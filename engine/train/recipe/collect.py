@@ -207,7 +207,7 @@ def restore_into(src: Path, work: Path, *, force: bool = False, extend: bool = F
 
 def record(src: Path, *, force: bool = False) -> dict[str, Any]:
     """A collected folder's measured seconds per step (``status.json``' throughput) → recipe/throughput.json."""
-    from engine.train.recipe.window import record_throughput
+    from engine.train.recipe.throughput import record_throughput
 
     st = read_json(Path(src) / "status.json") or {}
     got = st.get("throughput")

@@ -150,7 +150,7 @@ def job_env(w: Work, extra: dict[str, str] | None = None) -> dict[str, str]:
 def start(work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
           python: str = sys.executable, window: dict[str, Any] | None = None) -> dict[str, Any]:
     """Launch the job detached (setsid): it outlives the command; returns its pid. ``window``: the GPU
-    window's clock and plan (`recipe.window`: start, budget_s, train_end_s, eval_s, latency_s, extend_from)."""
+    window's clock (`recipe.window`: start, budget_s, train_end_s, eval_s, latency_s, extend_from)."""
     w = Work(work)
     if not (w.boot / "recipe.json").is_file():
         raise RecipeError(f"{w.boot / 'recipe.json'}: not received yet (run `receive` with the first upload)")
@@ -292,7 +292,7 @@ def gpu_kind() -> str:
     """This machine's device kind (``nvidia-h200``, ``nvidia-h100-x1``, ...; ``cpu`` without CUDA)."""
     import torch
 
-    from engine.train.recipe.window import device_kind
+    from engine.train.recipe.throughput import device_kind
 
     return device_kind(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu"
 
