@@ -118,12 +118,6 @@ class RewardScorer:
         return self.score_ids(render_fim(self.eng.tokenizer, prompt).ids, result.tokens, cache_key)
 
     def score_edit(self, prompt: EditPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
-        """``result``: the engine's rewrite of ``prompt`` — of the part of its region the engine rewrote when
-        the region was longer than the adapter's trained canvas (`engine.calls.edit_prompt`): scored on that
-        prompt, the one whose KV the engine cached."""
-        from engine.calls import edit_prompt
-
-        prompt = edit_prompt(self.eng, prompt, self.eng.block(None))[0]
         return self.score_ids(render_edit(self.eng.tokenizer, prompt).ids, result.tokens, cache_key)
 
     def score_text(self, prompt: FimPrompt | EditPrompt, completion: str) -> Reward:

@@ -220,26 +220,6 @@ def test_reward_scorer_is_the_trainers_estimator(tmp_path: Path) -> None:
     assert again.tokens == res.tokens and again.cached_tokens == len(ids)
 
 
-def test_edit_reward_scores_the_prompt_the_engine_rewrote(tmp_path: Path) -> None:
-    """A region longer than the adapter's trained canvas is rewritten cut (`engine.calls.edit_prompt`): the
-    reward scores that prompt — the engine's cached one — not the whole region's."""
-    from engine.calls import edit_prompt
-    from engine.templates import EditPrompt, edit_canvas_length, render_edit
-
-    eng = aligned(tmp_path)
-    scorer = RewardScorer(eng)
-    lines = [f"v{i} = compute({i})\n" for i in range(10)]
-    p = EditPrompt("import os\n", "".join(lines), "\nf(1)\n", cursor=len("".join(lines[:4])), path="m.py")
-    full = edit_canvas_length(len(eng.tokenizer.encode(p.region)), block_size=eng.block_size)
-    eng.info["edit_canvas"] = full // 2
-    cut = edit_prompt(eng, p, eng.block_size)[0]
-    assert len(cut.region) < len(p.region)
-    res = eng.rewrite(p, cache_key="doc")
-    a = scorer.score_edit(p, res, cache_key="doc")
-    b = scorer.score_ids(render_edit(eng.tokenizer, cut).ids, res.tokens)
-    assert a.cached and a.r == pytest.approx(b.r, abs=1e-4)
-
-
 def test_top_layer_adapter_runs_the_layers_below_once_with_the_same_reward(tmp_path: Path) -> None:
     eng = AlignedEngine.from_engine(Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu"),
                                     write_stacked(tmp_path, layers=[1]))  # LoRA on the top layer only
