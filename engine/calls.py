@@ -20,7 +20,7 @@ from engine.decoding.echo import echo_for_edit, echo_for_fim
 from engine.decoding.policy import resolve, rewrite_sampler, variant_sampler
 from engine.decoding.stops import empty_line_scope
 from engine.formats import FormatNotSupported, PromptFormat, for_model
-from engine.templates import EditPrompt, FimPrompt, fit_region
+from engine.templates import FimPrompt
 from engine.types import STOP_RULE_KINDS, CanvasSpec, GenerateRequest, GenerateResult
 
 if TYPE_CHECKING:
@@ -34,10 +34,6 @@ class FormatRequest(GenerateRequest):
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
-    # a rewrite whose region was cut to the canvas the model was trained on (`templates.fit_region`): the
-    # region's text before and after the part rewritten, put back around the output by `call_result`
-    head: str = ""
-    tail: str = ""
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -87,10 +83,9 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
                               max_chars=line_room(c.prompt) if c.single_line else None, echo=echo,
                               deadline=deadline, decode_budget_s=line_budget)
     else:
-        prompt, head, tail = edit_prompt(eng, c.prompt, b)
-        lay = fmt.edit(prompt, b)
+        lay = fmt.edit(c.prompt, b)
         spec = CanvasSpec(_round(lay.canvas, b), stop_loops=True,
-                          echo=echo_for_edit(prompt.region, prompt.after, prompt.path))
+                          echo=echo_for_edit(c.prompt.region, c.prompt.after, c.prompt.path))
     if lay.in_place and eng.args.attention != "bidirectional":
         raise FormatNotSupported(f"{fmt.name}: in-place infilling needs a bidirectional model "
                                  f"(this one is {eng.args.attention})")
@@ -98,22 +93,11 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     # greedy tokens) keeps the engine's window
     sampler = c.sampler if isinstance(c, InfillCall) else \
         variant_sampler(cfg, c.variant) if c.variant else rewrite_sampler(c.sampler, cfg)
-    req = FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
-                        stop_ids=lay.stop_ids, expand_id=lay.expand_id)
-    if not isinstance(c, InfillCall):
-        req.head, req.tail = head, tail
-    return req
+    return FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
+                         stop_ids=lay.stop_ids, expand_id=lay.expand_id)
 
 
-def edit_prompt(eng: StepRunner, p: EditPrompt, block_size: int) -> tuple[EditPrompt, str, str]:
-    """The rewrite's prompt: its region cut to the longest canvas the model was trained to rewrite (the
-    engine's ``edit_canvas``: an adapter's training config; None for other models: as asked), and the
-    region's text left out before and after it (`templates.fit_region`)."""
-    cap = (getattr(eng, "info", None) or {}).get("edit_canvas")
-    return fit_region(eng.tokenizer, p, int(cap), block_size) if cap else (p, "", "")
-
-
-def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatRequest | None = None) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult:
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
@@ -126,11 +110,9 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatReques
     res.confidences = [res.confidences[i] for i in keep]
     text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
-    head, tail = (req.head, req.tail) if req is not None else ("", "")
-    region, cursor = c.prompt.region[len(head):len(c.prompt.region) - len(tail)], c.prompt.cursor - len(head)
-    res.changed = edit_confidences(eng.tokenizer.encode(region[:cursor]) +
-                                   eng.tokenizer.encode(region[cursor:]), res.tokens, res.confidences)
-    res.text = head + res.text + tail  # a rewrite of the whole region, as asked
+    region = c.prompt.region
+    res.changed = edit_confidences(eng.tokenizer.encode(region[:c.prompt.cursor]) +
+                                   eng.tokenizer.encode(region[c.prompt.cursor:]), res.tokens, res.confidences)
     return res
 
 

@@ -142,7 +142,7 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     info = {**ck.meta, "label": label, "adapter": str(adapter), "trained_on": meta.get("trained_on"),
             "validation": meta.get("validation", {}).get("last"), "fim_layout": meta.get("fim_layout"),
             "edit_layout": meta.get("edit_layout"), "edit_history": meta.get("edit_history"),
-            "show_thresholds": meta.get("show_thresholds"), "edit_canvas": trained_edit_canvas(meta),
+            "show_thresholds": meta.get("show_thresholds"),
             "fast_cpu": True}  # pass@1 measured with engine.cpu.fastcpu (docs/QUALITY.md): use it on a CPU
     log.info("default model: %s + %s", ck.name, label)
     from engine.loading.tied import spec_for
@@ -150,11 +150,3 @@ def _merged(adapter: Path, base: Path | None) -> LoadedCheckpoint:
     spec = spec_for(meta)
     name = "SmolLM2-135M" if spec is None else spec.file.removesuffix(".gguf")
     return LoadedCheckpoint(args, ck.state_dict, ck.tokenizer, f"{name} block-diffusion", info)
-
-
-def trained_edit_canvas(meta: dict) -> int | None:
-    """The longest rewrite canvas an adapter was trained on: its training config's ``max_edit_canvas``, else
-    its ``max_canvas`` (adapters before session 16 had one cap for both); None when it does not say."""
-    t = meta.get("training") or {}
-    cap = t.get("max_edit_canvas") or t.get("max_canvas")
-    return int(cap) if cap else None

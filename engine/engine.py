@@ -120,9 +120,6 @@ class Engine(ByComplete):
             "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
             # the diffs its next-edit prompts were trained with (ours: the adapter says, else EDIT_HISTORY)
             "edit_history": self.meta.get("edit_history") or (EDIT_HISTORY if self.format.name == "native" else None),
-            # the longest canvas its rewrites were trained on (an adapter's training config): a longer region
-            # is cut to it around the cursor (`engine.calls.edit_prompt`)
-            "edit_canvas": self.meta.get("edit_canvas"),
             "show_thresholds": self.meta.get("show_thresholds"),  # the gate's, measured on this model
             "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
         }
@@ -207,9 +204,9 @@ class Engine(ByComplete):
         """Infill / rewrite calls as one batch (engine.api); each result as its single call gives."""
         if not calls:
             return []
-        reqs = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
-        results = self._run(list(reqs), [c.on_step for c in calls])
-        return [call_result(self, c, r, q) for c, r, q in zip(calls, results, reqs, strict=True)]
+        reqs: list[GenerateRequest] = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
+        results = self._run(reqs, [c.on_step for c in calls])
+        return [call_result(self, c, r) for c, r in zip(calls, results, strict=True)]
 
     def generate(self, prompt_tokens: Sequence[int], canvas: CanvasSpec,
                  sampler: SamplerConfig | None = None, cache_key: str | None = None,

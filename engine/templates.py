@@ -34,7 +34,7 @@ line end or a line start renders exactly as ``spm`` (whole-line holes, empty lin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.tokens import TokenizerLike
@@ -177,33 +177,6 @@ def edit_canvas_length(region_tokens: int, *, slack: float = 0.25, minimum: int 
     ``block_size`` (the model's or the sampler's: the caller's)."""
     n = region_tokens + max(minimum, int(region_tokens * slack)) + 1  # + eom
     return -(-n // block_size) * block_size
-
-
-def fit_region(tok: TokenizerLike, p: EditPrompt, max_canvas: int, block_size: int) -> tuple[EditPrompt, str, str]:
-    """``p`` with a region whose rewrite canvas (`edit_canvas_length`) fits ``max_canvas`` — the longest the
-    model was trained to rewrite —, and the region's text moved out of it (head, tail). Whole lines leave
-    from the region's ends, the end with more lines for its share of the trained shape (`EDIT_REGION_ABOVE`
-    / `_BELOW`) first; the cursor's line always stays. ``head + new.region + tail == p.region``."""
-    lines = p.region.splitlines(keepends=True)
-    at = min(p.region.count("\n", 0, p.cursor), max(0, len(lines) - 1))  # the cursor's line
-    lo, hi = 0, len(lines)
-
-    def fits() -> bool:
-        region = "".join(lines[lo:hi])
-        return edit_canvas_length(len(tok.encode(region)), block_size=block_size) <= max_canvas
-
-    while hi - lo > 1 and not fits():
-        above, below = at - lo, hi - 1 - at
-        if above and (not below or above * EDIT_REGION_BELOW > below * EDIT_REGION_ABOVE):
-            lo += 1
-        else:
-            hi -= 1
-    if (lo, hi) == (0, len(lines)):
-        return p, "", ""
-    head, tail = "".join(lines[:lo]), "".join(lines[hi:])
-    new = replace(p, before=p.before + head, region="".join(lines[lo:hi]), after=tail + p.after,
-                  cursor=p.cursor - len(head))
-    return new, head, tail
 
 
 def canvas_target(tok: TokenizerLike, text: str, length: int) -> list[int]:

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from engine import AbortSignal, CanvasSpec, EditPrompt, Engine, FimPrompt, GenerateRequest, SamplerConfig
-from engine.api import RewriteCall
 from engine.templates import edit_canvas_length, render_edit, render_fim
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -169,59 +168,3 @@ def test_canvas_steps_run_without_a_mask(eng: Engine, monkeypatch: pytest.Monkey
     assert len(fused) == 2 and not any(c[2] for c in fused)
     plain = [c for c in steps if c[0] == b]
     assert len(plain) == r.steps - 2 and all(c[2] for c in plain)  # mask-free hot path
-
-
-def test_fit_region_cuts_the_far_lines_to_the_trained_canvas() -> None:
-    """`fit_region`: whole lines leave from the ends, the end with more of them for its share of the 6 / 8
-    shape first; the cursor's line stays; head + region + tail is the region asked for."""
-    from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, fit_region
-    from engine.tokenizer import Tokenizer
-
-    tok = Tokenizer.byte_level()
-    above = [f"a{i} = {i} * {i}\n" for i in range(EDIT_REGION_ABOVE)]
-    below = [f"b{i} = {i} + {i}\n" for i in range(EDIT_REGION_BELOW)]
-    region = "".join([*above, "cur = 1\n", *below])
-    p = EditPrompt("x = 0\n", region, "y = 2\n", cursor=len("".join(above)) + len("cur = "), path="m.py")
-    full = edit_canvas_length(len(tok.encode(region)), block_size=16)
-    assert fit_region(tok, p, full, 16) == (p, "", "")  # fits: as asked
-    for cap in (full - 16, full // 2, 16):
-        q, head, tail = fit_region(tok, p, cap, 16)
-        assert head + q.region + tail == region and q.before == p.before + head and q.after == tail + p.after
-        assert q.region[q.cursor:].startswith("1\n") and q.region[:q.cursor].endswith("cur = ")
-        kept = q.region.splitlines()
-        n_above = kept.index("cur = 1")
-        n_below = len(kept) - 1 - n_above
-        if len(kept) > 1:
-            assert edit_canvas_length(len(tok.encode(q.region)), block_size=16) <= cap
-            assert abs(n_above * EDIT_REGION_BELOW - n_below * EDIT_REGION_ABOVE) <= max(EDIT_REGION_ABOVE,
-                                                                                      EDIT_REGION_BELOW)
-        assert kept[0] == "cur = 1" or kept[0] in (ln.strip() for ln in above)
-    q, head, tail = fit_region(tok, p, 16, 16)
-    assert q.region == "cur = 1\n"  # nothing smaller fits: the cursor's line alone
-    # the cursor after the region's last newline: the last line stays
-    end = EditPrompt("", "a = 1\nb = 2\n", "", cursor=12)
-    q, head, tail = fit_region(tok, end, 16, 16)
-    assert q.region == "b = 2\n" and head == "a = 1\n" and tail == "" and q.cursor == 6
-
-
-def test_rewrite_longer_than_trained_is_cut_and_put_back(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An engine whose adapter says the longest canvas it was trained to rewrite (``edit_canvas``) rewrites
-    only the lines around the cursor that fit it and answers for the whole region: the lines left out,
-    verbatim, around the rewrite."""
-    from engine.calls import call_request
-    from engine.templates import fit_region
-
-    lines = [f"v{i} = compute({i}, {i + 1})\n" for i in range(12)]
-    p = EditPrompt("import os\n", "".join(lines), "\nf(1)\n", cursor=len("".join(lines[:5])) + 2, path="m.py")
-    full = edit_canvas_length(len(eng.tokenizer.encode(p.region)), block_size=eng.block_size)
-    monkeypatch.setitem(eng.info, "edit_canvas", full // 2)
-    q, head, tail = fit_region(eng.tokenizer, p, full // 2, eng.block_size)
-    assert head and tail and len(q.region) < len(p.region)
-    req = call_request(eng, RewriteCall(p))
-    assert (req.head, req.tail) == (head, tail) and req.canvas.length <= full // 2
-    assert req.prompt_tokens == render_edit(eng.tokenizer, q).ids
-    r = eng.rewrite(p)
-    assert r.text.startswith(head) and r.text.endswith(tail)
-    assert r.prompt_tokens == len(render_edit(eng.tokenizer, q).ids)
-    monkeypatch.setitem(eng.info, "edit_canvas", None)  # other models: the region as asked
-    assert eng.rewrite(p).prompt_tokens == len(render_edit(eng.tokenizer, p).ids)

@@ -35,7 +35,7 @@ from engine.config import ModelArgs
 
 log = logging.getLogger(__name__)
 
-VERSION = 2  # 2: the meta carries the adapter's trained edit canvas
+VERSION = 1
 KEEP = 3  # entries kept per name, most recently used first
 CONTENT_KEY_MAX = 64 << 20  # sources up to this size are keyed by their sha256, larger ones by stat
 ENV_DIR = options.MERGED_CACHE  # a directory, or "off"
