@@ -28,6 +28,9 @@ SHARED = "EDIT_SERVER_SHARED"  # the shared data directory (evals, GPU recipe)
 GPU_WORK = "EDIT_SERVER_GPU_WORK"  # the GPU recipe's work directory
 GPU_THROUGHPUT = "EDIT_SERVER_GPU_THROUGHPUT"  # another seconds-per-step table for the GPU window plan (tests)
 
+# the levers that change what an engine computes or how fast: a benchmark's report records those set
+ENGINE_LEVERS = (DECODE, FASTCPU, INT8_SMALL, INT8_GEMM, INT4, ONEDNN_FP32, CUDA_GRAPHS, PREFIX_CACHE_MB, ADAPTER)
+
 NAMES = (DECODE, FASTCPU, INT8_SMALL, INT8_GEMM, INT4, ONEDNN_FP32, CUDA_GRAPHS, PREFIX_CACHE_MB, MERGED_CACHE,
          ADAPTER, BASE_WHEEL, ENGINE_FACTORY, HTTP_TOKEN, SHARED, GPU_WORK, GPU_THROUGHPUT)
 
@@ -117,6 +120,12 @@ class EnvOptions:
 
     def config_home(self) -> Path:
         return Path(self.xdg_config_home) if self.xdg_config_home else Path.home() / ".config"
+
+
+def levers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The `ENGINE_LEVERS` set in ``environ`` (default: this process's), by variable name."""
+    e = os.environ if environ is None else environ
+    return {n: e[n].strip() for n in ENGINE_LEVERS if e.get(n, "").strip()}
 
 
 def named(name: str, environ: Mapping[str, str] | None = None) -> str:

@@ -11,7 +11,9 @@ from edit_server.cli import build_parser
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def test_bench_engine_json(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_engine_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDIT_SERVER_INT4", "line")  # the levers set for a run are in its report
+    monkeypatch.setenv("EDIT_SERVER_HTTP_TOKEN", "secret")  # ... and nothing else of the environment
     args = build_parser().parse_args(
         ["bench", "engine", "--model", "tiny-random", "--device", "cpu", "--prompt", "64",
          "--tokens", "16", "--threshold", "0.9,0.0", "--contexts", "128,512", "--json"])
@@ -33,9 +35,11 @@ def test_bench_engine_json(capsys: pytest.CaptureFixture[str]) -> None:
     for p in ctx.values():  # a 1-token edit at the end recomputes one token
         assert p["recomputed"] == 1 and p["recomputed_frac"] <= 0.05
     assert r["memory"]["peak_rss_mb"] > 0 and r["machine"]["cpu_count"] >= 1
+    assert r["machine"]["overrides"] == {"EDIT_SERVER_INT4": "line"}
 
 
-def test_bench_engine_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_engine_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDIT_SERVER_INT8_SMALL", "4")
     args = build_parser().parse_args(
         ["bench", "engine", "--model", "tiny-random", "--device", "cpu", "--prompt", "32",
          "--tokens", "8", "--contexts", "64"])
@@ -43,3 +47,4 @@ def test_bench_engine_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "autoregressive" in out and "diffusion tau=0.9" in out and "vs AR" in out
     assert "cold ms" in out and "random weights" in out
+    assert "; EDIT_SERVER_INT8_SMALL=4" in out.splitlines()[1]  # the header names the levers set

@@ -30,7 +30,16 @@ def machine(device: Any) -> dict[str, Any]:
         info["cpu"] = platform.processor()
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    from engine import options
+
+    info["overrides"] = options.levers()  # $EDIT_SERVER_DECODE / _INT4 / … as set for this run
     return info
+
+
+def overrides_text(mach: dict[str, Any]) -> str:
+    """``; EDIT_SERVER_INT4=line …`` for a report's header line ("" when none was set)."""
+    o = mach.get("overrides") or {}
+    return "; " + " ".join(f"{k}={v}" for k, v in sorted(o.items())) if o else ""
 
 
 def progress(msg: str) -> None:

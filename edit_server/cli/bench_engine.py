@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from edit_server.cli.bench_common import emit, machine, progress
+from edit_server.cli.bench_common import emit, machine, overrides_text, progress
 from engine.bench import peak_memory, prompt_ids, sync
 from engine.types import SamplerConfig
 
@@ -193,7 +193,7 @@ def format_report(r: dict[str, Any]) -> str:
              + (f", {m['fast_cpu']}" if m.get("fast_cpu") else "")
              + (", CUDA graphs" if m.get("cuda_graphs") else ""),
              f"machine {mach.get('gpu') or mach.get('cpu')} / {mach['cpu_count']} cores, "
-             f"torch {mach['torch']} ({mach['torch_threads']} threads)", "",
+             f"torch {mach['torch']} ({mach['torch_threads']} threads){overrides_text(mach)}", "",
              f"decoding {dec['ar']['tokens']} tokens after a {dec['prompt_tokens']}-token prompt",
              f"{'mode':<32}{'tok/fwd':>9}{'steps':>7}{'positions':>10}{'ms':>10}{'tok/s':>9}{'vs AR':>8}",
              f"{'autoregressive':<32}{1.0:>9.2f}{dec['ar']['tokens']:>7}{dec['ar']['tokens']:>10}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from edit_server.cli.bench_common import overrides_text
+
 KINDS = ("load", "cold", "jump", "single-line", "empty-line", "end-of-line", "next-edit")
 GOALS_MS = {"load": (3000, None), "cold": (2000, None), "single-line": (300, 800),
             "empty-line": (1000, 2000), "next-edit": (1500, 3000)}  # issue 14, 2-core CPU
@@ -71,7 +73,8 @@ def format_table(r: dict[str, Any]) -> str:
     runs = [(n, r[n]) for n in r.get("runs", ["main", "ar"]) if r.get(n)]
     lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
              f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}, "
-             f"{r['settings']['typing_ms']:.0f} ms per keystroke, gate {'on' if r['settings'].get('gate') else 'off'}",
+             f"{r['settings']['typing_ms']:.0f} ms per keystroke, gate {'on' if r['settings'].get('gate') else 'off'}"
+             + overrides_text(r["machine"]),
              "",
              "time to an answer after the user stops typing, ms (each burst's last request; awaited requests)",
              f"{'kind':<13}{'goal p50/p95':>14}" + "".join(f"{n + ' p50':>11}{n + ' p95':>11}" for n, _ in runs)
