@@ -29,11 +29,39 @@ def test_summary_and_table_of_known_samples() -> None:
                                "recomputed_max": 20.0}
     report = {"model": "default", "device": "cpu", "wall_s": 1.0, "runs": ["main"],
               "machine": {"cpu": "Test CPU", "cpu_count": 2, "overrides": {"EDIT_SERVER_INT4": "line"}},
-              "settings": {"typing_ms": 150.0, "gate": True},
+              "settings": {"typing_ms": 150.0, "gate": True, "set": ["otherFiles=false"]},
               "main": {"decode": "engine default", "files": ["a.py"], "memory": {"rss_mb": 1500.0}, **s}}
     out = format_table(report).splitlines()
-    assert out[0].endswith("gate on; EDIT_SERVER_INT4=line")
+    assert out[0].endswith("gate on; EDIT_SERVER_INT4=line; --set otherFiles=false")
     row = next(x for x in out if x.startswith("single-line") and "300/800" in x)
     assert row.split()[-2:] == ["200.0", "400.0"]
-    report["machine"].pop("overrides")  # reports from before the field: no suffix
+    report["machine"].pop("overrides")  # reports from before the fields: no suffix
+    report["settings"].pop("set")
     assert format_table(report).splitlines()[0].endswith("gate on")
+
+
+def test_bench_lsp_passes_its_settings_to_the_server(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--set KEY=VALUE`` reaches the server's command line (where it wins over the client's options)."""
+    import asyncio
+
+    import edit_server.lsp.client as lsp_client
+    from edit_server.cli import build_parser
+    from edit_server.cli.bench_lsp import start_server
+
+    args = build_parser().parse_args(["bench", "lsp", "--set", "otherFiles=false", "--set", "historySize=3"])
+    seen: list[list[str]] = []
+
+    class Fake:
+        def __init__(self, cmd: list[str], **kw: object) -> None:
+            seen.append(cmd)
+
+        async def start(self, *a: object, **kw: object) -> None:
+            return None
+
+        async def wait_ready(self, *a: object) -> None:
+            return None
+
+    monkeypatch.setattr(lsp_client, "LspClient", Fake)
+    asyncio.run(start_server("tiny-random", "cpu", tmp_path, tmp_path / "s.log", "", 0, 5.0, sets=args.set))
+    cmd = seen[0]
+    assert cmd[cmd.index("--set"):] == ["--set", "otherFiles=false", "--set", "historySize=3"]

@@ -3,6 +3,7 @@ roots fail closed, exclusions change at run time, huge lines and documents stay 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from pathlib import Path
@@ -132,6 +133,37 @@ def test_fallback_builder_sends_only_the_current_document_redacted(tmp_path: Pat
     text = 'KEY = "AKIAABCDEFGHIJKLMNOP"\nx = 1\n'
     r = b.build_fim(str(tmp_path / "a.py"), text, len(text), [])
     assert "AKIA" not in r.prompt.prefix and "x = 1" in r.prompt.prefix and not r.prompt.sections
+
+
+def test_other_files_off_reads_only_the_current_document(tmp_path: Path) -> None:
+    """Settings ``otherFiles`` false: no other file's text (definitions, imports, open documents, their history)
+    reaches a prompt; turned on and off at run time (didChangeConfiguration), with no build from before
+    reused."""
+    from edit_server.context.options import ContextOptions
+    from edit_server.core.settings import MAX_CONTEXT_BUDGET, Settings
+
+    (tmp_path / "helpers.py").write_text("def scale_MARK(x):\n    return x * 3\n")
+    main = str(tmp_path / "main.py")
+    text = "from helpers import scale_MARK\n\ny = scale_MARK(2)\nz = "
+
+    def seen(b: ContextBuilder) -> str:
+        b.settle(main, text)
+        r = b.build_fim(main, text, len(text), [])
+        return "".join(s.text for s in r.prompt.sections)
+
+    on = ContextOptions.from_settings(Settings(), MAX_CONTEXT_BUDGET)
+    off = ContextOptions.from_settings(Settings(other_files=False), MAX_CONTEXT_BUDGET)
+    assert not on.current_only and off.current_only
+    b = ContextBuilder([tmp_path], TOK, dataclasses.replace(off, git=False))
+    b.update_document(str(tmp_path / "open.py"), "OPEN_MARK = 1\n", 1)
+    assert seen(b) == ""
+    b.update_options(current_only=False)
+    assert "return x * 3" in seen(b) and "OPEN_MARK" in seen(b)
+    b.update_options(current_only=True)
+    assert seen(b) == ""  # the sticky build with those sections is not reused
+    r = b.build_edit(main, text, len(text), [])
+    assert not r.prompt.sections
+    b.close()
 
 
 # ---- options at run time --------------------------------------------------------------------------

@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
                    help="also run the default model with this adapter (PATH without suffix: PATH.safetensors + "
                         "PATH.json; the server's EDIT_SERVER_ADAPTER), reported as main:NAME / ar:NAME; repeatable")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a server setting for every run (README 'Settings'; the server's own --set), e.g. "
+                        "--set otherFiles=false")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--keep-logs", type=Path, default=None,
@@ -114,13 +117,15 @@ def renames(text: str, k: int) -> list[tuple[int, str]]:
 
 # ---- the client (small functions over the project's one LSP client) -------------------------------
 async def start_server(model: str, device: str, root: Path, log: Path, decode: str, threads: int,
-                       timeout: float, adapter: str = "", gate: bool = False) -> tuple[Any, float]:
+                       timeout: float, adapter: str = "", gate: bool = False, sets: list[str] | None = None
+                       ) -> tuple[Any, float]:
     from edit_server.lsp.client import LspClient, server_command
 
     env = {"EDIT_SERVER_DECODE": decode} if decode else {}
     if adapter:
         env["EDIT_SERVER_ADAPTER"] = adapter
-    cmd = server_command(model, device, ["--log-file", str(log), "--log-level", "INFO"])
+    cmd = server_command(model, device, ["--log-file", str(log), "--log-level", "INFO",
+                                         *(a for kv in sets or () for a in ("--set", kv))])
     client = LspClient(cmd, cwd=root, env=env, name="edit-server-bench")
     t0 = time.perf_counter()
     await client.start(root, {"gate": {"enabled": gate}, "feedbackDb": ":memory:", "threads": threads},
@@ -381,7 +386,7 @@ async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
             shutil.copy(f, root / f.name)
         (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
         client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
-                                             args.timeout, adapter, gate=args.gate)
+                                             args.timeout, adapter, gate=args.gate, sets=args.set)
         s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk)
         s.samples.append(Sample("load", load_ms))
         try:
@@ -446,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
                                   "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds",
-                                  "gate")}}
+                                  "gate", "set")}}
     if not args.no_ar and autoregressive(args.model, args.device):
         args.no_ar = True  # the same decoding twice
         report["note"] = f"{args.model} decodes left to right: no separate AR run"

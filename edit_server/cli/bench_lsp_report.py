@@ -74,7 +74,7 @@ def format_table(r: dict[str, Any]) -> str:
     lines = [f"edit-server bench lsp: model {r['model']} on {r['device']}, {r['machine'].get('cpu', '?')} "
              f"({r['machine'].get('cpu_count')} cores), files {', '.join(r['main']['files'])}, "
              f"{r['settings']['typing_ms']:.0f} ms per keystroke, gate {'on' if r['settings'].get('gate') else 'off'}"
-             + overrides_text(r["machine"]),
+             + overrides_text(r["machine"]) + "".join(f"; --set {kv}" for kv in r["settings"].get("set") or ()),
              "",
              "time to an answer after the user stops typing, ms (each burst's last request; awaited requests)",
              f"{'kind':<13}{'goal p50/p95':>14}" + "".join(f"{n + ' p50':>11}{n + ' p95':>11}" for n, _ in runs)

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 # the options that come from the settings struct (core/settings.py ``Settings``) and nowhere else
-SETTINGS_FIELDS = ("budget", "exclude", "max_line_chars", "max_doc_chars", "max_history", "edit_region")
+SETTINGS_FIELDS = ("budget", "exclude", "max_line_chars", "max_doc_chars", "max_history", "edit_region",
+                   "current_only")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,7 @@ class ContextOptions:
     git: bool = True
     layout: str = DEFAULT_FIM_LAYOUT  # the prompt order the model is trained on (engine.templates)
     current_only: bool = False  # only the current document (and its own history): no other file is read
+    # (settings ``otherFiles`` false; a fallback builder's own mode)
     sticky_ttl_s: float = 60.0  # reuse a document's last FIM build while typing inside its window (0 = off)
 
     @classmethod
@@ -50,7 +52,7 @@ class ContextOptions:
         resolved one: ``contextBudget``, or its auto value for the engine); ``tuning``: the other fields."""
         return cls(budget=budget, exclude=tuple(settings.exclude), max_line_chars=settings.limits.max_line_chars,
                    max_doc_chars=settings.limits.max_document_chars, max_history=settings.history_size,
-                   edit_region=settings.next_edit.region, **tuning)
+                   edit_region=settings.next_edit.region, **{"current_only": not settings.other_files, **tuning})
 
 
 @dataclass

@@ -86,7 +86,8 @@ class Workspace:
             if new.max_doc_chars != old.max_doc_chars:
                 for doc in self.docs.values():
                     doc.max_parse = new.max_doc_chars
-            reindex = new.exclude != old.exclude or new.index_workspace and not old.index_workspace
+            reindex = (new.exclude != old.exclude or new.index_workspace and not old.index_workspace
+                       or old.current_only and not new.current_only)  # other files may be read again
         if reindex and new.index_workspace and self.roots and not self.current_only:
             self._submit(self._scan)
 

@@ -146,6 +146,10 @@ class Settings(msgspec.Struct, rename="camel", kw_only=True):
     next_edit: NextEdit = msgspec.field(default_factory=NextEdit)
     gate: Gate = msgspec.field(default_factory=Gate)
     exclude: list[str] = msgspec.field(default_factory=lambda: ["**/.env", "**/*.pem", "**/*.key"])
+    # read the workspace's other files for context (definitions of the names used here, the files imported,
+    # the git diff and co-changed files, the other open documents); false: only the current document and its
+    # own edit history go into prompts, and no other file is read
+    other_files: bool = True
     history_size: Annotated[int, msgspec.Meta(ge=0, le=64)] = 6
     # changes to the same place less than this apart extend one hunk of the edit history (Zed-style);
     # 0 = every change is its own hunk (eval replays: one hunk per replayed edit, whatever the timing)
