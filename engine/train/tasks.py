@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from engine.templates import FimPrompt, canvas_target, render_fim
+from engine.templates import FimPrompt, Section, canvas_target, render_fim
 from engine.tokens import TokenizerLike
 from engine.train.syntax_spans import random_syntax_span
 
@@ -40,6 +40,9 @@ class Budget:
     max_canvas: int = 128
     chars_per_token: float = 3.5
     max_edit_canvas: int = 0  # a rewrite's canvas cap (0: ``max_canvas``): the served region is 15 lines
+    # of the FIM examples, the share whose prompt carries context sections from neighbouring files, as the
+    # server's do (engine.train.sections); at most a quarter of ``max_len``
+    sections_share: float = 0.0
 
     @property
     def edit_canvas(self) -> int:
@@ -148,7 +151,9 @@ def fit_block(tok: TokenizerLike, text: str, a: int, b: int, limit: int) -> tupl
 
 
 def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Random, budget: Budget,
-             how: str | None = None, layout: str | None = None) -> Example | None:
+             how: str | None = None, layout: str | None = None, sections: tuple[Section, ...] = ()) -> Example | None:
+    """A FIM example; ``sections``: context sections before the file (`engine.train.sections`), whose
+    rendered tokens come out of the window's room."""
     how = how or rng.choice(FIM_SPANS)
     max_chars = int((budget.max_canvas - 1) * budget.chars_per_token)
     span = pick_span(text, lang, how, rng, max_chars)
@@ -170,16 +175,17 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
     # the prompt order is the server's: FimPrompt's default layout unless a caller asks for another
     fim_kw = {"layout": layout} if layout else {}
     room = budget.max_len - canvas - 16 - len(tok.encode(path))
+    room -= sum(1 + len(tok.encode(f"{s.path}\n{s.text}")) for s in sections)
     prefix, suffix = text[:a], text[b:]
     n_chars = int(room * budget.chars_per_token)
     for _ in range(6):
         pre, suf = window(prefix, suffix, n_chars, rng)
-        prompt = FimPrompt(pre, suf, path=path, **fim_kw)  # type: ignore[arg-type]
+        prompt = FimPrompt(pre, suf, path=path, sections=sections, **fim_kw)  # type: ignore[arg-type]
         ids = render_fim(tok, prompt).ids
         if len(ids) <= room + 8:
             target = canvas_target(tok, middle, canvas)
             return Example(f"fim:{how}", ids, target, {"layout": prompt.layout, "middle": middle, "prefix": pre,
-                                                          "suffix": suf, "path": path})
+                                                          "suffix": suf, "path": path, "sections": len(sections)})
         n_chars = int(n_chars * (room + 8) / len(ids) * 0.9)
     return None
 

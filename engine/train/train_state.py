@@ -189,7 +189,7 @@ def restore(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[d
 # ---- resuming safely ---------------------------------------------------------------------------
 # config fields that decide the trajectory (data order, noise, schedule, shapes): a resume that changes
 # one of them is not a continuation (``strict_resume=false`` allows it, e.g. to extend ``steps``)
-TRAJECTORY = ("model", "seq_len", "block_size", "max_canvas", "max_edit_canvas", "chars_per_token", "batch_size", "grad_accum",
+TRAJECTORY = ("model", "seq_len", "block_size", "max_canvas", "max_edit_canvas", "sections_share", "chars_per_token", "batch_size", "grad_accum",
               "steps", "lr", "embed_lr", "warmup", "min_lr_ratio", "rank", "alpha", "targets", "seed", "mix",
               "git_repos", "schedule_start")
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from engine.config import preset
 from engine.model import Transformer
-from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT, EDIT_HISTORY
+from engine.templates import DEFAULT_EDIT_LAYOUT, DEFAULT_FIM_LAYOUT, EDIT_HISTORY, Section
 from engine.tokenizer import Tokenizer
 from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus, Doc
@@ -29,6 +29,7 @@ from engine.train.guards import StepGuard, attention_for_training
 from engine.train.lora import DEFAULT_TARGETS, apply_lora, mark_trainable, save_adapter
 from engine.train.objective import batch_to, bd3_loss, make_batch
 from engine.train.schedule import DeadlineFit, lr_at
+from engine.train.sections import Neighbours
 from engine.train.tasks import Budget, Example, make_continuation, make_fim
 from engine.train.tasks_edit import make_edit, make_noedit
 from engine.train.train_state import (
@@ -58,6 +59,7 @@ class TrainConfig:
     block_size: int = 32
     max_canvas: int = 128
     max_edit_canvas: int = 0  # a rewrite's canvas cap (0: max_canvas); the served 15-line region needs ~256
+    sections_share: float = 0.0  # FIM prompts with context sections from neighbouring files (engine.train.sections)
     chars_per_token: float = 3.2
     batch_size: int = 4
     grad_accum: int = 1
@@ -107,7 +109,8 @@ class TrainConfig:
                              f"{', '.join(MOMENT_DTYPES)}")
 
     def budget(self) -> Budget:
-        return Budget(self.seq_len, self.block_size, self.max_canvas, self.chars_per_token, self.max_edit_canvas)
+        return Budget(self.seq_len, self.block_size, self.max_canvas, self.chars_per_token, self.max_edit_canvas,
+                      self.sections_share)
 
 
 # ---- data ----------------------------------------------------------------------------------
@@ -123,6 +126,8 @@ class ExampleStream:
         self.git_pairs = git_pairs or []
         self.fim_layout, self.edit_layout = fim_layout, edit_layout
         self.kinds = [k for k, w in mix.items() if w > 0 and (k != "git" or self.git_pairs)]
+        # context sections from neighbouring files in a share of the FIM prompts (budget.sections_share)
+        self.neighbours = Neighbours(docs) if budget.sections_share > 0 else None
         self.weights = [mix[k] for k in self.kinds]
         self.rng = random.Random(seed)
         # per kind: draws tried and examples made — a kind whose examples do not fit the budget is dropped
@@ -149,10 +154,11 @@ class ExampleStream:
                 ex = git_example(self.tok, self.rng.choice(self.git_pairs), self.rng, self.budget,
                                  layout=self.edit_layout)
             else:
-                d = self.rng.choice(self.docs)
+                i = self.rng.randrange(len(self.docs))  # as rng.choice draws
+                d = self.docs[i]
                 if kind == "fim" or kind.startswith("fim:"):  # "fim:block": one span kind (tasks.FIM_SPANS)
                     ex = make_fim(self.tok, d.text, d.path, d.lang, self.rng, self.budget,
-                                  how=kind[4:] or None, layout=self.fim_layout)
+                                  how=kind[4:] or None, layout=self.fim_layout, sections=self._sections(i))
                 elif kind == "edit":
                     ex = make_edit(self.tok, d.text, d.path, self.rng, self.budget, layout=self.edit_layout)
                 elif kind == "noedit":
@@ -164,6 +170,11 @@ class ExampleStream:
                 self.made[kind] += 1
                 return ex
         raise RuntimeError("could not make an example in 600 tries (documents too short for the budget?)")
+
+    def _sections(self, i: int) -> tuple[Section, ...]:
+        if self.neighbours is None or self.rng.random() >= self.budget.sections_share:
+            return ()
+        return self.neighbours.draw(i, self.tok, self.rng, self.budget.max_len // 4)
 
     def take(self, n: int) -> list[Example]:
         return [self.one() for _ in range(n)]

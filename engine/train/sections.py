@@ -1,0 +1,92 @@
+"""Context sections in training prompts: what the server puts before the file in a real workspace.
+
+The server's prompts carry sections (`engine.templates.Section`, rendered ``<file_sep>path\\ntext`` before the
+file's header): definitions of the names used near the cursor, found in the files it imports or its directory,
+and the other open documents (`edit_server.context.collect`). Adapters up to step 491 never saw one in training,
+and through the server they did worse with them (docs/QUALITY.md, session 17: the same typing, 13 right answers
+without the other files against 5 + 2 partly with them). `Neighbours` draws such sections for a corpus
+document from the files of its own directory: a definition whose name the document uses (else any), or the
+head of a file (an open document) — plain text, no parsing, so it runs on the GPU image.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import random
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Protocol
+
+from engine.templates import Section
+from engine.tokens import TokenizerLike
+
+# a top-level definition in Python, Go, JS / TS: its name is group 1
+_DEF = re.compile(r"^(?:async\s+def|def|class|func(?:\s*\([^)]*\))?|(?:export\s+)?(?:default\s+)?"
+                  r"(?:async\s+)?(?:function\*?|class|interface|type|const))\s+([A-Za-z_]\w*)", re.M)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+MAX_SECTIONS = 3  # per prompt
+DEF_LINES = 40  # a definition's lines kept (the server caps its sections too)
+HEAD_LINES = 24  # an open document's head (`edit_server.context.collect.SNIPPET_HEAD`)
+DEFINITION_SHARE = 0.7  # of the sections: definitions; the rest, open documents' heads
+
+
+class DocLike(Protocol):
+    path: str
+    text: str
+
+
+def _lines(text: str, start: int, n: int) -> str:
+    return "".join(text[start:].splitlines(keepends=True)[:n])
+
+
+class Neighbours:
+    """The corpus documents by directory, and the top-level definitions of each."""
+
+    def __init__(self, docs: Sequence[DocLike]) -> None:
+        self.docs = docs
+        self.by_dir: dict[str, list[int]] = defaultdict(list)
+        for i, d in enumerate(docs):
+            self.by_dir[posixpath.dirname(d.path)].append(i)
+        self._defs: dict[int, list[tuple[str, int]]] = {}
+
+    def defs(self, j: int) -> list[tuple[str, int]]:
+        """(name, offset) of document ``j``'s top-level definitions (computed once)."""
+        if j not in self._defs:
+            self._defs[j] = [(m.group(1), m.start()) for m in _DEF.finditer(self.docs[j].text)]
+        return self._defs[j]
+
+    def draw(self, i: int, tok: TokenizerLike, rng: random.Random, max_tokens: int) -> tuple[Section, ...]:
+        """Up to `MAX_SECTIONS` sections for document ``i`` from other files of its directory, within
+        ``max_tokens`` (as rendered: the separator, the path line and the text); () when it has no neighbour."""
+        d = self.docs[i]
+        peers = [j for j in self.by_dir.get(posixpath.dirname(d.path), []) if j != i]
+        if not peers or max_tokens <= 0:
+            return ()
+        used = set(_NAME.findall(d.text))
+        out: list[Section] = []
+        room = max_tokens
+        for j in rng.sample(peers, min(len(peers), rng.randint(1, MAX_SECTIONS))):
+            s = self._section(j, used, rng)
+            if s is None:
+                continue
+            n = 1 + len(tok.encode(f"{s.path}\n{s.text}"))
+            if n > room:
+                continue
+            out.append(s)
+            room -= n
+        return tuple(out)
+
+    def _section(self, j: int, used: set[str], rng: random.Random) -> Section | None:
+        other = self.docs[j]
+        defs = self.defs(j)
+        if defs and rng.random() < DEFINITION_SHARE:
+            named = [x for x in defs if x[0] in used]
+            _, at = rng.choice(named or defs)
+            end = next((o for _, o in defs if o > at), len(other.text))  # up to the next definition
+            text = _lines(other.text[:end], at, DEF_LINES)
+            kind = "definition"
+        else:
+            text = _lines(other.text, 0, HEAD_LINES)
+            kind = "open_file"
+        return Section(kind, other.path, text) if text.strip() else None
