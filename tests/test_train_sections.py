@@ -73,3 +73,17 @@ def test_the_stream_puts_sections_in_its_share_of_fim_prompts() -> None:
     assert share(0.0) == 0.0
     assert 0.25 < share(0.5) < 0.8
     assert share(1.0) > 0.9
+
+
+def test_a_long_section_is_cut_to_whole_lines_that_fit() -> None:
+    from engine.templates import Section
+    from engine.train.sections import fit, rendered_tokens
+
+    s = Section("definition", "pkg/long.py", "".join(f"line_{i} = {i}\n" for i in range(50)))
+    assert fit(TOK, s, 10_000) is s  # fits whole
+    cut = fit(TOK, s, 120)
+    assert cut is not None and rendered_tokens(TOK, cut) <= 120 and s.text.startswith(cut.text)
+    assert cut.text.endswith("\n") and cut.text.count("\n") >= 3
+    assert fit(TOK, s, 30) is None  # not even three lines
+    short = Section("open_file", "a.py", "x = 1\n")
+    assert fit(TOK, short, 100) is short

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="git sessions for kind 'git': .jsonl.gz files, repositories or bundles")
     e.add_argument("--edit-layout", choices=["history-file", "file-history"], default=None,
                    help="next-edit prompt order (default: TrainConfig's)")
+    e.add_argument("--sections-share", type=float, default=None,
+                   help="share of FIM prompts with context sections from neighbouring files (default: TrainConfig's)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=run_examples)
 
@@ -120,6 +122,8 @@ def run_examples(args: argparse.Namespace) -> int:
 
     tok = load_tokenizer(args.tokenizer)
     cfg = TrainConfig()
+    if args.sections_share is not None:
+        cfg.sections_share = args.sections_share
     sessions = None
     if args.git:
         from engine.train.git_sessions import load_git_sources
@@ -136,6 +140,10 @@ def run_examples(args: argparse.Namespace) -> int:
         stream.rng = random.Random(args.seed)
         for ex in stream.take(args.n):
             print(f"=== {ex.kind}: prompt {len(ex.prompt)} tokens, canvas {len(ex.target)}")
+            if ex.meta.get("sections"):  # they lead the prompt: show where they start
+                print(f"--- {ex.meta['sections']} context section(s), the prompt's start:")
+                print(tok.decode(ex.prompt[:200]))
+                print("--- ... the prompt's end:")
             print(tok.decode(ex.prompt[-400:]))
             print("--- target:")
             print(tok.decode(ex.target))

@@ -29,6 +29,7 @@ MAX_SECTIONS = 3  # per prompt
 DEF_LINES = 40  # a definition's lines kept (the server caps its sections too)
 HEAD_LINES = 24  # an open document's head (`edit_server.context.collect.SNIPPET_HEAD`)
 DEFINITION_SHARE = 0.7  # of the sections: definitions; the rest, open documents' heads
+MIN_LINES = 3  # a section cut to fit keeps at least this many lines
 
 
 class DocLike(Protocol):
@@ -38,6 +39,23 @@ class DocLike(Protocol):
 
 def _lines(text: str, start: int, n: int) -> str:
     return "".join(text[start:].splitlines(keepends=True)[:n])
+
+
+def rendered_tokens(tok: TokenizerLike, s: Section) -> int:
+    """Tokens ``s`` takes in a prompt (`engine.templates`: the separator, its path line, its text)."""
+    return 1 + len(tok.encode(f"{s.path}\n{s.text}"))
+
+
+def fit(tok: TokenizerLike, s: Section, room: int, min_lines: int = MIN_LINES) -> Section | None:
+    """``s`` cut to its first whole lines that fit ``room`` tokens (the server's sections are cut to their
+    share of the budget too), or None when fewer than ``min_lines`` (or all of it, when shorter) would."""
+    lines = s.text.splitlines(keepends=True)
+    n = len(lines)
+    while n and rendered_tokens(tok, Section(s.kind, s.path, "".join(lines[:n]))) > room:
+        n = n * 3 // 4 if n > 8 else n - 1  # long sections shrink fast, the last lines one by one
+    if n < min(min_lines, len(lines)) or not n:
+        return None
+    return s if n == len(lines) else Section(s.kind, s.path, "".join(lines[:n]))
 
 
 class Neighbours:
@@ -68,13 +86,11 @@ class Neighbours:
         room = max_tokens
         for j in rng.sample(peers, min(len(peers), rng.randint(1, MAX_SECTIONS))):
             s = self._section(j, used, rng)
+            s = None if s is None else fit(tok, s, room)
             if s is None:
                 continue
-            n = 1 + len(tok.encode(f"{s.path}\n{s.text}"))
-            if n > room:
-                continue
             out.append(s)
-            room -= n
+            room -= rendered_tokens(tok, s)
         return tuple(out)
 
     def _section(self, j: int, used: set[str], rng: random.Random) -> Section | None:
