@@ -175,9 +175,9 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
     # the prompt order is the server's: FimPrompt's default layout unless a caller asks for another
     fim_kw = {"layout": layout} if layout else {}
     room = budget.max_len - canvas - 16 - len(tok.encode(path))
-    room -= sum(1 + len(tok.encode(f"{s.path}\n{s.text}")) for s in sections)
+    extra = sum(1 + len(tok.encode(f"{s.path}\n{s.text}")) for s in sections)  # the sections' share of it
     prefix, suffix = text[:a], text[b:]
-    n_chars = int(room * budget.chars_per_token)
+    n_chars = int((room - extra) * budget.chars_per_token)
     for _ in range(6):
         pre, suf = window(prefix, suffix, n_chars, rng)
         prompt = FimPrompt(pre, suf, path=path, sections=sections, **fim_kw)  # type: ignore[arg-type]
@@ -186,7 +186,7 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
             target = canvas_target(tok, middle, canvas)
             return Example(f"fim:{how}", ids, target, {"layout": prompt.layout, "middle": middle, "prefix": pre,
                                                           "suffix": suf, "path": path, "sections": len(sections)})
-        n_chars = int(n_chars * (room + 8) / len(ids) * 0.9)
+        n_chars = int(n_chars * max(1, room + 8 - extra) / max(1, len(ids) - extra) * 0.9)
     return None
 
 
