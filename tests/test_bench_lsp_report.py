@@ -65,3 +65,17 @@ def test_bench_lsp_passes_its_settings_to_the_server(monkeypatch, tmp_path) -> N
     asyncio.run(start_server("tiny-random", "cpu", tmp_path, tmp_path / "s.log", "", 0, 5.0, sets=args.set))
     cmd = seen[0]
     assert cmd[cmd.index("--set"):] == ["--set", "otherFiles=false", "--set", "historySize=3"]
+
+
+def test_bench_lsp_types_in_the_files_asked_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from edit_server.cli.bench_lsp import FILES, source_files
+
+    assert [p.name for p in source_files(2)] == [f.rsplit("/", 1)[-1] for f in FILES]
+    mine = tmp_path / "mine.py"
+    mine.write_text("x = 1\n")
+    assert source_files(2, [str(mine), "engine/templates.py"])[0] == mine
+    assert source_files(2, ["engine/templates.py"])[0].name == "templates.py"
+    with pytest.raises(ValueError, match="no such file"):
+        source_files(2, ["nope/missing.py"])

@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="server torch threads (0 = torch's default)")
     p.add_argument("--files", type=int, default=2, help=f"files of {FILES} to use")
+    p.add_argument("--file", action="append", default=[], metavar="PATH",
+                   help="type in this file instead (repeatable; relative to the repository root or absolute)")
     p.add_argument("--sites", type=int, default=6, help="lines retyped per file (spread over the file)")
     p.add_argument("--renames", type=int, default=2, help="next-edit requests per file")
     p.add_argument("--max-chars", type=int, default=60, help="longest statement line to use")
@@ -74,8 +76,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # ---- the script (plain text, no LSP) --------------------------------------------------------------
-def source_files(n: int) -> list[Path]:
+def source_files(n: int, paths: list[str] | None = None) -> list[Path]:
+    """The files the typist works in: ``paths`` (``--file``; a missing one is an error), else the first ``n``
+    of `FILES`."""
     root = Path(__file__).resolve().parents[2]
+    if paths:
+        got = [p if p.is_absolute() else root / p for p in map(Path, paths)]
+        missing = [str(p) for p in got if not p.is_file()]
+        if missing:
+            raise ValueError(f"--file: no such file: {', '.join(missing)}")
+        return got
     return [root / f for f in FILES[:max(1, n)] if (root / f).is_file()]
 
 
@@ -380,7 +390,7 @@ async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
                       ) -> tuple[Session, dict[str, float], list[str]]:
     root = Path(tempfile.mkdtemp(prefix="edit-server-bench-lsp-"))
     log = root / "server.log"
-    files = source_files(args.files)
+    files = source_files(args.files, args.file)
     try:
         for f in files:
             shutil.copy(f, root / f.name)
@@ -451,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
                                   "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds",
-                                  "gate", "set")}}
+                                  "gate", "set", "file")}}
     if not args.no_ar and autoregressive(args.model, args.device):
         args.no_ar = True  # the same decoding twice
         report["note"] = f"{args.model} decodes left to right: no separate AR run"
