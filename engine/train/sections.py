@@ -3,8 +3,8 @@
 The server's prompts carry sections (`engine.templates.Section`, rendered ``<file_sep>path\\ntext`` before the
 file's header): definitions of the names used near the cursor, found in the files it imports or its directory,
 and the other open documents (`edit_server.context.collect`). Adapters up to step 491 never saw one in training,
-and through the server they did worse with them (docs/QUALITY.md, session 17: the same typing, 13 right answers
-without the other files against 5 + 2 partly with them). `Neighbours` draws such sections for a corpus
+and through the server their effect on the shipped adapter varied by file (docs/QUALITY.md, session 17: from 8
+fewer to 10 more right single lines in three pairs of files). `Neighbours` draws such sections for a corpus
 document from the files of its own directory: a definition whose name the document uses (else any), or the
 head of a file (an open document) — plain text, no parsing, so it runs on the GPU image.
 """
