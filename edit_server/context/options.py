@@ -52,7 +52,7 @@ class ContextOptions:
         resolved one: ``contextBudget``, or its auto value for the engine); ``tuning``: the other fields."""
         return cls(budget=budget, exclude=tuple(settings.exclude), max_line_chars=settings.limits.max_line_chars,
                    max_doc_chars=settings.limits.max_document_chars, max_history=settings.history_size,
-                   edit_region=settings.next_edit.region, **{"current_only": not settings.other_files, **tuning})
+                   edit_region=settings.next_edit.region, current_only=not settings.other_files, **tuning)
 
 
 @dataclass

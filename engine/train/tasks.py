@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from engine.templates import FimPrompt, Section, canvas_target, render_fim
 from engine.tokens import TokenizerLike
+from engine.train.sections import rendered_tokens
 from engine.train.syntax_spans import random_syntax_span
 
 FIM_SPANS = ("chars", "line", "lines", "syntax")  # what a plain "fim" draws from
@@ -175,7 +176,7 @@ def make_fim(tok: TokenizerLike, text: str, path: str, lang: str, rng: random.Ra
     # the prompt order is the server's: FimPrompt's default layout unless a caller asks for another
     fim_kw = {"layout": layout} if layout else {}
     room = budget.max_len - canvas - 16 - len(tok.encode(path))
-    extra = sum(1 + len(tok.encode(f"{s.path}\n{s.text}")) for s in sections)  # the sections' share of it
+    extra = sum(rendered_tokens(tok, s) for s in sections)  # the sections' share of it
     prefix, suffix = text[:a], text[b:]
     n_chars = int((room - extra) * budget.chars_per_token)
     for _ in range(6):
