@@ -166,6 +166,52 @@ def test_other_files_off_reads_only_the_current_document(tmp_path: Path) -> None
     b.close()
 
 
+def test_workspace_folders_follow_the_editor(tmp_path: Path) -> None:
+    """``set_roots`` (LSP didChangeWorkspaceFolders): an added folder's definitions reach prompts once
+    indexed; a removed folder's files — indexed definitions, open documents, their edit history, the
+    document's sticky build — never do again; a folder that is no directory is reported, not read."""
+    from edit_server.context.options import changed_roots
+    from tests.context_util import Hunk
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "alpha.py").write_text("def shared_name(x):\n    return 'ALPHA_MARK'\n")
+    (b / "beta.py").write_text("def shared_name(x):\n    return 'BETA_MARK'\n")
+    text = "from mod import shared_name\n\ny = shared_name(2)\nz = "
+    builder = ContextBuilder([a], TOK, options(git=False))
+    open_a = str(a / "notes.py")
+    builder.update_document(open_a, "OPEN_A_MARK = 1\n", 1)
+    hist = [Hunk(open_a, "--- a/notes.py\n+++ b/notes.py\n@@ -0,0 +1 @@\n+OPEN_A_MARK = 1\n", 1.0)]
+
+    def seen(root: Path) -> str:
+        main = str(root / "main.py")
+        builder.settle(main, text)
+        r = builder.build_fim(main, text, len(text), hist)
+        return "".join(s.text for s in r.prompt.sections) + "".join(r.prompt.history)
+
+    assert builder.wait_idle(30)
+    before = seen(a)
+    assert "ALPHA_MARK" in before and "OPEN_A_MARK" in before and "BETA_MARK" not in before
+    builder.set_roots(changed_roots([a], added=[str(b)], removed=[str(a)]), removed=[a])
+    assert builder.roots == [b.resolve()] and builder.degraded is None
+    after = seen(b)
+    assert "BETA_MARK" in after and "ALPHA_MARK" not in after and "OPEN_A_MARK" not in after
+    assert "_MARK" not in seen(a)  # a document of the removed folder: nothing but itself
+    builder.set_roots([b, tmp_path / "missing"])
+    assert builder.roots == [b.resolve()] and "not a directory" in (builder.degraded or "")
+    builder.set_roots([], removed=[b])  # no folder left: documents anywhere give context, but not those
+    assert builder.roots == [] and "_MARK" not in seen(b) and "_MARK" not in seen(a)
+    builder.set_roots([a])  # added again: read again
+    assert "ALPHA_MARK" in seen(a) and "BETA_MARK" not in seen(a)
+    builder.close()
+    # removal matches the folder as given or resolved; additions are not doubled
+    link = tmp_path / "link"
+    link.symlink_to(a, target_is_directory=True)
+    assert changed_roots([a, b], added=[str(b), ""], removed=[str(link)]) == [b]
+    assert changed_roots([], added=[str(a), str(a)], removed=[]) == [a]
+
+
 # ---- options at run time --------------------------------------------------------------------------
 
 def test_update_options_changes_exclusions_at_run_time(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ class ContextBuilder(Workspace):
         self.tokenizer = tokenizer
         self.counter = TokenCounter(tokenizer)
         self._sticky: dict[str, StickyFim] = {}  # path -> its last full FIM build (context.sticky)
+        self.is_fallback = False  # only the current document, whatever the roots (``fallback``)
         super().__init__(roots, options)
 
     def update_options(self, options: ContextOptions | None = None, **changes: object) -> None:
@@ -68,13 +69,20 @@ class ContextBuilder(Workspace):
             self._sticky.pop(path, None)
         super().close_document(path)
 
+    def set_roots(self, roots: Sequence[Path], removed: Sequence[Path] = ()) -> None:
+        if self.is_fallback:
+            return  # it reads no file at all: nothing to follow
+        with self._lock:
+            self._sticky.clear()  # sections read from the old roots are not reused
+        super().set_roots(roots, removed)
+
     @classmethod
     def fallback(cls, tokenizer: TokenizerLike | None, options: ContextOptions,
                  reason: str = "context builder unavailable") -> ContextBuilder:
         """A builder that sends only the current document, redacted (for when the full one fails)."""
         opts = dataclasses.replace(options, current_only=True, index_workspace=False, git=False)
         b = cls([], tokenizer, opts)
-        b.degraded = f"{reason}: context limited to the current document"
+        b.degraded, b.is_fallback = f"{reason}: context limited to the current document", True
         return b
 
     def _line_costs(self, doc: Document) -> LineCosts:

@@ -44,8 +44,9 @@ class Exclusions:
     """Decides whether a file may be read into a prompt; remembers the answers and the reasons."""
 
     def __init__(self, roots: Sequence[Path], extra_globs: Sequence[str] = (), *,
-                 max_line: int | None = None) -> None:
+                 max_line: int | None = None, removed: Sequence[Path] = ()) -> None:
         self.roots = [Path(r).resolve() for r in roots]  # callers pass checked roots (builder.py)
+        self.removed = [Path(r) for r in removed if Path(r) not in self.roots]  # folders the editor closed
         self.extra_globs = tuple(extra_globs)
         self.max_line = max_line
         self._cache: dict[str, str | None] = {}
@@ -128,6 +129,10 @@ class Exclusions:
         root = self.root_of(p)
         if root is None and self.roots:
             return "outside the workspace roots"
+        if root is None and self.removed:
+            real = p.resolve()
+            if any(real == r or r in real.parents for r in self.removed):
+                return "in a removed workspace folder"
         r = self.name_reason(p.resolve()) or self.name_reason(p)
         if r:
             return r

@@ -121,3 +121,22 @@ def check_roots(roots: Sequence[str | os.PathLike[str]]) -> tuple[list[Path], li
         if real not in good:
             good.append(real)
     return good, problems
+
+
+def changed_roots(roots: list[Path], added: list[str], removed: list[str]) -> list[Path]:
+    """``roots`` without the ``removed`` folders (matched as given or resolved: fail closed) and with the
+    ``added`` ones (empty paths — URIs that are no file — are ignored)."""
+    def forms(p: str | Path) -> set[str]:
+        out = {os.path.normpath(p)}
+        try:
+            out.add(str(Path(p).resolve()))
+        except (OSError, RuntimeError, ValueError):
+            pass
+        return out
+
+    gone = set().union(*(forms(p) for p in removed if p))
+    kept = [r for r in roots if not forms(r) & gone]
+    for p in added:
+        if p and not any(forms(p) & forms(r) for r in kept):
+            kept.append(Path(p))
+    return kept

@@ -35,6 +35,7 @@ class Workspace:
         if self.current_only and problems:
             self.degraded = f"{self.degraded}: context limited to the current document"
         self.exclusions = Exclusions(self.roots, self.options.exclude, max_line=self.options.max_line_chars)
+        self.removed: list[Path] = []  # workspace folders the editor removed (``set_roots``)
         self.index = SymbolIndex()
         self.docs: dict[str, Document] = {}
         self._touched: dict[str, int] = {}  # path -> update tick (recency of open files)
@@ -89,6 +90,38 @@ class Workspace:
             reindex = (new.exclude != old.exclude or new.index_workspace and not old.index_workspace
                        or old.current_only and not new.current_only)  # other files may be read again
         if reindex and new.index_workspace and self.roots and not self.current_only:
+            self._submit(self._scan)
+
+    def set_roots(self, roots: Sequence[Path], removed: Sequence[Path] = ()) -> None:
+        """Replace the workspace folders at run time (``workspace/didChangeWorkspaceFolders``). Fail
+        closed: from the next build on, no file outside the new roots is read, nor any file of a folder
+        in ``removed`` (also once no folder is left, when documents anywhere may give context — a lone
+        file's editor; the folders removed before stay removed until added again); the exclusions' answers,
+        the symbol index, git contexts, outlines and import resolutions of the old roots are dropped
+        (the index is rebuilt by a background scan of the new roots; open documents' definitions are
+        extracted again)."""
+        with self._lock:
+            good, problems = check_roots(roots)
+            gone, _ = check_roots(removed)
+            self.removed = [r for r in dict.fromkeys([*self.removed, *gone]) if r not in good]
+            self.roots = good
+            self.degraded = "; ".join(problems) or None
+            self.current_only = self.options.current_only or bool(problems and not good)
+            if self.current_only and problems:
+                self.degraded = f"{self.degraded}: context limited to the current document"
+            self.exclusions = Exclusions(good, self.options.exclude, max_line=self.options.max_line_chars,
+                                         removed=self.removed)
+            self.index = SymbolIndex()  # a scan of the old roots still running fills the old one
+            self._doc_defs.clear()
+            self._git.clear()
+            self._outlines.clear()
+            self._imports.clear()
+            self._display.clear()
+            self._snippets.clear()
+            self._clean_cache.clear()
+        if problems:
+            log.warning("workspace folders: %s", self.degraded)
+        if self.options.index_workspace and good and not self.current_only:
             self._submit(self._scan)
 
     # ---- background --------------------------------------------------------------------

@@ -118,6 +118,9 @@ class BuilderContext:
     def close_document(self, path: str) -> None:
         self.builder.close_document(path)
 
+    def set_roots(self, roots: list[Path], removed: list[Path]) -> None:
+        self.builder.set_roots(roots, removed)
+
     def _settle(self, path: str, text: str) -> None:
         """``settleContext`` (eval runs): the build sees the workspace with no background work pending."""
         if self.settings.settle_context and not self.builder.settle(path, text):

@@ -140,6 +140,13 @@ class Pipeline:
         if doc is not None and doc.path:
             self.worker.close_document(doc.path)
 
+    def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
+        """The editor's workspace folders changed (LSP ``workspace/didChangeWorkspaceFolders``): context
+        comes from ``roots`` only, never again from a ``removed`` folder, and no suggestion built before
+        is served again."""
+        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self.worker.set_roots(roots, removed)
+
     def clear_history(self) -> None:
         """Forget the edit history and cached suggestions (evals isolate cases with this)."""
         self.history.clear()

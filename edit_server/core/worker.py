@@ -81,11 +81,17 @@ class CloseDocument:
 
 
 @dataclass(frozen=True)
+class SetRoots:
+    roots: tuple[Path, ...]
+    removed: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
-Message = Job | Load | Configure | CloseDocument | Stop
+Message = Job | Load | Configure | CloseDocument | SetRoots | Stop
 
 
 @dataclass
@@ -202,6 +208,10 @@ class EngineWorker:
     def close_document(self, path: str) -> None:
         self._q.put(CloseDocument(path))
 
+    def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
+        """The workspace folders changed: requests queued after this see only the new ones."""
+        self._q.put(SetRoots(tuple(roots), tuple(removed or ())))
+
     def submit(self, job: Job) -> Future:
         with self._lock:
             for old in self._live:
@@ -250,10 +260,15 @@ class EngineWorker:
                     break
             self._run_jobs(jobs)
 
-    def _command(self, item: Load | Configure | CloseDocument) -> None:
+    def _command(self, item: Load | Configure | CloseDocument | SetRoots) -> None:
         if isinstance(item, CloseDocument):
             if self._ctx is not None:
                 self._ctx.close_document(item.path)
+        elif isinstance(item, SetRoots):
+            self.roots = list(item.roots)
+            if self._ctx is not None:
+                self._ctx.set_roots(self.roots, list(item.removed))
+                self.degraded = self._ctx.degraded
         elif isinstance(item, Configure):
             if self._ctx is not None:
                 self._ctx.configure(item.settings, self.engine)

@@ -26,6 +26,7 @@ from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageS
 from pygls.uris import to_fs_path
 
 from edit_server import __version__
+from edit_server.context.options import changed_roots
 from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
@@ -183,6 +184,7 @@ class EditServer(LanguageServer):
         self.cli = dict(cli or {})
         self.settings = Settings()
         self.pipeline: Pipeline | None = None
+        self.roots: list[Path] = []  # the workspace folders, as the client last told them
         self.initialized = False
         self._stopped = False
         self._download_token: str | None = None
@@ -281,6 +283,7 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         if not roots and params.root_uri:
             roots = [Path(_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
+        ls.roots = roots
         ls.pipeline = Pipeline(ls.settings, ls.status, roots, on_progress=ls.progress,
                                on_suggestion=ls.suggested)
         ls.initialized = True
@@ -292,6 +295,15 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     @ls.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: EditServer, params: lsp.DidChangeConfigurationParams) -> None:
         ls.apply_settings(params.settings)
+
+    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_workspace_folders(ls: EditServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+        """Folders added to / removed from the editor's workspace: context follows them (a removed
+        folder is not read again, its suggestions are not served again)."""
+        removed = [p for f in params.event.removed or () if (p := _path(f.uri))]
+        ls.roots = changed_roots(ls.roots, [_path(f.uri) for f in params.event.added or ()], removed)
+        if ls.pipeline is not None:
+            ls.pipeline.set_roots(ls.roots, [Path(p) for p in removed])
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: EditServer, params: lsp.DidOpenTextDocumentParams) -> None:

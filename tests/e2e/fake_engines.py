@@ -74,6 +74,23 @@ class ScriptedSplit(Scripted):
         return r
 
 
+class Sections(_Wrapped):
+    """FIM -> the ``*_MARK`` words of the prompt's context sections, sorted ("none" without any): what
+    reached the prompt from other files, checked through the real server."""
+
+    label = "sections test engine"
+
+    def infill(self, prompt: Any, **kw: Any) -> Any:
+        import re
+
+        r = super().infill(prompt, **kw)
+        if not r.aborted:
+            marks = sorted(set(re.findall(r"[A-Z]+_MARK", "".join(s.text for s in prompt.sections))))
+            r.text = " ".join(marks) or "none"
+            r.confidences = [0.9] * len(r.text)
+        return r
+
+
 class Printable(_Wrapped):
     """The real tiny-random engine with every output byte folded into printable ASCII: its random
     weights emit bytes that are not UTF-8, which the tokenizer drops (nothing would show)."""
@@ -111,6 +128,10 @@ def scripted(spec: str, device: str) -> Scripted:
 
 def scripted_split(spec: str, device: str) -> ScriptedSplit:
     return ScriptedSplit(_base(spec))
+
+
+def sections(spec: str, device: str) -> Sections:
+    return Sections(_base(spec))
 
 
 def printable(spec: str, device: str) -> Printable:

@@ -1,0 +1,64 @@
+"""Workspace folders through the real server: the server advertises change notifications for them, so
+context must follow ``workspace/didChangeWorkspaceFolders`` — an added folder's definitions reach prompts,
+a removed folder is not read again (its documents get no suggestion, nothing of it enters another's)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from edit_server.lsp.client import LspClient, server_command, utf16_position
+from tests.e2e.raw_client import ENV
+
+pytestmark = pytest.mark.e2e
+TEXT = "from mod import shared_name\n\ny = shared_name(2)\nz = "
+
+
+def test_context_follows_added_and_removed_workspace_folders(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, mark in ((a, "ALPHA_MARK"), (b, "BETA_MARK")):
+        root.mkdir()
+        (root / "mod.py").write_text(f"def shared_name(x):\n    return '{mark}'\n")
+        (root / "main.py").write_text(TEXT)
+    env = dict(ENV, EDIT_SERVER_ENGINE_FACTORY="tests.e2e.fake_engines:sections")
+
+    async def session() -> dict[str, object]:
+        client = LspClient(server_command("tiny-random", "cpu", []), env=env, stderr_path=tmp_path / "stderr.log")
+        await client.start(a, {"feedbackDb": ":memory:", "gate": {"enabled": False}, "settleContext": True,
+                               "debounceMs": 0})
+        seen: dict[str, object] = {"capability": client.capabilities.get("workspace", {})}
+        try:
+            await client.wait_ready(120)
+
+            async def ask(root: Path, version: int) -> str | None:
+                uri = (root / "main.py").as_uri()
+                await client.notify("textDocument/didOpen", {"textDocument": {
+                    "uri": uri, "languageId": "python", "version": version, "text": TEXT}})
+                res = await client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": utf16_position(TEXT, len(TEXT)),
+                    "context": {"triggerKind": 1}})
+                await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+                items = (res or {}).get("items") or []
+                return items[0]["insertText"] if items else None
+
+            seen["a"] = await ask(a, 1)
+            await client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+                "added": [{"uri": b.as_uri(), "name": "b"}], "removed": [{"uri": a.as_uri(), "name": "a"}]}})
+            seen["b"] = await ask(b, 1)
+            seen["a after removal"] = await ask(a, 2)
+            await client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+                "added": [{"uri": a.as_uri(), "name": "a"}], "removed": []}})
+            seen["both"] = await ask(a, 3)
+        finally:
+            await client.stop()
+        return seen
+
+    seen = asyncio.run(session())
+    assert seen["capability"]["workspaceFolders"] == {  # type: ignore[index]
+        "supported": True, "changeNotifications": True}
+    assert seen["a"] == "ALPHA_MARK"
+    assert seen["b"] == "BETA_MARK"
+    assert seen["a after removal"] is None  # outside every folder now: no suggestion, nothing read
+    assert "ALPHA_MARK" in str(seen["both"])  # its folder added again: read again
