@@ -422,11 +422,17 @@ def extract_source(src: Path, report: ExtractReport | None = None, *, trim: bool
         raise ValueError(f"{src}: not a repository, a .bundle or a .jsonl.gz of git sessions")
     tmp = Path(tempfile.mkdtemp(prefix="git-sessions-"))
     try:
-        subprocess.run(["git", *_SAFE, "-c", "protocol.file.allow=always", "clone", "-q", "--bare", "--no-local", str(src.resolve()), str(tmp / "r")],
-                       check=True, capture_output=True, env=git_env(), stdin=subprocess.DEVNULL, timeout=600)  # bundle: local file
-        return extract_sessions(tmp / "r", name=src.stem, report=report, trim=trim)
+        return extract_sessions(clone_bundle(src, tmp / "r"), name=src.stem, report=report, trim=trim)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clone_bundle(src: Path, dest: Path) -> Path:
+    """A ``git bundle`` file cloned bare (objects only: no checkout, no hooks, hardened) to ``dest``."""
+    subprocess.run(["git", *_SAFE, "-c", "protocol.file.allow=always", "clone", "-q", "--bare", "--no-local",
+                    str(src.resolve()), str(dest)],
+                   check=True, capture_output=True, env=git_env(), stdin=subprocess.DEVNULL, timeout=600)  # bundle: local file
+    return dest
 
 
 def cap_sessions(sessions: list[GitSession], n: int, seed: str) -> list[GitSession]:

@@ -141,6 +141,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     cs = sub.add_parser("cases", help="run a JSONL file of edit cases through the real server")
     cs.add_argument("file", type=Path)
+    cs.add_argument("--workspace-repo", type=Path, action="append", default=[], metavar="REPO",
+                    help="a repository or bundle the cases were replayed from (repeatable): each case runs "
+                         "inside that repository's files as of its commit's parent (evals/workspace.py)")
     _common(cs, "cases")
     _server(cs)
     cs.set_defaults(func=_clean_errors(run_cases))
@@ -159,6 +162,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rp.add_argument("--next-per-commit", type=int, default=3)
     rp.add_argument("--quiet-per-commit", type=int, default=2)
     rp.add_argument("--build-only", action="store_true", help="write <out>/cases.jsonl and stop")
+    rp.add_argument("--workspace", action="store_true",
+                    help="run each case inside its repository's files as of its commit's parent (the "
+                         "server's workspace folder): prompts get other files' context as in an editor")
     rp.set_defaults(func=_clean_errors(run_replay))
 
     lp = sub.add_parser("layout-prefill", help="re-prefill tokens of consecutive next edits per edit layout")
@@ -353,6 +359,7 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
     from evals.runners import CaseRunner, error_record
     from evals.runners import run_cases as run_all
     from evals.store import ResultStore
+    from evals.workspace import Snapshots
 
     store = ResultStore(args.out, config, fresh=args.fresh)
     for case_id, reason in bad:  # cases that could not even be read: reported, the run goes on
@@ -360,16 +367,31 @@ def _run_case_list(args: argparse.Namespace, cases: list, config: dict[str, Any]
         if not store.done(case_id):
             store.add(error_record(case_id, reason))
     with tempfile.TemporaryDirectory(prefix="eval-ws-") as ws:
-        runner = CaseRunner(model=args.model, device=args.device, root=Path(ws),
+        sources = _workspace_sources(args)
+        snapshots = Snapshots(sources, Path(ws) / "snapshots") if sources else None
+        runner = CaseRunner(model=args.model, device=args.device, root=Path(ws) / "cases",
                             log_path=args.out / "server.log", gate=not args.no_gate,
                             threshold=args.gate_threshold, timeout=args.timeout,
-                            restart_every=args.restart_every, init_extra=init_options(args))
-        run_all(cases, store, runner, _progress(args, "cases"))
+                            restart_every=args.restart_every, init_extra=init_options(args),
+                            workspace=snapshots)
+        try:
+            run_all(cases, store, runner, _progress(args, "cases"))
+        finally:
+            if snapshots is not None:
+                snapshots.close()
     records = [store.records[c.id] for c in cases if store.done(c.id)]
     records += [store.records[i] for i, _ in bad if store.done(i) and i not in {c.id for c in cases}]
     summary = write_cases(args.out, config, records)
     _print_summary(f"edit cases ({config['source']})", summary, args.out)
     return 0
+
+
+def _workspace_sources(args: argparse.Namespace) -> list[Path]:
+    """The repositories whose snapshots surround the cases (``replay --workspace``: the replayed ones;
+    ``cases --workspace-repo``: the ones named), none without."""
+    if getattr(args, "workspace", False):
+        return list(args.repo)
+    return list(getattr(args, "workspace_repo", None) or [])
 
 
 def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
@@ -380,6 +402,7 @@ def _server_config(args: argparse.Namespace, source: str) -> dict[str, Any]:
     return {"kind": "cases", "source": source, "model": args.model, "device": args.device,
             "gate": not args.no_gate, "gate_threshold": args.gate_threshold, "seed": args.seed,
             "init": init_options(args),  # not --limit: a larger limit resumes the same cases
+            **({"workspace": sorted(str(s) for s in _workspace_sources(args))} if _workspace_sources(args) else {}),
             **({"adapter": adapter} if adapter and args.model in EMBEDDED_SPECS else {})}
 
 

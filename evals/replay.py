@@ -195,12 +195,29 @@ def quiet_cases(repo: str, sha: str, parent_files: dict[str, str], changed: dict
 
 
 def build_cases(repo_path: Path, opts: ReplayOptions, skipped: list[tuple[str, str]] | None = None) -> list[Case]:
-    """Cases from the last ``opts.commits`` usable (non-merge, text-modifying) commits before ``rev``.
-    A commit whose cases cannot be built is skipped (appended to ``skipped`` as (sha, reason))."""
+    """Cases from the last ``opts.commits`` usable (non-merge, text-modifying) commits before ``rev`` of a
+    repository or a ``git bundle`` (cloned bare to a temporary directory). A commit whose cases cannot be
+    built is skipped (appended to ``skipped`` as (sha, reason))."""
+    if repo_path.suffix == ".bundle" and repo_path.is_file():
+        import shutil
+        import tempfile
+
+        from engine.git_history import clone_bundle
+
+        tmp = Path(tempfile.mkdtemp(prefix="replay-"))
+        try:
+            return _build(clone_bundle(repo_path, tmp / "r"), repo_path.stem, opts, skipped)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _build(repo_path, None, opts, skipped)
+
+
+def _build(repo_path: Path, name: str | None, opts: ReplayOptions,
+           skipped: list[tuple[str, str]] | None) -> list[Case]:
     import git
 
     repo = git.Repo(repo_path, search_parent_directories=True)
-    name = Path(repo.working_tree_dir or repo_path).name
+    name = name or Path(repo.working_tree_dir or repo_path).name
     cases: list[Case] = []
     used = 0
     for commit in repo.iter_commits(opts.rev):

@@ -16,6 +16,7 @@ from evals.cases import Case, Edit, diff_path, history_states, judge
 from evals.humaneval import command_arg, command_score, completion_edit
 from evals.lsp_client import TRIGGER_KINDS, LspClient, offset_of, server_command, utf16_position, warm_up
 from evals.store import ResultStore
+from evals.workspace import Snapshots
 
 CLEAR_HISTORY = "editServer.clearHistory"
 # the same case gives the same prompt in every run: one history hunk per replayed edit whatever the timing,
@@ -76,13 +77,18 @@ class CaseRunner:
 
     Each case lives in its own directory ``<root>/<case id>/`` so documents of different cases never
     share a URI; its files are written to disk (the context builder may read them) and closed after.
+    With ``workspace`` (`evals.workspace.Snapshots`), a case from a git history runs inside its
+    repository's snapshot instead, which becomes the server's one workspace folder
+    (``workspace/didChangeWorkspaceFolders``); its files are written over the snapshot's and put back after.
     """
 
     def __init__(self, *, model: str, device: str, root: Path, log_path: Path, gate: bool,
                  threshold: float | None, timeout: float, restart_every: int | None = None,
-                 init_extra: dict[str, Any] | None = None) -> None:
+                 init_extra: dict[str, Any] | None = None, workspace: Snapshots | None = None) -> None:
         self.model, self.device, self.root, self.log_path = model, device, root, log_path
         self.timeout, self.restart_every = timeout, restart_every
+        self.workspace = workspace
+        self._folder = root  # the server's workspace folder now
         extra = dict(init_extra or {})
         gate_opts: dict[str, Any] = {**extra.pop("gate", {}), "enabled": gate}  # e.g. gate.calibration
         if threshold is not None:
@@ -105,6 +111,7 @@ class CaseRunner:
             self.client = LspClient(server_command(self.model, self.device, ["--log-debug", DIGEST_LOGGER]),
                                     cwd=self.root, stderr_path=self.log_path)
             await self.client.start(self.root, self.init, timeout=self.timeout)
+            self._folder = self.root
             await self.client.wait_ready(self.timeout)
             await warm_up(self.client, self.root, self.timeout)
             self._served = 0
@@ -123,25 +130,44 @@ class CaseRunner:
             await self.client.stop()
             self.client = None
 
+    async def _use_folder(self, client: LspClient, folder: Path) -> None:
+        """Make ``folder`` the server's one workspace folder (the builder re-indexes it; ``settleContext``
+        makes the next build wait for that)."""
+        if folder == self._folder:
+            return
+        await client.notify("workspace/didChangeWorkspaceFolders", {"event": {
+            "added": [{"uri": folder.resolve().as_uri(), "name": folder.name}],
+            "removed": [{"uri": self._folder.resolve().as_uri(), "name": self._folder.name}]}})
+        self._folder = folder
+
     async def run_case(self, case: Case) -> dict[str, Any]:
         """One case: a record; ``BadCase`` when the case cannot be run. A failure after the server
         saw the case is recorded as an error (a miss) and the server is restarted for the next one;
         a server that cannot start raises (``LspError``)."""
+        snapshot = self.workspace.for_case(case) if self.workspace is not None else None
+        base = snapshot or self.root / _case_dir(case)
+        saved: dict[Path, bytes | None] = {}  # a snapshot's own files, put back after the case
         try:  # everything that can fail on the case's own data, before the server sees it
             states = history_states(case)
-            base = self.root / _case_dir(case)
             uris: dict[str, str] = {}
             for path, text in case.files.items():
                 f = base / path
+                if snapshot is not None and f not in saved:
+                    saved[f] = f.read_bytes() if f.is_file() else None
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_text(text, encoding="utf-8")
                 uris[path] = f.resolve().as_uri()
         except (ValueError, OSError, KeyError) as e:
+            _restore(saved)
             raise BadCase(f"{type(e).__name__}: {e}") from e
+        cleanup = _once((lambda: _restore(saved)) if snapshot is not None else
+                        (lambda: shutil.rmtree(base, ignore_errors=True)))
         try:
             client = await self._ensure()
+            if self.workspace is not None:
+                await self._use_folder(client, snapshot or self.root)
             try:
-                return await self._run(client, case, states, uris)
+                return await self._run(client, case, states, uris, cleanup)
             except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
                 log.warning("case %s failed: %s", case.id, e)
                 try:
@@ -150,10 +176,10 @@ class CaseRunner:
                     self.client = None
                 return error_record(case.id, f"{type(e).__name__}: {e}", case, bad=False)
         finally:
-            shutil.rmtree(base, ignore_errors=True)  # no later case (nor a restarted server's scan) sees it
+            cleanup()  # no later case (nor a restarted server's scan) sees it
 
     async def _run(self, client: LspClient, case: Case, states: dict[str, list[str]],
-                   uris: dict[str, str]) -> dict[str, Any]:
+                   uris: dict[str, str], cleanup: Callable[[], None]) -> dict[str, Any]:
         paths = {u: p for p, u in uris.items()}
         versions = dict.fromkeys(case.files, 1)
         current = {p: (states[p][0] if p in states else t) for p, t in case.files.items()}
@@ -190,8 +216,8 @@ class CaseRunner:
         except Exception as e:  # noqa: BLE001 - recorded as no suggestion
             result, err = None, str(e)
         ms = (time.perf_counter() - t0) * 1000
-        # gone before the close: the server drops the files from its index (no later case sees them)
-        shutil.rmtree(self.root / _case_dir(case), ignore_errors=True)
+        # gone (or the snapshot's own again) before the close: the server re-reads them for its index
+        cleanup()
         for uri in uris.values():
             await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
         edits, score = parse_suggestion(case, result, paths)
@@ -226,6 +252,26 @@ class CaseRunner:
             if found or time.monotonic() > end:
                 return found[-1] if found else None
             await asyncio.sleep(0.05)  # the client copies the server's stderr as it comes
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            fn()
+    return run
+
+
+def _restore(saved: dict[Path, bytes | None]) -> None:
+    """Put a snapshot's files back as they were before a case wrote over them."""
+    for f, data in saved.items():
+        if data is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_bytes(data)
 
 
 def suggestion_origin(result: Any) -> str | None:
