@@ -49,13 +49,21 @@ def rendered_tokens(tok: TokenizerLike, s: Section) -> int:
 def fit(tok: TokenizerLike, s: Section, room: int, min_lines: int = MIN_LINES) -> Section | None:
     """``s`` cut to its first whole lines that fit ``room`` tokens (the server's sections are cut to their
     share of the budget too), or None when fewer than ``min_lines`` (or all of it, when shorter) would."""
+    got = fit_counted(tok, s, room, min_lines)
+    return None if got is None else got[0]
+
+
+def fit_counted(tok: TokenizerLike, s: Section, room: int, min_lines: int = MIN_LINES) -> tuple[Section, int] | None:
+    """`fit`, with the tokens the fitted section takes (counted once)."""
     lines = s.text.splitlines(keepends=True)
     n = len(lines)
-    while n and rendered_tokens(tok, Section(s.kind, s.path, "".join(lines[:n]))) > room:
+    while n:
+        cut = s if n == len(lines) else Section(s.kind, s.path, "".join(lines[:n]))
+        used = rendered_tokens(tok, cut)
+        if used <= room:
+            return (cut, used) if n >= min(min_lines, len(lines)) else None
         n = n * 3 // 4 if n > 8 else n - 1  # long sections shrink fast, the last lines one by one
-    if n < min(min_lines, len(lines)) or not n:
-        return None
-    return s if n == len(lines) else Section(s.kind, s.path, "".join(lines[:n]))
+    return None
 
 
 class Neighbours:
@@ -67,6 +75,7 @@ class Neighbours:
         for i, d in enumerate(docs):
             self.by_dir[posixpath.dirname(d.path)].append(i)
         self._defs: dict[int, list[tuple[str, int]]] = {}
+        self._names: dict[int, frozenset[str]] = {}
 
     def defs(self, j: int) -> list[tuple[str, int]]:
         """(name, offset) of document ``j``'s top-level definitions (computed once)."""
@@ -81,19 +90,21 @@ class Neighbours:
         peers = [j for j in self.by_dir.get(posixpath.dirname(d.path), []) if j != i]
         if not peers or max_tokens <= 0:
             return ()
-        used = set(_NAME.findall(d.text))
+        if i not in self._names:
+            self._names[i] = frozenset(_NAME.findall(d.text))
+        used = self._names[i]
         out: list[Section] = []
         room = max_tokens
         for j in rng.sample(peers, min(len(peers), rng.randint(1, MAX_SECTIONS))):
             s = self._section(j, used, rng)
-            s = None if s is None else fit(tok, s, room)
-            if s is None:
+            got = None if s is None else fit_counted(tok, s, room)
+            if got is None:
                 continue
-            out.append(s)
-            room -= rendered_tokens(tok, s)
+            out.append(got[0])
+            room -= got[1]
         return tuple(out)
 
-    def _section(self, j: int, used: set[str], rng: random.Random) -> Section | None:
+    def _section(self, j: int, used: frozenset[str], rng: random.Random) -> Section | None:
         other = self.docs[j]
         defs = self.defs(j)
         if defs and rng.random() < DEFINITION_SHARE:
