@@ -79,6 +79,12 @@ class EngineAPI(Protocol):
         """Release connections and threads (the remote backend's); the engine is not used afterwards."""
         ...
 
+    def forget(self, cache_key: str | None = None) -> None:
+        """Drop what is cached for the prompts of ``cache_key`` (a document), or of every document: a closed
+        document's memory is freed; an evaluation's cases start cold, so each answer is the same whatever
+        ran before it (a reused prefix is exact in arithmetic, not in floating point)."""
+        ...
+
     def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
         """Run ``calls`` together (one batched forward per step where the model allows it)."""
         ...
@@ -104,6 +110,9 @@ class EngineBase:
         return None
 
     def close(self) -> None:
+        return None
+
+    def forget(self, cache_key: str | None = None) -> None:
         return None
 
 

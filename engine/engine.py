@@ -262,6 +262,9 @@ class Engine(ByComplete):
             out.append(n)
         return out
 
+    def forget(self, cache_key: str | None = None) -> None:
+        self.cache.clear(cache_key)  # a slot in use now is put back when its request ends
+
     def slot_key(self, j: Job) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
         if not j.cache_key:

@@ -345,3 +345,90 @@ def test_a_full_feedback_queue_drops_events_without_waiting(tmp_path: Path, monk
     assert time.perf_counter() - t0 < 0.5 and isinstance(done.exception(0), RuntimeError)
     stuck.set()
     fb.close()
+
+
+def test_a_command_drained_with_a_batch_runs_before_later_requests(tmp_path: Path) -> None:
+    """Workspace folders changed while the worker was busy: the request queued after the change is built
+    with the new folders (a command met while draining a batch is not put behind later requests)."""
+    from edit_server.core.worker import SetRoots
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    rec = Recorder()
+    w = EngineWorker(rec, [a])
+    w.load("tiny-random", "cpu", Settings())
+    assert w.ready.wait(60), rec.states
+    gate = threading.Event()
+    orig = w._command
+    order: list[str] = []
+
+    def blocking(item: Any) -> None:
+        gate.wait(10)
+        order.append(type(item).__name__)
+        orig(item)
+
+    text = "def add(a, b):\n    return \n"
+
+    def job(path: Path) -> Job:
+        return Job(str(path), FimRequest(str(path), str(path), text, 1, len(text) - 1), Settings(max_tokens=4))
+
+    try:
+        w._command = blocking
+        w._q.put(Configure(Settings()))  # the worker waits in here
+        first = w.submit(job(a / "x.py"))
+        w._q.put(SetRoots((b,), (a,)))
+        later = w.submit(job(a / "y.py"))  # sent after folder a was removed
+        gate.set()
+        assert first.result(30) is not None
+        assert later.result(30) is None  # outside every folder now: not built, no model call
+        assert order == ["Configure", "SetRoots"] and w.roots == [b]
+    finally:
+        w._command = orig
+        gate.set()
+        w.stop()
+        w.join(5)
+
+
+class Forgetful(Lifecycle):
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgot: list[str | None] = []
+
+    def forget(self, cache_key: str | None = None) -> None:
+        self.forgot.append(cache_key)
+
+
+def test_closing_a_document_and_clearing_history_free_the_engines_cache() -> None:
+    from edit_server.core.pipeline import Pipeline
+
+    eng = Forgetful()
+    p = Pipeline(Settings(), Recorder(), [], engine=eng)
+    try:
+        assert p.worker.ready.wait(30)
+        p.open_document("file:///w/a.py", "/w/a.py", "x = 1\n", 1, "python")
+        p.close_document("file:///w/a.py")
+        p.clear_history()
+        deadline = time.monotonic() + 10
+        while len(eng.forgot) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert eng.forgot == ["file:///w/a.py", None]
+    finally:
+        p.worker.stop()
+        p.worker.join(5)
+    from engine.engine import Engine
+
+    tiny = Engine.load("tiny-random", device="cpu")
+    for key in ("doc1", "doc2"):
+        tiny.infill(_fim_prompt(), max_tokens=4, cache_key=key)
+    assert len(tiny.cache) == 2
+    tiny.forget("doc1")
+    assert len(tiny.cache) == 1 and "doc2#fim" in tiny.cache
+    tiny.forget()
+    assert len(tiny.cache) == 0
+
+
+def _fim_prompt() -> Any:
+    from engine.templates import FimPrompt
+
+    return FimPrompt("def add(a, b):\n    return ", "\n", path="a.py")

@@ -137,8 +137,8 @@ class Pipeline:
         doc = self.docs.get(uri)
         self.docs.close(uri)
         self.cache.drop(uri)
-        if doc is not None and doc.path:
-            self.worker.close_document(doc.path)
+        if doc is not None:
+            self.worker.close_document(doc.path or "", uri)
 
     def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
         """The editor's workspace folders changed (LSP ``workspace/didChangeWorkspaceFolders``): context
@@ -148,9 +148,11 @@ class Pipeline:
         self.worker.set_roots(roots, removed)
 
     def clear_history(self) -> None:
-        """Forget the edit history and cached suggestions (evals isolate cases with this)."""
+        """Forget the edit history, cached suggestions and the engine's cached prompts (evals isolate
+        cases with this: each then runs as on a fresh server)."""
         self.history.clear()
         self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self.worker.forget()
 
     def _history(self, path: str, text: str, offset: int) -> list[Hunk]:
         return self.history.recent(self.settings.history_size, now=time.monotonic(),

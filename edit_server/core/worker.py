@@ -78,6 +78,12 @@ class Configure:
 @dataclass(frozen=True)
 class CloseDocument:
     path: str
+    key: str = ""  # the document's engine cache key (its URI)
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Drop the engine's cached prompt state of every document (``clearHistory``)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class Stop:
     pass
 
 
-Message = Job | Load | Configure | CloseDocument | SetRoots | Stop
+Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | Stop
 
 
 @dataclass
@@ -205,8 +211,11 @@ class EngineWorker:
     def set_settings(self, settings: Settings) -> None:
         self._q.put(Configure(settings))
 
-    def close_document(self, path: str) -> None:
-        self._q.put(CloseDocument(path))
+    def close_document(self, path: str, key: str = "") -> None:
+        self._q.put(CloseDocument(path, key))
+
+    def forget(self) -> None:
+        self._q.put(Forget())
 
     def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
         """The workspace folders changed: requests queued after this see only the new ones."""
@@ -238,8 +247,9 @@ class EngineWorker:
 
     # -- worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
+        held: Message | None = None  # a command met while draining a batch: next, before anything queued after it
         while True:
-            item = self._q.get()
+            item, held = (held, None) if held is not None else (self._q.get(), None)
             if isinstance(item, Stop):
                 self._fail_pending()
                 self._close(self.engine)
@@ -255,15 +265,20 @@ class EngineWorker:
                     break
                 if isinstance(nxt, Job):
                     jobs.append(nxt)
-                else:
-                    self._q.put(nxt)  # a command: handle after this batch
+                else:  # a command: right after this batch, in order (a request sent after a
+                    held = nxt  # workspace folder was removed must not be built with it)
                     break
             self._run_jobs(jobs)
 
-    def _command(self, item: Load | Configure | CloseDocument | SetRoots) -> None:
+    def _command(self, item: Load | Configure | CloseDocument | Forget | SetRoots) -> None:
         if isinstance(item, CloseDocument):
-            if self._ctx is not None:
+            if self._ctx is not None and item.path:
                 self._ctx.close_document(item.path)
+            if self.engine is not None and item.key:
+                self.engine.forget(item.key)  # its prompts' KV: memory the next document can use
+        elif isinstance(item, Forget):
+            if self.engine is not None:
+                self.engine.forget()
         elif isinstance(item, SetRoots):
             self.roots = list(item.roots)
             if self._ctx is not None:

@@ -91,6 +91,10 @@ class RemoteEngine(ByComplete):
     def close(self) -> None:
         self.transport.close()
 
+    def forget(self, cache_key: str | None = None) -> None:
+        if self._local is not None:  # the remote keeps no state of ours; the fallback engine may
+            self._local.forget(cache_key)
+
     # -- the contract ----------------------------------------------------------------------------
     def complete(self, calls: Sequence[Call]) -> list[GenerateResult]:
         out: list[GenerateResult | None] = [None] * len(calls)
