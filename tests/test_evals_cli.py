@@ -134,7 +134,7 @@ def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
 def test_init_options_nest_dotted_keys_and_keep_the_gate_switch(tmp_path: Path) -> None:
     import argparse
 
-    from evals.cli import init_options
+    from evals.cli_common import init_options
     from evals.runners import CaseRunner
 
     ns = argparse.Namespace(max_tokens=None, context_budget=None,

@@ -135,15 +135,15 @@ def test_replay_takes_several_repositories_round_robin(repo: Path, tmp_path: Pat
     import argparse
     import shutil
 
-    from evals.cli import _replay_cases
+    from evals.cli_cases import replay_cases
 
     other = tmp_path / "other"
     shutil.copytree(repo, other)
     ns = argparse.Namespace(repo=[repo, other], mode="sessions", cases_per_repo=2, seed=0)
-    cases = _replay_cases(ns)
+    cases = replay_cases(ns)
     assert [c.id.split(":")[0] for c in cases] == [repo.name, "other", repo.name, "other"]
     with pytest.raises(FileNotFoundError, match="nope: no such repository or bundle"):
-        _replay_cases(argparse.Namespace(repo=[tmp_path / "nope"], mode="sessions", cases_per_repo=2, seed=0))
+        replay_cases(argparse.Namespace(repo=[tmp_path / "nope"], mode="sessions", cases_per_repo=2, seed=0))
 
 
 def test_edit_result_drops_a_filtered_candidate() -> None:
