@@ -19,6 +19,7 @@ from evals.store import ResultStore
 from evals.workspace import Snapshots
 
 CLEAR_HISTORY = "editServer.clearHistory"
+SETTLE = "editServer.settle"
 # the same case gives the same prompt in every run: one history hunk per replayed edit whatever the timing,
 # the builder's background work (indexing the document, git) done before each build
 REPRODUCIBLE: dict[str, Any] = {"historyPauseMs": 0, "settleContext": True}
@@ -131,14 +132,17 @@ class CaseRunner:
             self.client = None
 
     async def _use_folder(self, client: LspClient, folder: Path) -> None:
-        """Make ``folder`` the server's one workspace folder (the builder re-indexes it; ``settleContext``
-        makes the next build wait for that)."""
+        """Make ``folder`` the server's one workspace folder, indexed before the case's request."""
         if folder == self._folder:
             return
         await client.notify("workspace/didChangeWorkspaceFolders", {"event": {
             "added": [{"uri": folder.resolve().as_uri(), "name": folder.name}],
             "removed": [{"uri": self._folder.resolve().as_uri(), "name": self._folder.name}]}})
         self._folder = folder
+        if SETTLE in (client.capabilities.get("executeCommandProvider") or {}).get("commands", []):
+            # the folder is indexed before the case's clock starts (an editor indexes once, at start)
+            await client.request("workspace/executeCommand", {"command": SETTLE, "arguments": []},
+                                 timeout=self.timeout)
 
     async def run_case(self, case: Case) -> dict[str, Any]:
         """One case: a record; ``BadCase`` when the case cannot be run. A failure after the server

@@ -212,6 +212,39 @@ def test_workspace_folders_follow_the_editor(tmp_path: Path) -> None:
     assert changed_roots([], added=[str(a), str(a)], removed=[]) == [a]
 
 
+def test_files_changed_on_disk_renew_the_index_and_ignore_rules(tmp_path: Path) -> None:
+    """``files_changed`` (LSP didChangeWatchedFiles): a rewritten file's definitions are the new ones, a
+    deleted folder's are gone, and a file that a changed .gitignore now ignores is not read again."""
+    git.Repo.init(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "mod.py").write_text("def shared_name(x):\n    return 'OLD_MARK'\n")
+    (tmp_path / "pkg" / "inner.py").write_text("def inner_name(x):\n    return 'INNER_MARK'\n")
+    (tmp_path / "notes.py").write_text("def private_name(x):\n    return 'PRIVATE_MARK'\n")
+    b = ContextBuilder([tmp_path], TOK, options(git=False))
+    main = str(tmp_path / "main.py")
+    text = "y = shared_name(2) + inner_name(3) + private_name(4)\nz = "
+
+    def seen() -> str:
+        b.settle(main, text)
+        return "".join(s.text for s in b.build_fim(main, text, len(text), []).prompt.sections)
+
+    assert b.wait_idle(30)
+    first = seen()
+    assert all(m in first for m in ("OLD_MARK", "INNER_MARK", "PRIVATE_MARK"))
+    (tmp_path / "mod.py").write_text("def shared_name(x):\n    return 'NEW_MARK'\n")
+    for f in (tmp_path / "pkg").iterdir():
+        f.unlink()
+    (tmp_path / "pkg").rmdir()
+    b.files_changed([(str(tmp_path / "mod.py"), False), (str(tmp_path / "pkg"), True)])
+    second = seen()
+    assert "NEW_MARK" in second and "OLD_MARK" not in second and "INNER_MARK" not in second
+    (tmp_path / ".gitignore").write_text("notes.py\n")
+    b.files_changed([(str(tmp_path / ".gitignore"), False)])
+    third = seen()
+    assert "PRIVATE_MARK" not in third and "NEW_MARK" in third
+    b.close()
+
+
 # ---- options at run time --------------------------------------------------------------------------
 
 def test_update_options_changes_exclusions_at_run_time(tmp_path: Path) -> None:

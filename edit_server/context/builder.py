@@ -69,6 +69,11 @@ class ContextBuilder(Workspace):
             self._sticky.pop(path, None)
         super().close_document(path)
 
+    def files_changed(self, changes: Sequence[tuple[str, bool]]) -> None:
+        with self._lock:
+            self._sticky.clear()  # a sticky build's sections may come from a changed file
+        super().files_changed(changes)
+
     def set_roots(self, roots: Sequence[Path], removed: Sequence[Path] = ()) -> None:
         if self.is_fallback:
             return  # it reads no file at all: nothing to follow

@@ -106,6 +106,15 @@ class SymbolIndex:
         with self._lock:
             self.by_path.pop(path, None)
 
+    def remove_under(self, path: str) -> None:
+        """Forget ``path``'s definitions, or every file's under it (a deleted folder)."""
+        prefix = path.rstrip("/\\") + os.sep
+        with self._lock:
+            gone = [p for p in self.by_path if p == path or p.startswith(prefix)]
+        for p in gone:
+            self.remove_file(p)
+            self._mtimes.pop(p, None)
+
     def lookup(self, name: str) -> list[Definition]:
         with self._lock:
             return list(self.by_name.get(name, ()))

@@ -22,6 +22,7 @@ from edit_server.context.syntax import Document, Edit, infer_edit
 from edit_server.context.window import LineCosts
 
 log = logging.getLogger(__name__)
+IGNORE_FILES = frozenset({".gitignore", ".ignore", ".gitattributes"})  # a change may exclude any file
 EXTRACT_IDLE_S = 1.0  # re-index an open document's definitions once typing pauses this long
 CACHE_ITEMS = 2048  # cleaned section texts kept
 
@@ -123,6 +124,47 @@ class Workspace:
             log.warning("workspace folders: %s", self.degraded)
         if self.options.index_workspace and good and not self.current_only:
             self._submit(self._scan)
+
+    def files_changed(self, changes: Sequence[tuple[str, bool]]) -> None:
+        """Files or folders created, changed or deleted on disk, ``(path, deleted)`` (LSP
+        ``workspace/didChangeWatchedFiles``: a branch switch, a formatter, another tool). Their exclusion
+        answers and indexed definitions are renewed in the background — a deleted file's definitions
+        leave the index now; a changed ignore file or git state renews every answer and rebuilds the
+        index, so a file that became ignored is not read again. Open documents keep the editor's text."""
+        index: list[Path] = []
+        rebuild = rescan = False
+        with self._lock:
+            for path, deleted in changes:
+                p = Path(path)
+                if p.name in IGNORE_FILES or ".git" in p.parts:
+                    rebuild = True
+                self.exclusions.forget(path)
+                if deleted:
+                    self.index.remove_under(path)
+                elif path not in self.docs:
+                    rescan |= p.is_dir()
+                    index.append(p)
+            if rebuild:
+                self.exclusions = Exclusions(self.roots, self.options.exclude,
+                                             max_line=self.options.max_line_chars, removed=self.removed)
+                self.index = SymbolIndex()
+                self._doc_defs.clear()
+                self._git.clear()
+            self._outlines.clear()
+            self._imports.clear()
+        if self.current_only or not self.options.index_workspace:
+            return
+        if rebuild or rescan:
+            self._submit(self._scan)
+        else:
+            for p in index:
+                self._submit(self._index_one, p)
+
+    def _index_one(self, path: Path) -> None:
+        if path.is_file() and self.exclusions.allowed(path):
+            self.index.index_file(path)
+        else:  # gone again, or excluded now
+            self.index.remove_file(str(path))
 
     # ---- background --------------------------------------------------------------------
     def _submit(self, fn: Callable[..., object], *args: object) -> None:

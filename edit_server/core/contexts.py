@@ -118,6 +118,12 @@ class BuilderContext:
     def close_document(self, path: str) -> None:
         self.builder.close_document(path)
 
+    def wait_idle(self, timeout: float) -> bool:
+        return self.builder.wait_idle(timeout)
+
+    def files_changed(self, changes: list[tuple[str, bool]]) -> None:
+        self.builder.files_changed(changes)
+
     def set_roots(self, roots: list[Path], removed: list[Path]) -> None:
         self.builder.set_roots(roots, removed)
 

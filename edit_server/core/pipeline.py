@@ -147,6 +147,18 @@ class Pipeline:
         self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
         self.worker.set_roots(roots, removed)
 
+    def files_changed(self, changes: list[tuple[str, bool]]) -> None:
+        """Files created / changed / deleted on disk (``(path, deleted)``, LSP didChangeWatchedFiles): the
+        context builder re-reads them before the requests that follow (no suggestion built on their old
+        text is served again)."""
+        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self.worker.files_changed(changes)
+
+    def settle(self, timeout: float = 120.0) -> Future:
+        """A future answered (True: in time) once the work queued so far and the context builder's indexing
+        are done: an evaluation or benchmark client asks this before timing a request."""
+        return self.worker.settle(timeout)
+
     def clear_history(self) -> None:
         """Forget the edit history, cached suggestions and the engine's cached prompts (evals isolate
         cases with this: each then runs as on a fresh server)."""

@@ -93,11 +93,24 @@ class SetRoots:
 
 
 @dataclass(frozen=True)
+class FilesChanged:
+    changes: tuple[tuple[str, bool], ...]  # (path, deleted)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """Answered (True: done in time) once everything queued before it ran and the context builder's
+    background work — indexing a workspace folder — is done."""
+    done: Future
+    timeout: float
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
-Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | Stop
+Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle | Stop
 
 
 @dataclass
@@ -217,6 +230,14 @@ class EngineWorker:
     def forget(self) -> None:
         self._q.put(Forget())
 
+    def files_changed(self, changes: list[tuple[str, bool]]) -> None:
+        self._q.put(FilesChanged(tuple(changes)))
+
+    def settle(self, timeout: float) -> Future:
+        done: Future = Future()
+        self._q.put(Settle(done, timeout))
+        return done
+
     def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
         """The workspace folders changed: requests queued after this see only the new ones."""
         self._q.put(SetRoots(tuple(roots), tuple(removed or ())))
@@ -270,7 +291,7 @@ class EngineWorker:
                     break
             self._run_jobs(jobs)
 
-    def _command(self, item: Load | Configure | CloseDocument | Forget | SetRoots) -> None:
+    def _command(self, item: Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle) -> None:
         if isinstance(item, CloseDocument):
             if self._ctx is not None and item.path:
                 self._ctx.close_document(item.path)
@@ -279,6 +300,11 @@ class EngineWorker:
         elif isinstance(item, Forget):
             if self.engine is not None:
                 self.engine.forget()
+        elif isinstance(item, Settle):
+            item.done.set_result(self._ctx.wait_idle(item.timeout) if self._ctx is not None else True)
+        elif isinstance(item, FilesChanged):
+            if self._ctx is not None:
+                self._ctx.files_changed(list(item.changes))
         elif isinstance(item, SetRoots):
             self.roots = list(item.roots)
             if self._ctx is not None:
@@ -359,6 +385,13 @@ class EngineWorker:
         for j in jobs:
             if not j.future.done():
                 j.future.set_result(None)
+        while True:  # a settle asked for before the stop: answered (not settled)
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, Settle) and not item.done.done():
+                item.done.set_result(False)
 
     def _settle(self, job: Job, outcome: Outcome | None = None, error: Exception | None = None) -> None:
         with self._lock:

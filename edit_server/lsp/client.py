@@ -103,6 +103,10 @@ class LspClient:
         def _progress_create(_c: LanguageClient, params: Any) -> None:
             self.notifications.append(("window/workDoneProgress/create", plain(params, conv)))
 
+        @self.client.feature("client/registerCapability")
+        def _register(_c: LanguageClient, params: Any) -> None:  # recorded; a client that asked for it acts
+            self.notifications.append(("client/registerCapability", plain(params, conv)))
+
     def _recorder(self, method: str) -> Any:
         conv = self.client.protocol._converter
 
@@ -121,7 +125,10 @@ class LspClient:
         server = self.client._server
         return None if server is None else server.returncode
 
-    async def start(self, root: Path, init_options: dict[str, Any], *, timeout: float = 120.0) -> None:
+    async def start(self, root: Path, init_options: dict[str, Any], *, timeout: float = 120.0,
+                    workspace_capabilities: dict[str, Any] | None = None) -> None:
+        """``workspace_capabilities``: more of the client's ``capabilities.workspace`` (e.g. a test that
+        answers file-watcher registrations declares ``didChangeWatchedFiles``)."""
         env = dict(os.environ, **(self.env or {}))
         await self.client.start_io(*self.cmd, cwd=self.cwd, env=env, limit=64 * 1024 * 1024)
         self._drain = asyncio.create_task(self._copy_stderr())
@@ -132,7 +139,8 @@ class LspClient:
             "initializationOptions": init_options,
             "capabilities": {"textDocument": {"synchronization": {"didSave": True},
                                               "inlineCompletion": {"dynamicRegistration": False}},
-                             "workspace": {"workspaceFolders": True, "configuration": True},
+                             "workspace": {"workspaceFolders": True, "configuration": True,
+                                           **(workspace_capabilities or {})},
                              "window": {"workDoneProgress": True},
                              "general": {"positionEncodings": ["utf-16"]}},
             "clientInfo": {"name": "edit-server-client", "version": "1"},

@@ -26,11 +26,10 @@ from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageS
 from pygls.uris import to_fs_path
 
 from edit_server import __version__
-from edit_server.context.options import changed_roots
 from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
-from edit_server.lsp import convert, suggest
+from edit_server.lsp import convert, suggest, workspace
 from edit_server.lsp.features import (
     declares_inline_completion,
     hidden_reason,
@@ -49,6 +48,7 @@ COPILOT_STATUS = "didChangeStatus"
 ACCEPT = "editServer.accept"
 CLEAR_HISTORY = "editServer.clearHistory"
 DOCUMENT_STATE = "editServer.documentState"
+SETTLE = "editServer.settle"
 RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT}
 _DROPPED = object()
 
@@ -288,6 +288,8 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
                                on_suggestion=ls.suggested)
         ls.initialized = True
 
+    workspace.register(ls)
+
     @ls.feature(lsp.SHUTDOWN)
     def shutdown(ls: EditServer, *_: Any) -> None:
         ls.stop()
@@ -295,15 +297,6 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     @ls.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: EditServer, params: lsp.DidChangeConfigurationParams) -> None:
         ls.apply_settings(params.settings)
-
-    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    def did_change_workspace_folders(ls: EditServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
-        """Folders added to / removed from the editor's workspace: context follows them (a removed
-        folder is not read again, its suggestions are not served again)."""
-        removed = [p for f in params.event.removed or () if (p := _path(f.uri))]
-        ls.roots = changed_roots(ls.roots, [_path(f.uri) for f in params.event.added or ()], removed)
-        if ls.pipeline is not None:
-            ls.pipeline.set_roots(ls.roots, [Path(p) for p in removed])
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: EditServer, params: lsp.DidOpenTextDocumentParams) -> None:
@@ -364,6 +357,14 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
         """Forget the edit history and cached suggestions (evals isolate cases with this)."""
         if ls.pipeline is not None:
             ls.pipeline.clear_history()
+
+    @ls.command(SETTLE)
+    async def settle(ls: EditServer, *_: Any) -> dict[str, bool]:
+        """Answered once the server's queued work and its context indexing (a workspace folder just added)
+        are done: ``{"settled": false}`` after two minutes. Eval clients time their requests after it."""
+        if ls.pipeline is None:
+            return {"settled": False}
+        return {"settled": bool(await asyncio.wrap_future(ls.pipeline.settle()))}
 
     @ls.command(DOCUMENT_STATE)
     def document_state(ls: EditServer, item: Any = None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from tests.e2e.raw_client import ENV
 
 pytestmark = pytest.mark.e2e
 TEXT = "from mod import shared_name\n\ny = shared_name(2)\nz = "
+USES = "y = shared_name(2)\nz = "  # no import: the definition comes from the workspace index
 
 
 def test_context_follows_added_and_removed_workspace_folders(tmp_path: Path) -> None:
@@ -62,3 +63,54 @@ def test_context_follows_added_and_removed_workspace_folders(tmp_path: Path) -> 
     assert seen["b"] == "BETA_MARK"
     assert seen["a after removal"] is None  # outside every folder now: no suggestion, nothing read
     assert "ALPHA_MARK" in str(seen["both"])  # its folder added again: read again
+
+
+def test_files_changed_on_disk_are_read_again(tmp_path: Path) -> None:
+    """A client that allows it gets a file watcher registered; a file rewritten on disk (a branch switch)
+    gives its new definitions, a deleted one none — the old text is not served from the index."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "mod.py").write_text("def shared_name(x):\n    return 'OLD_MARK'\n")
+    env = dict(ENV, EDIT_SERVER_ENGINE_FACTORY="tests.e2e.fake_engines:sections")
+
+    async def session() -> dict[str, object]:
+        client = LspClient(server_command("tiny-random", "cpu", []), env=env, stderr_path=tmp_path / "stderr.log")
+        await client.start(root, {"feedbackDb": ":memory:", "gate": {"enabled": False}, "settleContext": True,
+                                  "debounceMs": 0},
+                           workspace_capabilities={"didChangeWatchedFiles": {"dynamicRegistration": True}})
+        seen: dict[str, object] = {}
+        uri = (root / "main.py").as_uri()
+        try:
+            await client.wait_ready(120)
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": USES}})
+
+            async def ask() -> str | None:
+                res = await client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": utf16_position(USES, len(USES)),
+                    "context": {"triggerKind": 1}})
+                items = (res or {}).get("items") or []
+                return items[0]["insertText"] if items else None
+
+            async def changed(kind: int) -> None:
+                await client.notify("workspace/didChangeWatchedFiles", {"changes": [
+                    {"uri": (root / "mod.py").as_uri(), "type": kind}]})
+
+            seen["before"] = await ask()
+            (root / "mod.py").write_text("def shared_name(x):\n    return 'NEW_MARK'\n")
+            await changed(2)  # Changed
+            seen["changed"] = await ask()
+            (root / "mod.py").unlink()
+            await changed(3)  # Deleted
+            seen["deleted"] = await ask()
+            seen["registered"] = [p for m, p in client.notifications if m == "client/registerCapability"]
+        finally:
+            await client.stop()
+        return seen
+
+    seen = asyncio.run(session())
+    [reg] = seen["registered"]  # type: ignore[misc]
+    assert reg["registrations"][0]["method"] == "workspace/didChangeWatchedFiles"
+    assert seen["before"] == "OLD_MARK"
+    assert seen["changed"] == "NEW_MARK"
+    assert seen["deleted"] == "none"

@@ -1,0 +1,62 @@
+"""The workspace as the editor changes it: folders added / removed (``workspace/didChangeWorkspaceFolders``;
+pygls advertises change notifications for them) and files created / changed / deleted on disk
+(``workspace/didChangeWatchedFiles``, whose watcher the server registers once the client is initialized
+when the client allows dynamic registration: a branch switch, a formatter or another tool re-reads the
+context of the files it touched instead of serving their old definitions)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
+
+from edit_server.context.options import changed_roots
+
+if TYPE_CHECKING:
+    from edit_server.lsp.server import EditServer
+
+log = logging.getLogger(__name__)
+WATCHER_ID = "edit-server-watched-files"
+
+
+def _path(uri: str) -> str:
+    return to_fs_path(uri) or ""
+
+
+def watches_files(caps: lsp.ClientCapabilities | None) -> bool:
+    """The client registers file watchers on request (VS Code, Neovim ≥ 0.10, Zed)."""
+    ws = caps.workspace if caps else None
+    watched = ws.did_change_watched_files if ws else None
+    return bool(watched and watched.dynamic_registration)
+
+
+def register(ls: EditServer) -> None:
+    @ls.feature(lsp.INITIALIZED)
+    async def initialized(ls: EditServer, _params: Any) -> None:
+        if not watches_files(ls.protocol.client_capabilities):
+            return
+        try:
+            await ls.client_register_capability_async(lsp.RegistrationParams(registrations=[lsp.Registration(
+                id=WATCHER_ID, method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
+                    watchers=[lsp.FileSystemWatcher(glob_pattern="**/*")]))]))
+        except Exception as e:  # noqa: BLE001 - the client refused: context is read as before
+            log.warning("file watcher not registered: %s", e)
+
+    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_workspace_folders(ls: EditServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+        """Folders added to / removed from the editor's workspace: context follows them (a removed
+        folder is not read again, its suggestions are not served again)."""
+        removed = [p for f in params.event.removed or () if (p := _path(f.uri))]
+        ls.roots = changed_roots(ls.roots, [_path(f.uri) for f in params.event.added or ()], removed)
+        if ls.pipeline is not None:
+            ls.pipeline.set_roots(ls.roots, [Path(p) for p in removed])
+
+    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: EditServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+        changes = [(p, c.type == lsp.FileChangeType.Deleted) for c in params.changes if (p := _path(c.uri))]
+        if ls.pipeline is not None and changes:
+            ls.pipeline.files_changed(changes)
