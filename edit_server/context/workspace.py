@@ -23,6 +23,7 @@ from edit_server.context.window import LineCosts
 
 log = logging.getLogger(__name__)
 IGNORE_FILES = frozenset({".gitignore", ".ignore", ".gitattributes"})  # a change may exclude any file
+RESCAN_AFTER = 64  # files changed at once (a branch switch) past which the workspace is rescanned instead
 EXTRACT_IDLE_S = 1.0  # re-index an open document's definitions once typing pauses this long
 CACHE_ITEMS = 2048  # cleaned section texts kept
 
@@ -154,7 +155,7 @@ class Workspace:
             self._imports.clear()
         if self.current_only or not self.options.index_workspace:
             return
-        if rebuild or rescan:
+        if rebuild or rescan or len(index) > RESCAN_AFTER:  # one listing + mtimes, not a git call per file
             self._submit(self._scan)
         else:
             for p in index:
