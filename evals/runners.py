@@ -77,7 +77,9 @@ class CaseRunner:
     per case; N > 0 = restart every N cases; 0 = one server, history may carry over (fastest).
 
     Each case lives in its own directory ``<root>/<case id>/`` so documents of different cases never
-    share a URI; its files are written to disk (the context builder may read them) and closed after.
+    share a URI; its files are written to disk (the context builder may read them) and closed after; that
+    directory is the server's one workspace folder while the case runs (the prompt's paths are the case's
+    own, not ``<case id>/src/...``).
     With ``workspace`` (`evals.workspace.Snapshots`), a case from a git history runs inside its
     repository's snapshot instead, which becomes the server's one workspace folder
     (``workspace/didChangeWorkspaceFolders``); its files are written over the snapshot's and put back after.
@@ -168,9 +170,8 @@ class CaseRunner:
                         (lambda: shutil.rmtree(base, ignore_errors=True)))
         try:
             client = await self._ensure()
-            if self.workspace is not None:
-                await self._use_folder(client, snapshot or self.root)
             try:
+                await self._use_folder(client, base)  # the prompt shows the case's own paths, as an editor's
                 return await self._run(client, case, states, uris, cleanup)
             except Exception as e:  # noqa: BLE001 - the server broke on this case: record it, go on
                 log.warning("case %s failed: %s", case.id, e)

@@ -51,7 +51,10 @@ class FakeRunner(CaseRunner):
     async def close(self) -> None:
         self.client = None
 
-    async def _run(self, client, case, states, uris) -> dict[str, Any]:  # type: ignore[override]
+    async def _use_folder(self, client, folder) -> None:  # type: ignore[override]
+        pass
+
+    async def _run(self, client, case, states, uris, cleanup) -> dict[str, Any]:  # type: ignore[override]
         self.ran.append(case.id)
         if "crash" in case.id:
             raise BrokenPipeError("server went away")

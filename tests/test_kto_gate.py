@@ -341,9 +341,10 @@ def test_humaneval_reports_become_records_grouped_by_problem(tmp_path: Path) -> 
 def test_the_server_worker_scores_with_the_aligned_adapter(tmp_path: Path) -> None:
     """Settings gate.kto → the worker loads the aligned engine, every outcome carries the implicit
     reward, and the pipeline's show/hide decision is the reward's."""
+    from edit_server.core.messages import Job
     from edit_server.core.requests import FimRequest
     from edit_server.core.settings import Gate, Settings
-    from edit_server.core.worker import EngineWorker, Job
+    from edit_server.core.worker import EngineWorker
     from edit_server.selectivity.select import fim_result
 
     adapter = write_stacked(tmp_path)

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import msgspec
 
 from edit_server.core.contexts import max_lines
+from edit_server.core.messages import Job
 from edit_server.core.requests import FimRequest
 from edit_server.core.settings import Settings, build_settings
-from edit_server.core.worker import Job, engine_call
+from edit_server.core.worker import engine_call
 from edit_server.selectivity.select import fim_result
 from engine.templates import FimPrompt
 

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from edit_server.core.history import Hunk
+from edit_server.core.messages import Job, Outcome
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, NextEdit, Settings
-from edit_server.core.worker import Job, Outcome, alternatives_wanted
+from edit_server.core.worker import alternatives_wanted
 from edit_server.selectivity import candidates, import_edit, move_edit, repeat_edit
 from edit_server.selectivity.select import (
     Candidate,

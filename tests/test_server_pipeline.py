@@ -12,10 +12,11 @@ import pytest
 
 from edit_server.core import contexts
 from edit_server.core.contexts import auto_budget, make_context
+from edit_server.core.messages import Configure, Job
 from edit_server.core.requests import EditRequest, FimRequest, TextEdit
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import Configure, EngineWorker, Job
+from edit_server.core.worker import EngineWorker
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import diff_edits, skip_reason
 from engine.api import EngineAPI, OneByOne
@@ -350,7 +351,7 @@ def test_a_full_feedback_queue_drops_events_without_waiting(tmp_path: Path, monk
 def test_a_command_drained_with_a_batch_runs_before_later_requests(tmp_path: Path) -> None:
     """Workspace folders changed while the worker was busy: the request queued after the change is built
     with the new folders (a command met while draining a batch is not put behind later requests)."""
-    from edit_server.core.worker import SetRoots
+    from edit_server.core.messages import SetRoots
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

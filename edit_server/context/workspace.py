@@ -104,8 +104,8 @@ class Workspace:
         extracted again)."""
         with self._lock:
             good, problems = check_roots(roots)
-            gone, _ = check_roots(removed)
-            self.removed = [r for r in dict.fromkeys([*self.removed, *gone]) if r not in good]
+            gone, _ = check_roots(removed)  # a folder deleted since has nothing left to read
+            self.removed = [r for r in dict.fromkeys([*self.removed, *gone]) if r not in good and r.is_dir()]
             self.roots = good
             self.degraded = "; ".join(problems) or None
             self.current_only = self.options.current_only or bool(problems and not good)

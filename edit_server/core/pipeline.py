@@ -19,6 +19,7 @@ import msgspec
 from edit_server.core.contexts import max_lines
 from edit_server.core.documents import DocumentStore
 from edit_server.core.history import EditHistory, Hunk
+from edit_server.core.messages import Job, Outcome, ProgressFn, StatusFn
 from edit_server.core.remote import load_key
 from edit_server.core.requests import (
     Built,
@@ -31,7 +32,7 @@ from edit_server.core.requests import (
 )
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker, Job, Outcome, ProgressFn, StatusFn
+from edit_server.core.worker import EngineWorker
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import (
     Candidate,

@@ -3,8 +3,8 @@
 One thread owns the engine. Jobs for the same (document, kind) supersede each other: submitting a new
 one aborts the older (queued jobs are dropped, the running one stops between denoising steps through its
 AbortSignal). Jobs queued together run as one batched engine call (``EngineAPI.complete``). Messages
-to the thread are typed: :class:`Job`, :class:`Load`, :class:`Configure`, :class:`CloseDocument`,
-:class:`Stop`.
+to the thread are typed (`edit_server.core.messages`); a command met while draining a batch runs right
+after that batch, before anything queued later.
 """
 
 from __future__ import annotations
@@ -14,14 +14,27 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edit_server.core.contexts import Context, completion_budget_ms, make_context, max_lines
-from edit_server.core.requests import Built, EditBuilt, EditRequest, FimRequest
+from edit_server.core.messages import (
+    CloseDocument,
+    Configure,
+    FilesChanged,
+    Forget,
+    Job,
+    Load,
+    Message,
+    Outcome,
+    ProgressFn,
+    SetRoots,
+    Settle,
+    StatusFn,
+    Stop,
+)
+from edit_server.core.requests import Built, EditBuilt, FimRequest
 from edit_server.core.settings import Settings
 from edit_server.selectivity import kto_gate
 from edit_server.selectivity.select import is_single_line
@@ -29,108 +42,14 @@ from edit_server.selectivity.thresholds import gate_threshold, model_thresholds
 from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
-from engine.types import AbortSignal, GenerateResult, StepCallback
+from engine.types import GenerateResult
 
 if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.reward import RewardScorer
 
 log = logging.getLogger(__name__)
-StatusFn = Callable[[str, str], None]  # (state: loading|ready|busy|degraded|error, message)
-ProgressFn = Callable[[int, int, str], None]  # (done bytes, total bytes, message) while a model downloads
 FACTORY_ENV = options.ENGINE_FACTORY  # "module:callable(spec, device)", for tests and embedding
-
-
-@dataclass
-class Job:
-    """One suggestion request. ``built`` = a prompt the client already built (HTTP front end): the
-    context builder is skipped."""
-
-    key: str  # document URI (supersede / prefix-cache key)
-    req: FimRequest | EditRequest
-    settings: Settings
-    built: Built | None = None
-    abort: AbortSignal = field(default_factory=AbortSignal)
-    future: Future = field(default_factory=Future)
-    queued_at: float = field(default_factory=time.monotonic)
-    on_step: StepCallback | None = None  # per denoising step, on the worker thread (HTTP "diffusing")
-    single_line: bool | None = None  # FIM: the caller's one-line decision (None: from the document)
-    gated: bool = True  # False: the caller decides what to show (the engine route): the model always runs
-
-    @property
-    def kind(self) -> str:
-        return "fim" if isinstance(self.req, FimRequest) else "edit"
-
-
-@dataclass(frozen=True)
-class Load:
-    spec: str
-    device: str
-    settings: Settings
-    engine: EngineAPI | None = None  # already loaded (embedding, tests): used instead of loading spec
-
-
-@dataclass(frozen=True)
-class Configure:
-    settings: Settings
-
-
-@dataclass(frozen=True)
-class CloseDocument:
-    path: str
-    key: str = ""  # the document's engine cache key (its URI)
-
-
-@dataclass(frozen=True)
-class Forget:
-    """Drop the engine's cached prompt state of every document (``clearHistory``)."""
-
-
-@dataclass(frozen=True)
-class SetRoots:
-    roots: tuple[Path, ...]
-    removed: tuple[Path, ...] = ()
-
-
-@dataclass(frozen=True)
-class FilesChanged:
-    changes: tuple[tuple[str, bool], ...]  # (path, deleted)
-
-
-@dataclass(frozen=True)
-class Settle:
-    """Answered (True: done in time) once everything queued before it ran and the context builder's
-    background work — indexing a workspace folder — is done."""
-    done: Future
-    timeout: float
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
-
-
-Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle | Stop
-
-
-@dataclass
-class Outcome:
-    """What the worker hands back: the prompt/region used and the engine result."""
-
-    built: Built
-    result: GenerateResult
-    batch: int = 1
-    reward: Any = None  # engine.reward.Reward of the KTO-aligned model, when one is loaded
-    # a next edit's sampled alternatives (setting nextEdit.candidates > 1): (result, reward) each
-    alternatives: list[tuple[GenerateResult, Any]] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return self.result.text
-
-    @property
-    def confidences(self) -> list[float]:
-        return list(self.result.confidences)
 
 
 def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto: str | Path | None = "off"

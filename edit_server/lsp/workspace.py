@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from edit_server.context.options import changed_roots
 
 if TYPE_CHECKING:
-    from edit_server.lsp.server import EditServer
+    from edit_server.core.pipeline import Pipeline
+
+
+class Host(Protocol):
+    """What these handlers need of the server (``lsp/server.py``'s ``EditServer`` is one)."""
+
+    roots: list[Path]
+
+    @property
+    def pipeline(self) -> Pipeline | None: ...
 
 log = logging.getLogger(__name__)
 WATCHER_ID = "edit-server-watched-files"
@@ -33,9 +43,11 @@ def watches_files(caps: lsp.ClientCapabilities | None) -> bool:
     return bool(watched and watched.dynamic_registration)
 
 
-def register(ls: EditServer) -> None:
-    @ls.feature(lsp.INITIALIZED)
-    async def initialized(ls: EditServer, _params: Any) -> None:
+def register(server: LanguageServer) -> None:
+    """The handlers, on ``server`` (a pygls server that is also a :class:`Host`)."""
+
+    @server.feature(lsp.INITIALIZED)
+    async def initialized(ls: LanguageServer, _params: Any) -> None:
         if not watches_files(ls.protocol.client_capabilities):
             return
         try:
@@ -46,8 +58,8 @@ def register(ls: EditServer) -> None:
         except Exception as e:  # noqa: BLE001 - the client refused: context is read as before
             log.warning("file watcher not registered: %s", e)
 
-    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    def did_change_workspace_folders(ls: EditServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_workspace_folders(ls: Host, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
         """Folders added to / removed from the editor's workspace: context follows them (a removed
         folder is not read again, its suggestions are not served again)."""
         removed = [p for f in params.event.removed or () if (p := _path(f.uri))]
@@ -55,8 +67,8 @@ def register(ls: EditServer) -> None:
         if ls.pipeline is not None:
             ls.pipeline.set_roots(ls.roots, [Path(p) for p in removed])
 
-    @ls.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(ls: EditServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: Host, params: lsp.DidChangeWatchedFilesParams) -> None:
         changes = [(p, c.type == lsp.FileChangeType.Deleted) for c in params.changes if (p := _path(c.uri))]
         if ls.pipeline is not None and changes:
             ls.pipeline.files_changed(changes)

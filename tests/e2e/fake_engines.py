@@ -79,6 +79,7 @@ class Sections(_Wrapped):
     reached the prompt from other files, checked through the real server."""
 
     label = "sections test engine"
+    with_path = False  # also the path the prompt names the document by (" @src/main.py")
 
     def infill(self, prompt: Any, **kw: Any) -> Any:
         import re
@@ -86,7 +87,7 @@ class Sections(_Wrapped):
         r = super().infill(prompt, **kw)
         if not r.aborted:
             marks = sorted(set(re.findall(r"[A-Z]+_MARK", "".join(s.text for s in prompt.sections))))
-            r.text = " ".join(marks) or "none"
+            r.text = (" ".join(marks) or "none") + (f" @{prompt.path}" if self.with_path else "")
             r.confidences = [0.9] * len(r.text)
         return r
 
@@ -132,6 +133,12 @@ def scripted_split(spec: str, device: str) -> ScriptedSplit:
 
 def sections(spec: str, device: str) -> Sections:
     return Sections(_base(spec))
+
+
+def sections_path(spec: str, device: str) -> Sections:
+    eng = Sections(_base(spec))
+    eng.with_path = True
+    return eng
 
 
 def printable(spec: str, device: str) -> Printable:
