@@ -130,7 +130,8 @@ def status(work: Path) -> dict[str, Any]:
     mon = prog.get("monitor") or {}
     data = (read_json(a.data / "summary.json") or {}).get("counts")
     cal = (read_json(a.out(".summary.json")) or {}).get("calibration")
-    return {"phase": phase, "running": running, "step": prog.get("step", state.get("step", 0)),
+    step = max(prog.get("step") or 0, state.get("step") or 0)  # progress: at most 1/s; a checkpoint: at once
+    return {"phase": phase, "running": running, "step": step,
             "steps": prog.get("steps"), "loss": prog.get("loss_avg10"), "z0": prog.get("z0"),
             "monitor_loss": mon.get("loss"), "margin": mon.get("margin"), "eta_s": prog.get("eta_s"),
             "ckpt_step": state.get("step"), "data": data, "calibration": cal,

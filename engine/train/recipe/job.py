@@ -198,7 +198,10 @@ def status(work: Path) -> dict[str, Any]:
     phase = ph["phase"]
     if not running and job and phase not in TERMINAL:
         phase = f"died ({phase})"
-    return {"phase": phase, "running": running, "step": prog.get("step", ck.get("step", 0)),
+    # the progress file is rewritten at most once a second, a checkpoint at once: a poll right after a
+    # checkpoint (or a kill) may read an older step there
+    step = max(prog.get("step") or 0, ck.get("step") or 0)
+    return {"phase": phase, "running": running, "step": step,
             "steps": prog.get("steps"), "loss": prog.get("loss_avg10"), "val_loss": prog.get("val_loss"),
             "tok_s": prog.get("tok_s"), "eta_s": prog.get("eta_s"), "ckpt_step": ck.get("step"),
             "elapsed_s": round(time.time() - job["started"]) if job else None, "pid": job.get("pid"),
