@@ -242,6 +242,14 @@ def test_files_changed_on_disk_renew_the_index_and_ignore_rules(tmp_path: Path) 
     b.files_changed([(str(tmp_path / ".gitignore"), False)])
     third = seen()
     assert "PRIVATE_MARK" not in third and "NEW_MARK" in third
+    index = b.index
+    b.files_changed([(str(tmp_path / ".git" / "index"), False)])  # `git status` rewrote git's index
+    assert b.index is index  # nothing to re-read: no rebuild
+    (tmp_path / ".gitignore").unlink()
+    (tmp_path / ".git" / "info").mkdir(exist_ok=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("notes.py\n")
+    b.files_changed([(str(tmp_path / ".gitignore"), True), (str(tmp_path / ".git" / "info" / "exclude"), False)])
+    assert b.index is not index and "PRIVATE_MARK" not in seen()
     b.close()
 
 

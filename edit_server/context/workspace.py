@@ -137,11 +137,16 @@ class Workspace:
         with self._lock:
             for path, deleted in changes:
                 p = Path(path)
-                if p.name in IGNORE_FILES or ".git" in p.parts:
-                    rebuild = True
+                if ".git" in p.parts:  # git's own files (its index, refs, objects) are never read
+                    rebuild |= p.as_posix().endswith(".git/info/exclude")
+                    continue
+                rebuild |= p.name in IGNORE_FILES
                 self.exclusions.forget(path)
                 if deleted:
                     self.index.remove_under(path)
+                    real = _resolved(p)
+                    if real != path:  # the index names files under the resolved roots
+                        self.index.remove_under(real)
                 elif path not in self.docs:
                     rescan |= p.is_dir()
                     index.append(p)
@@ -336,3 +341,9 @@ class Workspace:
             snippet=self._snippet, git_for=self.git_for, submit=self._submit, outlines=self._outlines,
             imports=self._imports)
 
+
+def _resolved(p: Path) -> str:
+    try:
+        return str(p.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return str(p)
