@@ -5,8 +5,8 @@ carries only the file(s) being edited. Under ``--workspace`` the runner puts the
 around them — every file of ``<commit>^`` — and makes that directory the server's workspace folder, so the
 prompts carry what a real editor's would: definitions from other files, imports, the directory's
 neighbours. Blobs are read from git's object store (``git ls-tree`` / ``cat-file``, hardened: no checkout,
-no hooks, filters or attributes); symlinks, submodules, files over 1 MB and paths that would leave the
-snapshot are not written. Bundles are cloned bare once per run.
+no hooks, filters or attributes); symlinks, submodules, files over 1 MB, paths that would leave the
+snapshot and anything under a ``.git`` directory are not written. Bundles are cloned bare once per run.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ def repo_name(src: Path) -> str:
 
 
 def safe_relpath(path: str) -> PurePosixPath | None:
+    """``path`` when it stays inside the snapshot and names no git directory (a hostile tree's ``.git/config``
+    would make the snapshot a repository with its own settings), else None."""
     p = PurePosixPath(path)
-    if p.is_absolute() or not p.parts or any(x in ("", ".", "..") for x in p.parts) or "\\" in path:
+    if p.is_absolute() or not p.parts or "\\" in path or \
+            any(x in ("", ".", "..") or x.lower() == ".git" for x in p.parts):
         return None
     return p
 

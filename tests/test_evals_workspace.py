@@ -42,6 +42,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def test_unsafe_tree_paths_are_not_written() -> None:
+    from evals.workspace import safe_relpath
+
+    assert str(safe_relpath("src/a.py")) == "src/a.py"
+    for bad in ("/etc/passwd", "../up.py", "a/../../b", "sub/.git/config", ".GIT/hooks/x", "a\\b", "a//b", ""):
+        assert safe_relpath(bad) is None, bad
+
+
 def test_snapshot_is_the_parent_tree_without_links_or_big_files(repo: Path, tmp_path: Path) -> None:
     head = git.Repo(repo).head.commit.hexsha
     n = write_tree(repo, f"{head}^", tmp_path / "w")
