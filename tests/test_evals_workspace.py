@@ -46,7 +46,7 @@ def test_unsafe_tree_paths_are_not_written() -> None:
     from evals.workspace import safe_relpath
 
     assert str(safe_relpath("src/a.py")) == "src/a.py"
-    for bad in ("/etc/passwd", "../up.py", "a/../../b", "sub/.git/config", ".GIT/hooks/x", "a\\b", "a//b", ""):
+    for bad in ("/etc/passwd", "../up.py", "a/../../b", "sub/.git/config", ".GIT/hooks/x", "a\\b", ""):
         assert safe_relpath(bad) is None, bad
 
 
