@@ -84,6 +84,10 @@ def test_the_budget_keeps_finished_lines() -> None:
     past = time.monotonic() - 1
     assert budget_cut("a = 1\nb = 2\nc = ", past) == (len("a = 1\nb = 2\n"), "budget")
     assert budget_cut("a = 1", past) == (0, "budget")
+    assert budget_cut("a = 1", past, grace=60) is None  # no line finished: the first one may still finish
+    assert budget_cut("\n    a = 1", past, grace=60) is None  # an empty line is no line of code
+    assert budget_cut("a = 1\nb", past, grace=60) == (len("a = 1\n"), "budget")  # it did: that line
+    assert budget_cut("a = 1", past - 61, grace=60) == (0, "budget")  # the grace is spent too: nothing
     assert budget_cut("a = 1\n", time.monotonic() + 60) is None and budget_cut("a\n", None) is None
     assert text_stop("a = 1\nb = ", None, None, deadline=past) == (len("a = 1\n"), "budget")
 
@@ -117,6 +121,14 @@ def test_a_decode_budget_starts_at_the_first_token_and_leaves_a_single_line_empt
     assert early is not None and early([0]) is None
     clock[0] = 105.3
     assert early([0, 1]) == (0, "budget", 0)
+    # a multi-line middle (a request deadline only): past it, its first line may still finish for a while
+    middle = scope_rule(decode, None, deadline=106.0)
+    assert middle is not None
+    clock[0] = 106.0 + stops.FIRST_LINE_GRACE_S / 2
+    assert middle([0, 1, 2]) is None  # "a = 1" not finished yet: go on
+    assert middle(list(range(6)))[1:] == ("budget", len("a = 1\n"))  # finished: that line, nothing more
+    clock[0] = 106.0 + stops.FIRST_LINE_GRACE_S + 0.01
+    assert middle([0, 1, 2]) == (0, "budget", 0)  # the grace is spent: nothing
     assert scope_rule(decode, None) is None
 
 

@@ -136,8 +136,16 @@ def echo_cut(text: str, echo: Echo) -> tuple[int, FinishReason] | None:
     return None
 
 
-def budget_cut(text: str, deadline: float | None) -> tuple[int, FinishReason] | None:
-    """Past ``deadline`` (``time.monotonic()``): keep the finished lines of ``text``."""
-    if deadline is None or time.monotonic() < deadline:
+def budget_cut(text: str, deadline: float | None, grace: float = 0.0) -> tuple[int, FinishReason] | None:
+    """Past ``deadline`` (``time.monotonic()``): keep the finished lines of ``text``. While none of them holds
+    code yet, the first one may still finish for ``grace`` seconds more (a multi-line middle whose budget a
+    cold prefill spent: its first line rather than nothing)."""
+    if deadline is None:
         return None
-    return text.rfind("\n") + 1, "budget"
+    now = time.monotonic()
+    if now < deadline:
+        return None
+    cut = text.rfind("\n") + 1
+    if text[:cut].strip() or now >= deadline + grace:
+        return cut, "budget"
+    return None

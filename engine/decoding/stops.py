@@ -62,6 +62,9 @@ def lines_cut(text: str, max_lines: int) -> int | None:
 
 
 # a unit of 1-40 characters repeated 4+ times in a row
+# a multi-line middle past its time budget with no line of code finished (a cold prefill spent the budget):
+# this long more for its first line — one line late rather than nothing (docs/QUALITY.md, session 18)
+FIRST_LINE_GRACE_S = 0.6
 _LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
 LOOP_MIN_CHARS = 16  # an inline loop spans at least this many characters
 LOOP_WORD_CHARS = 2  # ... and its unit holds this many word characters (not "----", "0, ", "aaaa")
@@ -97,18 +100,19 @@ def loop_cut(text: str, reference: str = "") -> int | None:
 
 
 def text_stop(text: str, scope: int | None, max_lines: int | None, loops: str | None = None,
-              max_chars: int | None = None, echo: Echo | None = None, deadline: float | None = None
-              ) -> tuple[int, FinishReason] | None:
+              max_chars: int | None = None, echo: Echo | None = None, deadline: float | None = None,
+              grace: float = 0.0) -> tuple[int, FinishReason] | None:
     """The earliest of the scope cut, the line cap, (``loops``: the reference text) a loop, the character
     cap, a re-typed or prose line (``echo``: `engine.decoding.echo.echo_cut`) and the time budget
-    (``deadline``: the finished lines), with its kind; None: none reached."""
+    (``deadline``: the finished lines; ``grace``: how long past it a first line may still finish), with its
+    kind; None: none reached."""
     long = max_chars if max_chars is not None and len(text) > max_chars else None
     cuts: list[tuple[int, FinishReason]]
     cuts = [(c, k) for c, k in ((None if scope is None else scope_cut(text, scope), "scope"),
                                 (None if not max_lines else lines_cut(text, max_lines), "scope"),
                                 (None if loops is None else loop_cut(text, loops), "loop"),
                                 (long, "long")) if c is not None]
-    for extra in (None if echo is None else echo_cut(text, echo), budget_cut(text, deadline)):
+    for extra in (None if echo is None else echo_cut(text, echo), budget_cut(text, deadline, grace)):
         if extra is not None:
             cuts.append(extra)
     return min(cuts) if cuts else None
@@ -122,11 +126,14 @@ def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: 
     loop, ``max_chars`` characters, a re-typed / prose line or the budget's last finished line, its kind,
     the cut's character offset in their text), or None; no rule when nothing is asked for. ``loops``: stop
     at loops that this reference text (the prompt's) does not hold. ``decode_budget_s``: a budget that
-    starts when the rule is first asked (the first decoded token: the prefill is not counted)."""
+    starts when the rule is first asked (the first decoded token: the prefill is not counted); a single line
+    ends there, a multi-line middle (``deadline``) keeps its finished lines, or finishes its first one within
+    `FIRST_LINE_GRACE_S`."""
     if base is None and not max_lines and loops is None and max_chars is None and echo is None \
             and deadline is None and decode_budget_s is None:
         return None
     first: list[float] = []
+    grace = FIRST_LINE_GRACE_S if decode_budget_s is None else 0.0
 
     def until() -> float | None:
         if decode_budget_s is None:
@@ -137,7 +144,7 @@ def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: 
         return end if deadline is None else min(end, deadline)
 
     def rule(ids: list[int]) -> tuple[int, FinishReason, int] | None:
-        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, until())
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, until(), grace)
         if stop is None:
             return None
         cut, kind = stop
