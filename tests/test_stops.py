@@ -121,14 +121,23 @@ def test_a_decode_budget_starts_at_the_first_token_and_leaves_a_single_line_empt
     assert early is not None and early([0]) is None
     clock[0] = 105.3
     assert early([0, 1]) == (0, "budget", 0)
-    # a multi-line middle (a request deadline only): past it, its first line may still finish for a while
+    # a multi-line middle (a request deadline only) whose prefill ate the budget (its first token came
+    # within the grace of the deadline): past it, its first line may still finish for a while
     middle = scope_rule(decode, None, deadline=106.0)
     assert middle is not None
+    clock[0] = 106.0 - stops.FIRST_LINE_GRACE_S / 2
+    assert middle([0]) is None  # the first decoded token: late
     clock[0] = 106.0 + stops.FIRST_LINE_GRACE_S / 2
     assert middle([0, 1, 2]) is None  # "a = 1" not finished yet: go on
     assert middle(list(range(6)))[1:] == ("budget", len("a = 1\n"))  # finished: that line, nothing more
     clock[0] = 106.0 + stops.FIRST_LINE_GRACE_S + 0.01
     assert middle([0, 1, 2]) == (0, "budget", 0)  # the grace is spent: nothing
+    warm = scope_rule(decode, None, deadline=110.0)
+    assert warm is not None
+    clock[0] = 110.0 - 1.0
+    assert warm([0]) is None  # decoding started with a second left: no grace
+    clock[0] = 110.0 + stops.FIRST_LINE_GRACE_S / 2
+    assert warm([0, 1, 2]) == (0, "budget", 0)
     assert scope_rule(decode, None) is None
 
 

@@ -62,8 +62,9 @@ def lines_cut(text: str, max_lines: int) -> int | None:
 
 
 # a unit of 1-40 characters repeated 4+ times in a row
-# a multi-line middle past its time budget with no line of code finished (a cold prefill spent the budget):
-# this long more for its first line — one line late rather than nothing (docs/QUALITY.md, session 18)
+# a multi-line middle whose prefill left it less than this to decode (a cold prompt) and that has no line of
+# code finished at its deadline gets this long more for its first line — one line late rather than nothing
+# (docs/QUALITY.md, session 18); a warm middle had its time (the typing bench's end-of-line p95 stays)
 FIRST_LINE_GRACE_S = 0.6
 _LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)
 LOOP_MIN_CHARS = 16  # an inline loop spans at least this many characters
@@ -127,24 +128,30 @@ def scope_rule(decode: Callable[[list[int]], str], base: int | None, max_lines: 
     the cut's character offset in their text), or None; no rule when nothing is asked for. ``loops``: stop
     at loops that this reference text (the prompt's) does not hold. ``decode_budget_s``: a budget that
     starts when the rule is first asked (the first decoded token: the prefill is not counted); a single line
-    ends there, a multi-line middle (``deadline``) keeps its finished lines, or finishes its first one within
-    `FIRST_LINE_GRACE_S`."""
+    ends there, a multi-line middle (``deadline``) keeps its finished lines, or — when its first decoded token
+    came later than `FIRST_LINE_GRACE_S` before the deadline (a cold prefill spent the budget) — finishes its
+    first one within that grace."""
     if base is None and not max_lines and loops is None and max_chars is None and echo is None \
             and deadline is None and decode_budget_s is None:
         return None
     first: list[float] = []
-    grace = FIRST_LINE_GRACE_S if decode_budget_s is None else 0.0
 
     def until() -> float | None:
-        if decode_budget_s is None:
-            return deadline
         if not first:
             first.append(time.monotonic())
+        if decode_budget_s is None:
+            return deadline
         end = first[0] + decode_budget_s
         return end if deadline is None else min(end, deadline)
 
+    def grace() -> float:
+        """A multi-line middle whose prefill left it less than the grace to decode (a cold prompt) may
+        finish its first line past the deadline; a warm one had its time."""
+        late = deadline is not None and decode_budget_s is None and first[0] > deadline - FIRST_LINE_GRACE_S
+        return FIRST_LINE_GRACE_S if late else 0.0
+
     def rule(ids: list[int]) -> tuple[int, FinishReason, int] | None:
-        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, until(), grace)
+        stop = text_stop(decode(ids), base, max_lines, loops, max_chars, echo, until(), grace())
         if stop is None:
             return None
         cut, kind = stop
