@@ -32,6 +32,7 @@ from engine.git_history import (
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.textdiff import unified_diff
 from evals.cases import Case, Cursor, Edit, language_of
+from evals.workspace import repo_name
 
 CATEGORIES = ("next-edit", "elsewhere", "done")
 
@@ -45,10 +46,6 @@ class SessionReplayOptions:
     below: int = EDIT_REGION_BELOW
     history: int = 5  # hunks replayed before the request
     max_file_chars: int = 100_000
-
-
-def _name(src: Path) -> str:
-    return src.stem if src.suffix == ".bundle" else src.resolve().name
 
 
 def session_case(s: GitSession, k: int, states: list[str], opts: SessionReplayOptions) -> Case:
@@ -72,7 +69,7 @@ def session_cases(src: Path, opts: SessionReplayOptions, report: ExtractReport |
     """``opts.cases`` cases from one repository (directory or bundle): sessions drawn at random (one case
     each), categories filled to ``opts.shares``."""
     sessions = extract_source(src, report, trim=False)
-    rng = random.Random(f"{opts.seed}:{_name(src)}")
+    rng = random.Random(f"{opts.seed}:{repo_name(src)}")
     want = [round(opts.cases * x) for x in opts.shares]
     want[0] += opts.cases - sum(want)
     need = dict(zip(CATEGORIES, want, strict=True))

@@ -93,19 +93,20 @@ class Snapshots:
             self._dirs.move_to_end(key)
             return self._dirs[key]
         dest = self.root / f"{name}-{commit[:12]}"
+        got: Path | None = dest
         try:
             n = write_tree(self._repo(name), f"{commit}^", dest)
             log.info("workspace %s: %d files of %s^", dest.name, n, commit[:12])
         except (RuntimeError, OSError, ValueError) as e:
             log.warning("no workspace for %s at %s: %s", name, commit[:12], e)
             shutil.rmtree(dest, ignore_errors=True)
-            dest = None  # type: ignore[assignment]
-        self._dirs[key] = dest
+            got = None
+        self._dirs[key] = got
         while len(self._dirs) > self.keep:
             _, old = self._dirs.popitem(last=False)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-        return dest
+        return got
 
     def close(self) -> None:
         for d in self._dirs.values():

@@ -36,8 +36,8 @@ class Workspace:
         self.current_only = self.options.current_only or bool(problems and not self.roots)
         if self.current_only and problems:
             self.degraded = f"{self.degraded}: context limited to the current document"
-        self.exclusions = Exclusions(self.roots, self.options.exclude, max_line=self.options.max_line_chars)
         self.removed: list[Path] = []  # workspace folders the editor removed (``set_roots``)
+        self.exclusions = self._new_exclusions()
         self.index = SymbolIndex()
         self.docs: dict[str, Document] = {}
         self._touched: dict[str, int] = {}  # path -> update tick (recency of open files)
@@ -111,16 +111,8 @@ class Workspace:
             self.current_only = self.options.current_only or bool(problems and not good)
             if self.current_only and problems:
                 self.degraded = f"{self.degraded}: context limited to the current document"
-            self.exclusions = Exclusions(good, self.options.exclude, max_line=self.options.max_line_chars,
-                                         removed=self.removed)
-            self.index = SymbolIndex()  # a scan of the old roots still running fills the old one
-            self._doc_defs.clear()
-            self._git.clear()
-            self._outlines.clear()
-            self._imports.clear()
-            self._display.clear()
-            self._snippets.clear()
-            self._clean_cache.clear()
+            self._reread()
+            self._display.clear()  # paths are shown relative to the roots
         if problems:
             log.warning("workspace folders: %s", self.degraded)
         if self.options.index_workspace and good and not self.current_only:
@@ -151,13 +143,10 @@ class Workspace:
                     rescan |= p.is_dir()
                     index.append(p)
             if rebuild:
-                self.exclusions = Exclusions(self.roots, self.options.exclude,
-                                             max_line=self.options.max_line_chars, removed=self.removed)
-                self.index = SymbolIndex()
-                self._doc_defs.clear()
-                self._git.clear()
-            self._outlines.clear()
-            self._imports.clear()
+                self._reread()
+            else:
+                self._outlines.clear()
+                self._imports.clear()
         if self.current_only or not self.options.index_workspace:
             return
         if rebuild or rescan or len(index) > RESCAN_AFTER:  # one listing + mtimes, not a git call per file
@@ -165,6 +154,21 @@ class Workspace:
         else:
             for p in index:
                 self._submit(self._index_one, p)
+
+    def _new_exclusions(self) -> Exclusions:
+        return Exclusions(self.roots, self.options.exclude, max_line=self.options.max_line_chars,
+                          removed=self.removed)
+
+    def _reread(self) -> None:
+        """Forget what was read from the workspace (under the lock): exclusion answers, the symbol index
+        (rebuilt by a scan; a scan still running fills the old one), open documents' indexed definitions,
+        git contexts, outlines and import resolutions."""
+        self.exclusions = self._new_exclusions()
+        self.index = SymbolIndex()
+        self._doc_defs.clear()
+        self._git.clear()
+        self._outlines.clear()
+        self._imports.clear()
 
     def _index_one(self, path: Path) -> None:
         if path.is_file() and self.exclusions.allowed(path):

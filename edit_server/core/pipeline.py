@@ -145,14 +145,14 @@ class Pipeline:
         """The editor's workspace folders changed (LSP ``workspace/didChangeWorkspaceFolders``): context
         comes from ``roots`` only, never again from a ``removed`` folder, and no suggestion built before
         is served again."""
-        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self._drop_suggestions()
         self.worker.set_roots(roots, removed)
 
     def files_changed(self, changes: list[tuple[str, bool]]) -> None:
         """Files created / changed / deleted on disk (``(path, deleted)``, LSP didChangeWatchedFiles): the
         context builder re-reads them before the requests that follow (no suggestion built on their old
         text is served again)."""
-        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self._drop_suggestions()
         self.worker.files_changed(changes)
 
     def settle(self, timeout: float = 120.0) -> Future:
@@ -164,8 +164,12 @@ class Pipeline:
         """Forget the edit history, cached suggestions and the engine's cached prompts (evals isolate
         cases with this: each then runs as on a fresh server)."""
         self.history.clear()
-        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
+        self._drop_suggestions()
         self.worker.forget()
+
+    def _drop_suggestions(self) -> None:
+        """No suggestion computed so far is served again (its context may no longer hold)."""
+        self.cache = SuggestCache(ttl_s=self.settings.suggestion_ttl_s)
 
     def _history(self, path: str, text: str, offset: int) -> list[Hunk]:
         return self.history.recent(self.settings.history_size, now=time.monotonic(),

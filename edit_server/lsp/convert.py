@@ -9,8 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 
 from edit_server.core.documents import line_starts
+
+
+def uri_path(uri: str) -> str:
+    """The file system path of a ``file:`` URI, "" for any other."""
+    return to_fs_path(uri) or ""
 
 
 def _line_end(text: str, starts: list[int], line: int) -> int:

@@ -23,7 +23,6 @@ from pygls.exceptions import (
 )
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol, lsp_method
-from pygls.uris import to_fs_path
 
 from edit_server import __version__
 from edit_server.core.pipeline import Pipeline
@@ -268,10 +267,6 @@ class EditServer(LanguageServer):
             self.pipeline.configure(settings)
 
 
-def _path(uri: str) -> str:
-    return to_fs_path(uri) or ""
-
-
 def build(cli: dict[str, Any] | None = None) -> EditServer:
     """The LSP server; ``cli`` = settings given on the command line (camelCase keys; they win)."""
     ls = EditServer(cli)
@@ -279,9 +274,9 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     @ls.feature(lsp.INITIALIZE)
     def initialize(ls: EditServer, params: lsp.InitializeParams) -> None:
         ls.loop = asyncio.get_running_loop() if _has_loop() else None
-        roots = [Path(p) for f in (params.workspace_folders or []) if (p := _path(f.uri))]
+        roots = [Path(p) for f in (params.workspace_folders or []) if (p := convert.uri_path(f.uri))]
         if not roots and params.root_uri:
-            roots = [Path(_path(params.root_uri))]
+            roots = [Path(convert.uri_path(params.root_uri))]
         ls.apply_settings(params.initialization_options, initial=True)
         ls.roots = roots
         ls.pipeline = Pipeline(ls.settings, ls.status, roots, on_progress=ls.progress,
@@ -302,7 +297,7 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     def did_open(ls: EditServer, params: lsp.DidOpenTextDocumentParams) -> None:
         d = params.text_document
         if ls.pipeline is not None:
-            ls.pipeline.open_document(d.uri, _path(d.uri), d.text, d.version, d.language_id)
+            ls.pipeline.open_document(d.uri, convert.uri_path(d.uri), d.text, d.version, d.language_id)
 
     @ls.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: EditServer, params: lsp.DidChangeTextDocumentParams) -> None:

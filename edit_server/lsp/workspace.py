@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
-from pygls.uris import to_fs_path
 
 from edit_server.context.options import changed_roots
+from edit_server.lsp.convert import uri_path
 
 if TYPE_CHECKING:
     from edit_server.core.pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+WATCHER_ID = "edit-server-watched-files"
 
 
 class Host(Protocol):
@@ -27,13 +30,6 @@ class Host(Protocol):
 
     @property
     def pipeline(self) -> Pipeline | None: ...
-
-log = logging.getLogger(__name__)
-WATCHER_ID = "edit-server-watched-files"
-
-
-def _path(uri: str) -> str:
-    return to_fs_path(uri) or ""
 
 
 def watches_files(caps: lsp.ClientCapabilities | None) -> bool:
@@ -62,13 +58,13 @@ def register(server: LanguageServer) -> None:
     def did_change_workspace_folders(ls: Host, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
         """Folders added to / removed from the editor's workspace: context follows them (a removed
         folder is not read again, its suggestions are not served again)."""
-        removed = [p for f in params.event.removed or () if (p := _path(f.uri))]
-        ls.roots = changed_roots(ls.roots, [_path(f.uri) for f in params.event.added or ()], removed)
+        removed = [p for f in params.event.removed or () if (p := uri_path(f.uri))]
+        ls.roots = changed_roots(ls.roots, [uri_path(f.uri) for f in params.event.added or ()], removed)
         if ls.pipeline is not None:
             ls.pipeline.set_roots(ls.roots, [Path(p) for p in removed])
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: Host, params: lsp.DidChangeWatchedFilesParams) -> None:
-        changes = [(p, c.type == lsp.FileChangeType.Deleted) for c in params.changes if (p := _path(c.uri))]
+        changes = [(p, c.type == lsp.FileChangeType.Deleted) for c in params.changes if (p := uri_path(c.uri))]
         if ls.pipeline is not None and changes:
             ls.pipeline.files_changed(changes)
