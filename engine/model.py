@@ -255,10 +255,17 @@ class Transformer(nn.Module):
                     p.normal_(0.0, std, generator=g)
         return self
 
-    def rope_table(self, n: int, device: torch.device | None = None) -> None:
-        """Make sure the cos/sin table covers positions < ``n`` (a captured step must not grow it)."""
+    def rope_table(self, n: int, device: torch.device | None = None) -> Tensor:
+        """Make sure the cos/sin table covers positions < ``n`` (a captured step must not grow it); the
+        table's cos tensor: a longer prompt later makes a new one (engine.decoding.graphs recaptures then)."""
         dev = device or next(self.parameters()).device
         self._rope(torch.tensor([max(0, n - 1)], device=dev))
+        assert self._cos is not None
+        return self._cos
+
+    def rope_current(self) -> Tensor | None:
+        """The cos table positions are read from now (None before the first forward)."""
+        return self._cos
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         if positions.is_cuda and torch.cuda.is_current_stream_capturing():

@@ -105,3 +105,24 @@ def test_captured_step_equals_eager_on_cuda() -> None:
     g = graphed(eng, capture=True)
     assert run_all(eng, BLOCK) == want
     assert g.stats["captured"] >= 1 and g.stats["replayed"] > g.stats["captured"]
+
+
+def test_steps_captured_before_the_rope_table_grows_are_dropped() -> None:
+    """A graph reads the rope table at its capture-time address: a longer prompt regrows the table (a new
+    tensor, the old one freed), so the steps captured over the old one are dropped and made again — on an
+    H200 replaying them was an illegal memory access (session 19's window)."""
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=3)
+    g = graphed(eng)
+    cfg = SamplerConfig(window="block")
+    spec = CanvasSpec(8, stop_at_end=False)
+    want_short = eng.generate(PROMPTS[0], spec, cfg).tokens
+    assert len(g.steps) == 1 and g.stats["stale_dropped"] == 0
+    table = eng.model.rope_current()
+    assert table is g.rope
+    long_prompt = [40 + i % 50 for i in range(eng.model.rope_current().shape[0] + 30)]  # past the table's end
+    eng.generate(long_prompt, spec, cfg)
+    assert eng.model.rope_current() is not table  # regrown by the prefill
+    assert g.stats["stale_dropped"] == 1  # the short prompt's step, made over the old table
+    assert g.rope is eng.model.rope_current()
+    eng.cache.clear()
+    assert eng.generate(PROMPTS[0], spec, cfg).tokens == want_short  # made again over the new table

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from edit_server.cli.bench_common import emit, machine, overrides_text, progress
-from engine.bench import peak_memory, prompt_ids, sync
+from engine.bench import peak_memory, prefill_cold_warm, prompt_ids, sync
 from engine.types import SamplerConfig
 
 if TYPE_CHECKING:
@@ -120,34 +120,6 @@ def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, thresholds: list[f
             "diffusion": rows}
 
 
-def bench_prefill(eng: Engine, contexts: list[int], repeats: int) -> list[dict[str, Any]]:
-    from engine.types import CanvasSpec
-
-    spec = CanvasSpec(eng.block_size)  # one block: we time the prefill
-    rows = []
-    eng.generate(prompt_ids(eng, 64), spec)  # warm-up
-    for n in contexts:
-        colds, warms, recomputed = [], [], 0
-        progress(f"prefill {n} tokens: cold, then warm after a 1-token edit")
-        for rep in range(repeats):
-            key = f"bench:{n}:{rep}"
-            eng.cache.clear()
-            prompt = prompt_ids(eng, n, salt=rep)
-            cold = eng.generate(prompt, spec, cache_key=key)
-            alt = [t for t in eng.tokenizer.encode("xy") if t != prompt[-1]][0]
-            edited = prompt[:-1] + [alt]  # a 1-token edit at the end
-            warm = eng.generate(edited, spec, cache_key=key)
-            colds.append(cold.timings["prefill_ms"])
-            warms.append(warm.timings["prefill_ms"])
-            recomputed = warm.prompt_tokens - warm.cached_tokens
-        c, w = _median(colds), _median(warms)
-        rows.append({"context": n, "cold_ms": round(c, 2), "warm_ms": round(w, 2),
-                     "recomputed": recomputed, "recomputed_frac": round(recomputed / n, 5),
-                     "speedup": round(c / max(w, 1e-6), 1)})
-        eng.cache.clear()
-    return rows
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -172,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "model": eng.info, "machine": machine(dev),
         "decoding": bench_decoding(eng, args.prompt, args.tokens, thresholds, args.repeats, modes),
-        "prefill": bench_prefill(eng, contexts, args.repeats),
+        "prefill": prefill_cold_warm(eng, contexts, args.repeats, progress),
     }
     if getattr(args, "batch", None):
         from edit_server.cli.bench_batch import bench_batch

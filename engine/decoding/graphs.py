@@ -16,6 +16,10 @@ captured step then
 * attends over all ``C`` arena positions with a key mask ``key < lim[row]`` built inside the graph
   (``lim`` = the row's context + its block: exactly the keys the eager step sees).
 
+A graph also reads the model's rope table at its capture-time address: a longer prompt that grows the table
+(a new tensor; the old one freed) makes every captured step stale, so they are dropped and captured again
+(replaying them read freed memory — wrong positions, or an illegal memory access).
+
 Rows beyond the live requests are padding (they write into their own unused rows). Steps that
 commit a finished block (a causal mask over clean + noisy tokens) run eagerly on a view of the
 same arena. Mixture-of-experts layers sync on the host (tokens per expert) and cannot be captured:
@@ -98,7 +102,8 @@ class StepGraphs:
         self.arenas: OrderedDict[tuple[int, int], KVCache] = OrderedDict()
         self.steps: dict[tuple[int, int, int], _Step] = {}
         self.pool: Any = torch.cuda.graph_pool_handle() if self.capture else None
-        self.stats = {"captured": 0, "replayed": 0, "arena_copies": 0}
+        self.rope: Tensor | None = None  # the rope table the captured steps read (the model's, at capture)
+        self.stats = {"captured": 0, "replayed": 0, "arena_copies": 0, "stale_dropped": 0}
 
     # ---- arenas ------------------------------------------------------------------------------
     def arena(self, parts: Sequence[tuple[KVCache, int]], need: int, rows: int | None = None) -> KVCache:
@@ -144,11 +149,17 @@ class StepGraphs:
         if found is None or kv.batch != ids.shape[0]:
             return None
         (rows, cap), arena = found
+        if self.steps and self.model.rope_current() is not self.rope:
+            self._drop_stale()
         n, t = ids.shape
         key = (rows, cap, t)
         st = self.steps.get(key)
         fresh = st is None
         if st is None:
+            table = self.model.rope_table(cap)  # sized before capturing: no host sync inside a graph
+            if table is not self.rope:  # this capacity grew it: the steps captured before read the old one
+                self._drop_stale()
+                self.rope = table
             st = self.steps[key] = _Step(
                 ids=torch.zeros(rows, t, dtype=torch.long, device=self.device),
                 pos=torch.arange(t, device=self.device).repeat(rows, 1),
@@ -168,6 +179,14 @@ class StepGraphs:
         assert st.out is not None
         return st.out[:n].clone()
 
+    def _drop_stale(self) -> None:
+        """The model's rope table was regrown since the steps were captured: their graphs read the old one."""
+        if not self.steps:
+            return
+        log.info("rope table regrown: %d captured decode steps dropped (captured again on use)", len(self.steps))
+        self.stats["stale_dropped"] += len(self.steps)
+        self.steps.clear()
+
     def _forward(self, arena: KVCache, st: _Step, cap: int) -> Tensor:
         keys = torch.arange(cap, device=self.device)
         mask = (keys[None, :] < st.lim[:, None])[:, None, None, :]  # (R, 1, 1, C)
@@ -177,7 +196,6 @@ class StepGraphs:
     def _capture(self, arena: KVCache, st: _Step, cap: int) -> None:
         """Warm up on a side stream (allocator, kernel choice), then capture; the warm-up and the
         capture write the same keys / values the step itself writes, so running them is harmless."""
-        self.model.rope_table(cap)  # no host sync inside the graph
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):

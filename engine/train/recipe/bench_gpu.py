@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.bench import peak_memory, prompt_ids, sync
+from engine.bench import peak_memory, prefill_cold_warm, prompt_ids, sync
 from engine.tiers import EMBEDDED
 
 if TYPE_CHECKING:
@@ -155,25 +155,6 @@ def profile_decoding(eng: Engine, n_prompt: int, n_tokens: int) -> dict[str, Any
     return out
 
 
-def bench_prefill(eng: Engine, contexts: list[int]) -> list[dict[str, Any]]:
-    """Prefill cold (empty cache) vs warm (the same prompt after a 1-token edit at its end)."""
-    from engine.types import CanvasSpec
-
-    spec, rows = CanvasSpec(eng.block_size), []
-    eng.generate(prompt_ids(eng, 64), spec)  # warm-up
-    for n in contexts:
-        eng.cache.clear()
-        prompt = prompt_ids(eng, n)
-        cold = eng.generate(prompt, spec, cache_key=f"bench:{n}")
-        alt = [t for t in eng.tokenizer.encode("xy") if t != prompt[-1]][0]
-        warm = eng.generate(prompt[:-1] + [alt], spec, cache_key=f"bench:{n}")
-        c, w = cold.timings["prefill_ms"], warm.timings["prefill_ms"]
-        rows.append({"context": n, "cold_ms": round(c, 2), "warm_ms": round(w, 2),
-                     "recomputed": warm.prompt_tokens - warm.cached_tokens, "speedup": round(c / max(w, 1e-6), 1)})
-    eng.cache.clear()
-    return rows
-
-
 class Report:
     """The JSON report, rewritten after every measurement."""
 
@@ -241,10 +222,18 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
             if g == graphs[0]:
                 ctx = [n for n in prompts if rep.elapsed() < a.budget_s]
                 if ctx:
-                    rep.add({"shape": shape, "what": "prefill", "rows": bench_prefill(eng, ctx)})
+                    rep.add({"shape": shape, "what": "prefill", "rows": prefill_cold_warm(eng, ctx)})
                 eng.cache.clear()
         if a.profile > 0 and prompts and rep.elapsed() < a.budget_s:
-            rep.add({"shape": shape, "what": "profile", **profile_decoding(first, prompts[0], a.profile)})
+            # eager steps (the launches graphs remove): CUPTI with captured graphs replayed after the profiler
+            # stopped was an illegal memory access on the H200 (pytorch#75504; session 19's window lost its 7B rows)
+            prof = eng if eng.graphs is None else random_engine(shape, cuda_graphs=False, model=model)
+            try:
+                rep.add({"shape": shape, "what": "profile", "cuda_graphs": False,
+                         **profile_decoding(prof, prompts[0], a.profile)})
+            except RuntimeError as e:  # the rows measured so far stay; the next shape still runs
+                rep.skip(f"{shape} profile: {type(e).__name__}: {str(e)[:200]}")
+            del prof
         rep.add({"shape": shape, "what": "memory", **peak_memory(dev)})
         del first, eng, model
         if dev.type == "cuda":
@@ -324,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--positions", type=int, default=12)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # CUPTI re-initialised lazily after a profiler session breaks CUDA graph replays (pytorch#75504, #107744)
+    os.environ.setdefault("DISABLE_CUPTI_LAZY_REINIT", "1")
     data = run_engine(a) if a.what == "engine" else run_latency(a)
     json.dump({k: v for k, v in data.items() if k != "rows"}, sys.stdout)
     sys.stdout.write("\n")
