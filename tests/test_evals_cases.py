@@ -147,3 +147,19 @@ def test_parse_lsp_suggestions() -> None:
     edits, score = parse_suggestion(edit, res, {"file:///w/b.py": "b.py", "file:///w/a.py": "a.py"})
     assert edits == [Edit("b.py", 0, 0, "import a\n")] and score == 0.75
     assert judge(edit, edits).accepted
+
+
+def test_server_env_makes_relative_paths_absolute_for_a_server_started_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`EDIT_SERVER_ADAPTER=runs/x/default edit-server eval replay …` started each server in its case's workspace,
+    where the relative path named nothing ("adapter file not found", session 19)."""
+    from edit_server.lsp.client import server_env
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EDIT_SERVER_ADAPTER", "runs/qwen-adapter/default")
+    monkeypatch.setenv("EDIT_SERVER_SHARED", "/abs/shared")
+    env = server_env({"EDIT_SERVER_BASE_WHEEL": "wheels/base.whl"}, tmp_path / "case")
+    assert env["EDIT_SERVER_ADAPTER"] == str(tmp_path / "runs/qwen-adapter/default")
+    assert env["EDIT_SERVER_BASE_WHEEL"] == str(tmp_path / "wheels/base.whl")
+    assert env["EDIT_SERVER_SHARED"] == "/abs/shared"
+    assert server_env(None, None)["EDIT_SERVER_ADAPTER"] == "runs/qwen-adapter/default"  # same directory: as given

@@ -20,6 +20,7 @@ from lsprotocol.types import METHOD_TO_TYPES, InlineCompletionTriggerKind
 from pygls.lsp.client import LanguageClient
 
 from edit_server.lsp.convert import offset_to_position, position_to_offset
+from engine import options
 
 # a client's names for the inline completion's ``context.triggerKind``: typing (automatic) or asked for (invoked)
 TRIGGER_KINDS = {"invoked": int(InlineCompletionTriggerKind.Invoked),
@@ -29,6 +30,12 @@ log = logging.getLogger(__name__)
 STATUS = "$/editServer/status"
 
 
+# environment variables naming a path, made absolute when the server is started in another directory (an eval
+# case's workspace): `EDIT_SERVER_ADAPTER=runs/qwen-adapter/default edit-server eval replay …` failed with
+# "adapter file not found" (session 19)
+PATH_VARS = (options.ADAPTER, options.BASE_WHEEL, options.SHARED)
+
+
 class LspError(RuntimeError):
     pass
 
@@ -36,6 +43,17 @@ class LspError(RuntimeError):
 def server_command(model: str, device: str, extra: Sequence[str] = ()) -> list[str]:
     """``python -m edit_server.cli --model M --device D`` (no subcommand = serve on stdio)."""
     return [sys.executable, "-m", "edit_server.cli", "--model", model, "--device", device, *extra]
+
+
+def server_env(extra: dict[str, str] | None, cwd: Path | None) -> dict[str, str]:
+    """The server's environment: this process's, ``extra`` over it; started in another directory (``cwd``), the
+    relative paths of `PATH_VARS` made absolute — they meant this process's directory."""
+    env = dict(os.environ, **(extra or {}))
+    if cwd is not None:
+        for var in PATH_VARS:
+            if env.get(var) and not os.path.isabs(env[var]):
+                env[var] = os.path.abspath(env[var])
+    return env
 
 
 def utf16_position(text: str, offset: int) -> dict[str, int]:
@@ -129,7 +147,7 @@ class LspClient:
                     workspace_capabilities: dict[str, Any] | None = None) -> None:
         """``workspace_capabilities``: more of the client's ``capabilities.workspace`` (e.g. a test that
         answers file-watcher registrations declares ``didChangeWatchedFiles``)."""
-        env = dict(os.environ, **(self.env or {}))
+        env = server_env(self.env, self.cwd)
         await self.client.start_io(*self.cmd, cwd=self.cwd, env=env, limit=64 * 1024 * 1024)
         self._drain = asyncio.create_task(self._copy_stderr())
         uri = root.resolve().as_uri()
