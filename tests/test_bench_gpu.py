@@ -92,3 +92,23 @@ def test_latency_rehearsal(tmp_path: Path) -> None:
     for kind in ("single-line", "next-edit"):
         assert d[kind]["n"] == 3 and d[kind]["p50_ms"] > 0 and d[kind]["tokens_per_forward"] > 0
     assert {r["what"] for r in d["rows"]} == {"single-line", "next-edit"}
+
+
+def test_the_bench_waits_out_the_corpus_build_on_its_own_clock(tmp_path: Path) -> None:
+    """Rows measured while the window job builds its corpus on every core ran 5-10x slower (session 19): the bench
+    waits while the job's phase is `corpus` (at most --quiet-wait-s) and records the phase beside each row."""
+    from engine.train.recipe.bench_gpu import Report
+
+    phase = tmp_path / "phase.json"
+    phase.write_text(json.dumps({"phase": "corpus"}))
+    rep = Report(None, {}, phase)
+    rep.wait_quiet(0.6)
+    assert 0.6 <= rep.data["waited_s"] < 2.0  # gave up at its limit: the build is still running
+    phase.write_text(json.dumps({"phase": "wait-base"}))
+    rep.wait_quiet(30.0)
+    assert rep.data["waited_s"] < 1.0  # no wait once the build is done
+    rep.add({"what": "load"})
+    assert rep.data["rows"][0]["job_phase"] == "wait-base" and rep.elapsed() >= 0.6  # one clock for the budget
+    plain = Report(None, {})  # the bench run by hand: no job beside it
+    plain.add({"what": "load"})
+    assert "job_phase" not in plain.data["rows"][0]

@@ -72,6 +72,9 @@ def test_two_windows_compound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert sum(v["made"] for v in made.values()) == summary["steps"] * CONFIG["batch_size"]  # one per batch row
     assert got["bench_engine"]["rows"][0]["what"] == "load"  # the engine bench ran while the job trained
     assert any(r["what"] == "decode" for r in got["bench_engine"]["rows"])
+    # it waited out the corpus build and says which phase of the job each row ran beside
+    assert got["bench_engine"]["waited_s"] >= 0
+    assert all(r["job_phase"] not in (None, "corpus", "starting") for r in got["bench_engine"]["rows"])
     assert "bench-gpu-engine" in got["bench_engine_log"]  # the bench's own output comes back with it
     assert got["window"]["train_end_s"] == 28 and len([p for p in out1.rglob("*") if p.is_file()]) <= 8
     # -- here: keep (which records the kind's first measured speed) -----------------------------------

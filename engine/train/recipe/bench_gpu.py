@@ -155,11 +155,26 @@ def profile_decoding(eng: Engine, n_prompt: int, n_tokens: int) -> dict[str, Any
     return out
 
 
-class Report:
-    """The JSON report, rewritten after every measurement."""
+BUSY_PHASES = ("starting", "corpus")  # a window job's phases that keep every host core busy
 
-    def __init__(self, out: Path | None, head: dict[str, Any]) -> None:
+
+def job_phase(path: Path | None) -> str | None:
+    """The window job's phase (its ``phase.json``), None without one."""
+    if path is None:
+        return None
+    try:
+        return str(json.loads(path.read_text()).get("phase"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class Report:
+    """The JSON report, rewritten after every measurement. ``phase_file``: the window job's ``phase.json``, whose
+    phase each row records."""
+
+    def __init__(self, out: Path | None, head: dict[str, Any], phase_file: Path | None = None) -> None:
         self.out, self.data, self.t0 = out, {**head, "rows": [], "skipped": []}, time.perf_counter()
+        self.phase_file = phase_file
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -167,7 +182,18 @@ class Report:
     def add(self, row: dict[str, Any]) -> None:
         # the host's load beside each row: a window's bench shares the machine with the corpus build and
         # training, and host-bound decoding (kernel launches) slows with every busy core
-        self.data["rows"].append({**row, "at_s": round(self.elapsed(), 1), "load_1m": round(os.getloadavg()[0], 2)})
+        extra = {"job_phase": job_phase(self.phase_file)} if self.phase_file is not None else {}
+        self.data["rows"].append({**row, "at_s": round(self.elapsed(), 1), "load_1m": round(os.getloadavg()[0], 2),
+                                  **extra})
+        self.flush()
+
+    def wait_quiet(self, max_s: float) -> None:
+        """Wait (at most ``max_s``, on the bench's own clock) while the job builds its corpus on every core: in
+        session 19's window the AR rows measured then ran 5-10x slower than those after it."""
+        t = time.perf_counter()
+        while job_phase(self.phase_file) in BUSY_PHASES and time.perf_counter() - t < max_s:
+            time.sleep(0.5)
+        self.data["waited_s"] = round(time.perf_counter() - t, 1)
         self.flush()
 
     def skip(self, what: str) -> None:
@@ -189,7 +215,9 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
     from engine.specs import resolve_device
 
     dev = resolve_device(a.device)
-    rep = Report(a.out, {"kind": "bench-gpu-engine", "machine": machine(dev), "budget_s": a.budget_s})
+    rep = Report(a.out, {"kind": "bench-gpu-engine", "machine": machine(dev), "budget_s": a.budget_s}, a.job_phase)
+    if a.job_phase is not None:
+        rep.wait_quiet(a.quiet_wait_s)
     prompts = [int(x) for x in a.prompts.split(",") if x]
     graphs = [{"on": True, "off": False}[g] for g in a.graphs.split(",") if g]
     for key in [s for s in a.shapes.split(",") if s]:
@@ -303,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--graphs", default="on,off")
     e.add_argument("--profile", type=int, default=16,
                    help="tokens decoded under torch.profiler per shape (AR, block, width 1; 0: none)")
+    e.add_argument("--job-phase", type=Path, help="the window job's phase.json: wait out its corpus build, record "
+                                                  "its phase beside each row")
+    e.add_argument("--quiet-wait-s", type=float, default=40.0,
+                   help="the longest wait for the corpus build (counted in --budget-s)")
     for sp in (e, lat := sub.add_parser("latency", help="the trained default: single-line and next-edit latency")):
         sp.add_argument("--device", default="auto")
         sp.add_argument("--dtype", default="auto")

@@ -7,7 +7,7 @@ Work dir (default ``~/edit-server-gpu``, outside the repository copy that each c
     job.json    pid, start time                                   summary.json, eval/<split>/report.json,
     window.json the window's clock and plan                       throughput.json (s/step on this kind)
     bench/      engine.json, latency.json (engine.train.recipe.bench_gpu)
-    phase.json  corpus | wait-base | train | eval | latency | done | failed      job.log   everything the job printed
+    phase.json  corpus | wait-base | wait-bench | train | eval | latency | done | failed      job.log   everything the job printed
 """
 
 from __future__ import annotations
@@ -394,7 +394,8 @@ def start_bench(work: Path, budget_s: float, *, python: str = sys.executable,
     code = w.boot / "code" if (w.boot / "code").is_dir() else Path.cwd()
     with open(d / "engine.log", "ab") as logf:
         proc = subprocess.Popen([python, "-m", "engine.train.recipe.bench_gpu", "engine", "--budget-s", str(int(budget_s)),
-                                 "--out", str(d / "engine.json"), *(extra or [])], cwd=code, stdout=logf,
+                                 "--out", str(d / "engine.json"), "--job-phase", str(w.phase), *(extra or [])],
+                                cwd=code, stdout=logf,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=job_env(w, env),
                                 start_new_session=True)
     _write(d / "job.json", {"pid": proc.pid, "started": time.time()})
@@ -430,6 +431,7 @@ def run_job(work: Path) -> int:
         if model != "tiny" and recipe.get("base"):  # SmolLM2's, or a parted base's tied-output copy
             _phase(w, "wait-base")
             wait_base(recipe["base"]["name"])
+        _phase(w, "wait-bench")  # the corpus is built: the engine bench, waiting that out, measures now
         wait_bench(w)
         from engine.train.recipe.window import read_window
 
