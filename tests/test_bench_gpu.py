@@ -112,3 +112,25 @@ def test_the_bench_waits_out_the_corpus_build_on_its_own_clock(tmp_path: Path) -
     plain = Report(None, {})  # the bench run by hand: no job beside it
     plain.add({"what": "load"})
     assert "job_phase" not in plain.data["rows"][0]
+
+
+def test_the_warm_prefill_edits_the_last_token_twice_to_different_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BPE vocabulary holds "xyz" as one token (Qwen's: 28854): the two warm edits must still differ, else the
+    second, the one reported, re-sends the first's prompt."""
+    from engine.bench import prefill_cold_warm
+
+    torch.set_num_threads(1)
+    eng = random_engine("tiny", "cpu", "fp32")
+    encode = eng.tokenizer.encode
+    monkeypatch.setattr(eng.tokenizer, "encode", lambda s: [120] if s == "xyz" else encode(s))
+    seen: list[int] = []
+    generate = eng.generate
+
+    def spy(prompt: list[int], *a: object, **k: object) -> object:
+        seen.append(prompt[-1])
+        return generate(prompt, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(eng, "generate", spy)
+    (row,) = prefill_cold_warm(eng, [40])
+    assert len(seen) == 4  # the warm-up, cold, the first warm edit, the timed one
+    assert len({seen[1], seen[2], seen[3]}) == 3 and row["recomputed"] == 1

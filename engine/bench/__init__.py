@@ -73,7 +73,8 @@ def prefill_cold_warm(eng: Engine, contexts: list[int], repeats: int = 1,
             eng.cache.clear()
             prompt = prompt_ids(eng, n, salt=rep)
             cold = eng.generate(prompt, spec, cache_key=key)
-            alts = [t for t in eng.tokenizer.encode("xyz") if t != prompt[-1]][:2]
+            # two different last tokens (a BPE vocabulary may hold "xyz" as one token: encode letter by letter)
+            alts = list(dict.fromkeys(t for c in "xyz" for t in eng.tokenizer.encode(c) if t != prompt[-1]))[:2]
             first = eng.generate(prompt[:-1] + [alts[0]], spec, cache_key=key)
             warm = eng.generate(prompt[:-1] + [alts[-1]], spec, cache_key=key)
             colds.append(cold.timings["prefill_ms"])
