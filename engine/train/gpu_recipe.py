@@ -103,17 +103,19 @@ def run_pack(a: argparse.Namespace) -> dict[str, Any]:
         base, base_raw = Path(info["path"]), base_entry(model, info)
         tree = window_tree_bytes() if tree is None else tree
     wheels = [] if a.no_wheels else fetch_wheels(a.wheels)
-    ne = None
+    ne = ns = None
     repos = next_edit_repos(a.next_edit_repos if a.next_edit_cases else [], config)
     if repos:
+        from engine.train.recipe.git_data import build_heldout_sessions
         from engine.train.recipe.pack import build_next_edit_cases
 
         ne = build_next_edit_cases(repos, a.out / "cache" / "next-edit-cases.jsonl.gz", a.next_edit_cases)
+        ns = build_heldout_sessions(repos, a.out / "cache" / "next-edit-sessions.jsonl.gz")
     opts = {"val_fraction": a.val_fraction, **({"max_files": a.max_files} if a.max_files else {})}
     plan = pack(a.out, config, base=base, wheels=wheels, sources=a.src or list(SOURCES), corpus_options=opts,
                 eval_splits=a.eval_split, eval_limit=a.eval_limit, data=humaneval_dir(),
                 upload_limit=a.upload_limit, tree=tree, align_feedback=a.align_feedback,
-                align_eval=a.align_eval, base_raw=base_raw, next_edit_cases=ne)
+                align_eval=a.align_eval, base_raw=base_raw, next_edit_cases=ne, next_edit_sessions=ns)
     plan["checkpoint_bytes"] = checkpoint_bytes(config)
     plan["next_edit_cases"] = [str(r) for r in repos]
     return plan

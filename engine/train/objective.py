@@ -6,6 +6,12 @@ Per canvas block a mask rate t ~ U(eps, 1) is drawn; each token is replaced by `
 probability t (at least one per block). Loss = Σ over masked positions of CE / t, divided by the
 number of canvas tokens (an ELBO-style estimate). Targets include the eom token and the pads, so the
 model learns where a middle ends.
+
+A rewrite's canvas is mostly the region copied: the few tokens that *change* it (`Example.changed`, the
+target positions a token diff against the region does not match) are what a next edit is about, and in the
+plain loss they weigh as little as they are few. ``emphasis`` multiplies their weight (1: the plain loss),
+and the metrics report them apart (``changed_acc`` / ``changed_ce``) — the copy tokens' accuracy (0.8+)
+otherwise hides whether edits are learned at all.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ class Batch:
     mask: Tensor  # (B, 1, L, L) bool, True = attend
     logit_index: Tensor  # (B, C) index of the output predicting canvas token j (C = max canvas)
     targets: Tensor  # (B, C) clean canvas ids
-    weights: Tensor  # (B, C) 1/t on masked positions, 0 elsewhere (and on padding)
+    weights: Tensor  # (B, C) 1/t on masked positions (× emphasis where changed), 0 elsewhere (and on padding)
     n_tokens: int  # canvas tokens in the batch (the loss' denominator)
+    changed: Tensor | None = None  # (B, C) bool: positions that change a rewrite's region (None: no such example)
 
 
 def noise_canvas(target: Tensor, block_size: int, mask_id: int, gen: torch.Generator,
@@ -47,16 +54,30 @@ def noise_canvas(target: Tensor, block_size: int, mask_id: int, gen: torch.Gener
     return xt, masked.float() / t_pos
 
 
-def make_batch(examples: Sequence[tuple[list[int], list[int]]], block_size: int, mask_id: int,
-               pad_id: int, gen: torch.Generator, *, shifted: bool = True, eps: float = 1e-3) -> Batch:
-    """examples: (prompt ids, canvas target ids) with len(target) % block_size == 0."""
-    rows = []
-    for prompt, target in examples:
+def make_batch(examples: Sequence[tuple[list[int], list[int]] | tuple[list[int], list[int], Sequence[int]]],
+               block_size: int, mask_id: int, pad_id: int, gen: torch.Generator, *, shifted: bool = True,
+               eps: float = 1e-3, emphasis: float = 1.0) -> Batch:
+    """examples: (prompt ids, canvas target ids[, changed target positions]) with len(target) % block_size
+    == 0; ``emphasis`` multiplies the loss weight of the changed positions."""
+    if emphasis <= 0:
+        raise ValueError(f"emphasis {emphasis}: must be > 0")
+    rows, flags = [], []
+    for ex in examples:
+        prompt, target = ex[0], ex[1]
+        changed = ex[2] if len(ex) > 2 else ()  # type: ignore[misc]
         n, c = len(prompt), len(target)
         if c == 0 or c % block_size or n == 0:
             raise ValueError(f"bad example: prompt {n} tokens, canvas {c} (block size {block_size})")
         tgt = torch.tensor(target, dtype=torch.long)
         xt, w = noise_canvas(tgt, block_size, mask_id, gen, eps)
+        flag = torch.zeros(c, dtype=torch.bool)
+        if len(changed):
+            at = torch.tensor(list(changed), dtype=torch.long)
+            if int(at.min()) < 0 or int(at.max()) >= c:
+                raise ValueError(f"bad example: changed position outside its canvas of {c} tokens")
+            flag[at] = True
+            w = torch.where(flag, w * emphasis, w)
+        flags.append(flag)
         mask, pos = bd3lm_layout(n, c, block_size)
         idx = bd3lm_logit_index(n, c, block_size, shifted=shifted)
         ids = torch.cat([torch.tensor(prompt, dtype=torch.long), tgt, xt])
@@ -70,23 +91,27 @@ def make_batch(examples: Sequence[tuple[list[int], list[int]]], block_size: int,
     index = torch.zeros((B, C), dtype=torch.long)
     targets = torch.full((B, C), pad_id, dtype=torch.long)
     weights = torch.zeros((B, C))
+    changed_all = torch.zeros((B, C), dtype=torch.bool)
     n_tokens = 0
     for b, (i, p, m, ix, t, w) in enumerate(rows):
         n, c = i.numel(), t.numel()
         ids[b, :n], positions[b, :n], mask[b, :n, :n] = i, p, m
         index[b, :c], targets[b, :c], weights[b, :c] = ix, t, w
+        changed_all[b, :c] = flags[b]
         n_tokens += c
-    return Batch(ids, positions, mask[:, None], index, targets, weights, n_tokens)
+    return Batch(ids, positions, mask[:, None], index, targets, weights, n_tokens,
+                 changed_all if bool(changed_all.any()) else None)
 
 
 def batch_to(batch: Batch, device: torch.device | str) -> Batch:
     return Batch(batch.ids.to(device), batch.positions.to(device), batch.mask.to(device),
                  batch.logit_index.to(device), batch.targets.to(device), batch.weights.to(device),
-                 batch.n_tokens)
+                 batch.n_tokens, None if batch.changed is None else batch.changed.to(device))
 
 
 def bd3_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, float]]:
-    """Weighted masked-token CE (the training loss) and plain metrics (unweighted CE, accuracy)."""
+    """Weighted masked-token CE (the training loss) and plain metrics (unweighted CE, accuracy; the same
+    over the masked changed positions, with their count, when the batch has any)."""
     hidden = model(batch.ids, positions=batch.positions, mask=batch.mask, logits_slice=slice(0, 0))
     h = torch.gather(hidden, 1, batch.logit_index[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, C, dim)
     logits = model.logits(h).float()  # (B, C, V)
@@ -95,6 +120,13 @@ def bd3_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, float]]:
     masked = batch.weights > 0
     with torch.no_grad():
         n_masked = int(masked.sum())
-        acc = float((logits.argmax(-1) == batch.targets)[masked].float().mean()) if n_masked else 0.0
+        hit = logits.argmax(-1) == batch.targets
+        acc = float(hit[masked].float().mean()) if n_masked else 0.0
         plain = float(ce[masked].mean()) if n_masked else 0.0
-    return loss, {"loss": float(loss.detach()), "masked_ce": plain, "masked_acc": acc, "masked": n_masked}
+        out = {"loss": float(loss.detach()), "masked_ce": plain, "masked_acc": acc, "masked": n_masked}
+        if batch.changed is not None:
+            sel = masked & batch.changed
+            k = int(sel.sum())
+            out.update(changed_masked=k, changed_acc=float(hit[sel].float().mean()) if k else 0.0,
+                       changed_ce=float(ce[sel].mean()) if k else 0.0)
+    return loss, out

@@ -29,6 +29,7 @@ class Example:
     prompt: list[int]
     target: list[int]  # canvas target, len = multiple of block_size
     meta: dict = field(default_factory=dict)
+    changed: tuple[int, ...] = ()  # a rewrite's target positions that change its region (`changed_positions`)
 
     def __len__(self) -> int:
         return len(self.prompt) + len(self.target)

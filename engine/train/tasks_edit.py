@@ -11,6 +11,7 @@ is left (a *no-edit* example: the model must learn to leave code alone).
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import random
 import re
@@ -258,6 +259,20 @@ def session_example(tok: TokenizerLike, orig: str, sites: list[Site], order: lis
                                layout)
 
 
+def changed_positions(region: list[int], new: list[int], canvas: int) -> tuple[int, ...]:
+    """Positions of a rewrite's canvas target (``new`` + eom + pads, ``canvas`` long) that a token diff
+    against ``region`` does not match: inserted and replaced tokens, and where the region loses tokens, the
+    target token just after the cut (the eom when the cut is at the end) — the tokens a next edit is made of.
+    None for a copy (a no-edit target)."""
+    out: set[int] = set()
+    for op, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, region, new, autojunk=False).get_opcodes():
+        if op in ("replace", "insert"):
+            out.update(range(j1, j2))
+        elif op == "delete":
+            out.add(j1)
+    return tuple(sorted(j for j in out if j < canvas))
+
+
 def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_region: str, cursor: int,
                         path: str, history: tuple[str, ...], budget: Budget, rng: random.Random,
                         kind: str, layout: str | None = None) -> Example | None:
@@ -281,7 +296,8 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
         if len(ids) + canvas <= budget.max_len:
             return Example(f"edit:{kind}" if not kind.startswith("noedit") else kind, ids,
                            canvas_target(tok, new_region, canvas),
-                           {"region": region, "new_region": new_region, "prompt": prompt})
+                           {"region": region, "new_region": new_region, "prompt": prompt},
+                           changed_positions(tok.encode(region), tok.encode(new_region), canvas))
         n_chars = int(n_chars * 0.7)
     return None
 

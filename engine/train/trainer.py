@@ -94,6 +94,9 @@ class TrainConfig:
     deadline: float = 0.0  # > 0: stop (checkpoint + export) before this wall-clock time (epoch s: a GPU window's)
     fit_deadline: bool = False  # `steps` := what ends the cosine by `deadline` at the measured speed (schedule.DeadlineFit)
     schedule_start: int = 0  # warm restart: warmup + cosine run from this step to `steps` (a later window's extension)
+    # the loss weight of a rewrite's changed tokens (engine.train.objective): 1 = the plain loss; validation is
+    # always plain, so curves stay comparable across windows
+    edit_emphasis: float = 1.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -256,17 +259,26 @@ def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: Tra
     gen = torch.Generator().manual_seed(1234)
     tot = {"loss": 0.0, "masked_ce": 0.0, "masked_acc": 0.0}
     n = 0
+    ch = {"changed_acc": 0.0, "changed_ce": 0.0, "changed_masked": 0}  # summed over the masked changed tokens
     for i in range(0, len(examples), cfg.batch_size):
         chunk = examples[i:i + cfg.batch_size]
-        b = make_batch([(e.prompt, e.target) for e in chunk], cfg.block_size, tok.special.mask,
+        b = make_batch([(e.prompt, e.target, e.changed) for e in chunk], cfg.block_size, tok.special.mask,
                        tok.special.pad, gen)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             _, m = bd3_loss(model, batch_to(b, device))
         for k in tot:
             tot[k] += m[k] * len(chunk)
         n += len(chunk)
+        k = int(m.get("changed_masked", 0))
+        ch["changed_masked"] += k
+        ch["changed_acc"] += m.get("changed_acc", 0.0) * k
+        ch["changed_ce"] += m.get("changed_ce", 0.0) * k
     model.train()
-    return {k: v / max(1, n) for k, v in tot.items()}
+    out = {k: v / max(1, n) for k, v in tot.items()}
+    if ch["changed_masked"]:  # a rewrite's changed tokens alone: are edits learned, not only copies
+        k = ch["changed_masked"]
+        out.update(changed_acc=ch["changed_acc"] / k, changed_ce=ch["changed_ce"] / k, changed_masked=k)
+    return out
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -352,8 +364,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         metrics = {"loss": 0.0, "masked_acc": 0.0}
         for _ in range(cfg.grad_accum):
             exs = stream.take(cfg.batch_size)
-            b = batch_to(make_batch([(e.prompt, e.target) for e in exs], cfg.block_size, tok.special.mask,
-                                    tok.special.pad, gen), device)
+            b = batch_to(make_batch([(e.prompt, e.target, e.changed) for e in exs], cfg.block_size,
+                                    tok.special.mask, tok.special.pad, gen, emphasis=cfg.edit_emphasis), device)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
                 loss, m = bd3_loss(model, b)
             (loss / cfg.grad_accum).backward()
@@ -378,7 +390,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         if (step + 1) % cfg.val_every == 0 or last:
             vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device, dtype)})
             log.info("step %d val %s", step + 1, vals[-1])
-            bar.write(f"step {step + 1} val loss {vals[-1]['loss']:.4f} acc {vals[-1]['masked_acc']:.3f}",
+            bar.write(f"step {step + 1} val loss {vals[-1]['loss']:.4f} acc {vals[-1]['masked_acc']:.3f}"
+                      + (f" changed acc {vals[-1]['changed_acc']:.3f}" if "changed_acc" in vals[-1] else ""),
                       file=sys.stderr)
         if (step + 1) % cfg.save_every == 0 or last or (
                 cfg.save_minutes > 0 and now - last_save > cfg.save_minutes * 60):

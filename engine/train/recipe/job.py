@@ -313,12 +313,14 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
 
 
 def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
-    """The held-out next edits in process (``eval/next-edit``, when the pack carries cases:
+    """The held-out repositories' edit tokens teacher-forced (``eval/edit-tokens``, when the pack carries their
+    sessions: `evals/edit_tokens.py`), their next edits in process (``eval/next-edit``, when it carries cases:
     `evals/next_edit.py`), then HumanEval-infilling on the run's adapter, each in ``python -m evals`` (the GPU
     image's packages suffice). ``seconds`` > 0: they share that budget; a HumanEval split out of time is
     stopped and summarised from the results it finished (``eval/<split>/partial.json``)."""
     ev = recipe.get("eval") or {}
-    splits = (["next-edit"] if ev.get("next_edit") else []) + (list(ev.get("splits", [])) if ev.get("limit") else [])
+    splits = ((["edit-tokens"] if ev.get("edit_tokens") else []) + (["next-edit"] if ev.get("next_edit") else [])
+              + (list(ev.get("splits", [])) if ev.get("limit") else []))
     t_end = time.time() + seconds
     for i, split in enumerate(splits):
         out = w.run / "eval" / split
@@ -326,7 +328,10 @@ def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
         if left is not None and left < 5:
             log.info("eval %s: skipped (no time left in the window)", split)
             continue
-        if split == "next-edit":  # it stops itself in time, reporting what it finished
+        if split == "edit-tokens":  # teacher-forced: one pass over 32 held-out edit examples, seconds
+            cmd = [sys.executable, "-m", "evals", "edit-tokens", str(w.boot / ev["edit_tokens"]), "--model", EMBEDDED,
+                   "--examples", "32", "--out", str(out)]
+        elif split == "next-edit":  # it stops itself in time, reporting what it finished
             cmd = [sys.executable, "-m", "evals", "next-edit", str(w.boot / ev["next_edit"]), "--model", EMBEDDED,
                    "--out", str(out), "--no-progress",
                    *(["--budget-s", f"{max(1.0, left - 10):.0f}"] if left is not None else [])]
@@ -351,6 +356,10 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
         except ValueError:
             continue
     n = len(recs)
+    if split == "edit-tokens":  # one pass, nothing to summarise from a stopped one
+        summary = {"split": split, "n": 0, "partial": True}
+        _write(out / "partial.json", {"summary": summary})
+        return summary
     if split == "next-edit":  # `evals.next_edit` records: exact among the next-edit cases finished
         nxt = [r for r in recs if r.get("category") == "next-edit"]
         summary = {"split": split, "n": n, "partial": True,

@@ -45,6 +45,7 @@ GPU_WHEELS = ("tree-sitter==0.26.1", "tree-sitter-python==0.25.0", "tree-sitter-
 SOURCES = ("stdlib", "purelib", "platlib")  # resolved by sysconfig on the machine that builds the corpus
 MARGIN = 1 * MiB
 NEXT_EDIT_CASES = "data/next-edit/cases.jsonl.gz"  # inside the boot bundle
+NEXT_EDIT_SESSIONS = "data/next-edit/sessions.jsonl.gz"  # the same repositories' sessions, for `evals edit-tokens`
 
 
 def tree_bytes(root: Path = ROOT) -> int:
@@ -114,10 +115,12 @@ def compress(src: Path, cache: Path) -> tuple[Path, str]:
 
 def make_recipe(config: dict[str, Any], *, sources: list[str], corpus_options: dict[str, Any],
                 tokenizer: dict[str, Any], base: dict[str, Any] | None, eval_splits: list[str],
-                eval_limit: int, next_edit: bool = False) -> dict[str, Any]:
+                eval_limit: int, next_edit: bool = False, edit_tokens: bool = False) -> dict[str, Any]:
     ev: dict[str, Any] = {"splits": eval_splits, "limit": eval_limit}
     if next_edit:
         ev["next_edit"] = NEXT_EDIT_CASES
+    if edit_tokens:
+        ev["edit_tokens"] = NEXT_EDIT_SESSIONS
     return {"format": FORMAT, "config": config, "corpus": {"sources": sources, "options": corpus_options},
             "tokenizer": tokenizer, "base": base, "eval": ev,
             "code": code_version(), "packed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -159,7 +162,8 @@ def build_next_edit_cases(repos: list[Path], out: Path, per_repo: int) -> Path:
 
 def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None, wheels: list[Path],
               data: Path | None, align_feedback: list[Path] | None = None,
-              align_eval: list[Path] | None = None, next_edit_cases: Path | None = None) -> Path:
+              align_eval: list[Path] | None = None, next_edit_cases: Path | None = None,
+              next_edit_sessions: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="boot-") as tmp:
         stage = Path(tmp)
         stage_align_inputs(stage, list(align_feedback or []), list(align_eval or []))
@@ -182,6 +186,9 @@ def make_boot(path: Path, recipe: dict[str, Any], *, tokenizer_json: str | None,
         if next_edit_cases is not None:
             (stage / NEXT_EDIT_CASES).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(next_edit_cases, stage / NEXT_EDIT_CASES)
+        if next_edit_sessions is not None:
+            (stage / NEXT_EDIT_SESSIONS).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(next_edit_sessions, stage / NEXT_EDIT_SESSIONS)
         if tokenizer_json is not None:
             (stage / "tokenizer.json").write_text(tokenizer_json)
         (stage / "recipe.json").write_text(json.dumps(recipe, indent=1))
@@ -219,9 +226,11 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
          upload_limit: int = UPLOAD_LIMIT, tree: int | None = None, margin: int = MARGIN,
          part_max: int = PART_MAX, align_feedback: list[Path] | None = None,
          align_eval: list[Path] | None = None, base_raw: dict[str, Any] | None = None,
-         next_edit_cases: Path | None = None) -> dict[str, Any]:
+         next_edit_cases: Path | None = None, next_edit_sessions: Path | None = None) -> dict[str, Any]:
     """Write ``out/boot.tar.xz`` (+ ``out/base.gguf.xz``) and ``out/upN/``; returns the upload plan.
-    ``next_edit_cases``: a gzipped ``cases.jsonl`` (`build_next_edit_cases`) for the job's next-edit eval.
+    ``next_edit_cases``: a gzipped ``cases.jsonl`` (`build_next_edit_cases`) for the job's next-edit eval;
+    ``next_edit_sessions``: the same repositories' sessions (`git_data.build_heldout_sessions`) for its
+    edit-tokens eval.
     ``base_raw``: the base goes up uncompressed with these manifest fields (a parted base's tied-output
     copy, `recipe.base_parts.base_entry`: 346 MB that xz would shrink by a few percent in minutes)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -245,10 +254,12 @@ def pack(out: Path, config: dict[str, Any], *, base: Path | None, wheels: list[P
         base_info = {"name": base.name, "sha256": raw}
     recipe = make_recipe(config, sources=list(sources or SOURCES), corpus_options=corpus_options or {},
                          tokenizer=tok, base=base_info, eval_splits=list(eval_splits or ["single-line"]),
-                         eval_limit=eval_limit, next_edit=next_edit_cases is not None)
+                         eval_limit=eval_limit, next_edit=next_edit_cases is not None,
+                         edit_tokens=next_edit_sessions is not None)
     files.append(("boot.tar.xz", make_boot(out / "boot.tar.xz", recipe, tokenizer_json=tok_json,
                                            wheels=wheels, data=data, align_feedback=align_feedback,
-                                           align_eval=align_eval, next_edit_cases=next_edit_cases)))
+                                           align_eval=align_eval, next_edit_cases=next_edit_cases,
+                                           next_edit_sessions=next_edit_sessions)))
     extra["boot.tar.xz"] = {"install": "boot"}
     if base is not None:
         files.append((base_name, xz))
