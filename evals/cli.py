@@ -114,16 +114,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ne.add_argument("--no-progress", action="store_true", help="no tqdm bar")
     ne.set_defaults(func=_clean_errors(run_next_edit))
 
-    et = sub.add_parser("edit-tokens", help="teacher-forced accuracy on the tokens real next edits change vs the "
-                                            "copied ones, per git source (in process; .jsonl.gz sessions need no git)")
-    et.add_argument("sources", type=Path, nargs="+", help="git bundles / repositories / sessions .jsonl.gz")
-    et.add_argument("--model", default="default", help="tiny-random | default | a tier (default: default)")
-    et.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    et.add_argument("--examples", type=int, default=64, help="edit examples per source (default 64)")
-    et.add_argument("--seed", type=int, default=0)
-    et.add_argument("--out", type=Path, default=Path("runs/eval/edit-tokens"), help="report directory")
-    et.set_defaults(func=_clean_errors(run_edit_tokens))
-
     cs = sub.add_parser("cases", help="run a JSONL file of edit cases through the real server")
     cs.add_argument("file", type=Path)
     cs.add_argument("--workspace-repo", type=Path, action="append", default=[], metavar="REPO",
@@ -267,18 +257,6 @@ def run_next_edit(args: argparse.Namespace) -> int:
     name = report["model"].get("model") or args.model
     what = report["model"].get("label")
     print(format_report(report, f"next edits in process ({name}{f': {what}' if what and what != name else ''})"))
-    print(f"report: {args.out / 'report.json'}")
-    return 0
-
-
-def run_edit_tokens(args: argparse.Namespace) -> int:
-    from evals.edit_tokens import TokenOptions, format_table, run
-
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    report = run(args.sources, args.model, args.device, TokenOptions(examples=args.examples, seed=args.seed))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    print(format_table(report))
     print(f"report: {args.out / 'report.json'}")
     return 0
 

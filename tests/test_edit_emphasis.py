@@ -11,10 +11,10 @@ import torch
 from engine.config import preset
 from engine.model import Transformer
 from engine.tokenizer import Tokenizer
+from engine.train.edit_tokens import measure
 from engine.train.objective import bd3_loss, make_batch
 from engine.train.tasks import Budget
 from engine.train.tasks_edit import changed_positions, make_edit, make_noedit
-from evals.edit_tokens import measure
 
 TOK = Tokenizer.byte_level()
 BUDGET = Budget(max_len=1024, block_size=16, max_canvas=256, chars_per_token=1.0)
@@ -153,7 +153,7 @@ def test_edit_tokens_runs_with_only_the_gpu_image_packages(tmp_path: Path) -> No
     from tests.test_evals_minimal_image import ROOT, blocked_env
 
     src, out = _sessions(tmp_path / "s.jsonl.gz"), tmp_path / "out"
-    cmd = [sys.executable, "-m", "evals", "edit-tokens", str(src), "--model", "tiny-random", "--device", "cpu",
+    cmd = [sys.executable, "-m", "engine.train.edit_tokens", str(src), "--model", "tiny-random", "--device", "cpu",
            "--examples", "4", "--out", str(out)]
     r = subprocess.run(cmd, env=blocked_env(tmp_path / "block"), capture_output=True, text=True, cwd=ROOT,
                        timeout=300)
@@ -189,7 +189,27 @@ def test_the_pack_carries_held_out_sessions_and_the_job_measures_them_first(tmp_
 
     monkeypatch.setattr(job.subprocess, "run", fake_run)
     job.run_eval(w, {"eval": {**recipe["eval"], "next_edit": "data/next-edit/cases.jsonl.gz"}}, seconds=90.0)
-    assert [c[3] for c in ran] == ["edit-tokens", "next-edit", "humaneval-infill"]
+    assert [c[2:4] for c in ran] == [["engine.train.edit_tokens", str(w.boot / NEXT_EDIT_SESSIONS)],
+                                     ["evals", "next-edit"], ["evals", "humaneval-infill"]]
     et = ran[0]
-    assert et[4] == str(w.boot / NEXT_EDIT_SESSIONS) and et[et.index("--examples") + 1] == "32"
+    assert et[et.index("--model") + 1] == job.EMBEDDED and et[et.index("--examples") + 1] == "32"
     assert job.partial_eval(tmp_path / "none", "edit-tokens") == {"split": "edit-tokens", "n": 0, "partial": True}
+
+
+def test_a_warm_restart_takes_the_recipes_emphasis_and_a_strict_resume_refuses_a_change() -> None:
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from engine.train.recipe.window import window_config
+    from engine.train.train_state import check_resumable
+    from engine.train.trainer import TrainConfig
+
+    old = {"model": "qwen2.5-coder-0.5b", "steps": 952, "mix": {"git": 0.45}}  # a checkpoint from before
+    d = window_config(old, None, step=952, kind="nvidia-h200", restart=True,
+                      recipe_config={"edit_emphasis": 2.0, "mix": {"git": 0.45}})
+    assert d["edit_emphasis"] == 2.0 and d["schedule_start"] == 952 and d["strict_resume"] is False
+    corpus = SimpleNamespace(index={})
+    before = {k: v for k, v in asdict(TrainConfig()).items() if k != "edit_emphasis"}  # a checkpoint from before
+    check_resumable(TrainConfig(edit_emphasis=2.0), {"config": before}, corpus)  # no field: nothing to compare
+    with pytest.raises(ValueError, match=r"resume would change the run \(edit_emphasis: 1.0 -> 2.0\)"):
+        check_resumable(TrainConfig(edit_emphasis=2.0), {"config": {**before, "edit_emphasis": 1.0}}, corpus)

@@ -52,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--max-per-repo", type=int, default=0, help="cap sessions per repository (0: all)")
     g.set_defaults(func=run_git_sessions)
 
+    t = sub.add_parser("edit-tokens", help="teacher-forced accuracy on the tokens real next edits change vs the "
+                                           "copied ones, per git source (.jsonl.gz sessions need no git)")
+    _edit_tokens_args(t)
+
     r = sub.add_parser("run", help="train a LoRA adapter (block-diffusion objective)")
     r.add_argument("--config", type=Path, help="JSON training config (fields of TrainConfig)")
     r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides (JSON values)")
@@ -63,6 +67,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     x.add_argument("--run", required=True, type=Path)
     x.add_argument("--to", type=Path, default=Path(__file__).resolve().parent.parent / "weights" / "default")
     x.set_defaults(func=run_export)
+
+
+def _edit_tokens_args(p: argparse.ArgumentParser) -> None:
+    from engine.train.edit_tokens import add_arguments, main
+
+    add_arguments(p)
+    p.set_defaults(func=main)
 
 
 def _logging() -> None:

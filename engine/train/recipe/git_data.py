@@ -13,7 +13,7 @@ PACKED_NAME = "git/sessions.jsonl.gz"  # inside the boot bundle
 # repositories and 61 % of httpx's 2,459 — 6,248 sessions, ~11 MB (600 a repository, to session 19: 3,374,
 # 5.8 MB; each was seen ~3 times by step 952, docs/TRAINING.md)
 MAX_PER_REPO = 1500
-HELDOUT_PER_REPO = 300  # the held-out repositories' sessions the pack carries for `evals edit-tokens`
+HELDOUT_PER_REPO = 300  # the held-out repositories' sessions the pack carries for `engine.train.edit_tokens`
 
 
 def stage_git_sessions(config: dict[str, Any], stage: Path, max_per_repo: int = MAX_PER_REPO) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def stage_git_sessions(config: dict[str, Any], stage: Path, max_per_repo: int = 
 
 def build_heldout_sessions(repos: list[Path], out: Path, per_repo: int = HELDOUT_PER_REPO) -> Path:
     """The held-out repositories' sessions (a deterministic sample of ``per_repo`` each) in one ``.jsonl.gz``:
-    the job's `evals edit-tokens` reads them without git."""
+    the job's `engine.train.edit_tokens` reads them without git."""
     from engine.git_history import cap_sessions, extract_source, write_sessions
 
     sessions = []

@@ -314,7 +314,7 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
 
 def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
     """The held-out repositories' edit tokens teacher-forced (``eval/edit-tokens``, when the pack carries their
-    sessions: `evals/edit_tokens.py`), their next edits in process (``eval/next-edit``, when it carries cases:
+    sessions: `engine/train/edit_tokens.py`), their next edits in process (``eval/next-edit``, when it carries cases:
     `evals/next_edit.py`), then HumanEval-infilling on the run's adapter, each in ``python -m evals`` (the GPU
     image's packages suffice). ``seconds`` > 0: they share that budget; a HumanEval split out of time is
     stopped and summarised from the results it finished (``eval/<split>/partial.json``)."""
@@ -329,8 +329,8 @@ def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
             log.info("eval %s: skipped (no time left in the window)", split)
             continue
         if split == "edit-tokens":  # teacher-forced: one pass over 32 held-out edit examples, seconds
-            cmd = [sys.executable, "-m", "evals", "edit-tokens", str(w.boot / ev["edit_tokens"]), "--model", EMBEDDED,
-                   "--examples", "32", "--out", str(out)]
+            cmd = [sys.executable, "-m", "engine.train.edit_tokens", str(w.boot / ev["edit_tokens"]), "--model",
+                   EMBEDDED, "--examples", "32", "--out", str(out)]
         elif split == "next-edit":  # it stops itself in time, reporting what it finished
             cmd = [sys.executable, "-m", "evals", "next-edit", str(w.boot / ev["next_edit"]), "--model", EMBEDDED,
                    "--out", str(out), "--no-progress",

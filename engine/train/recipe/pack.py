@@ -45,7 +45,7 @@ GPU_WHEELS = ("tree-sitter==0.26.1", "tree-sitter-python==0.25.0", "tree-sitter-
 SOURCES = ("stdlib", "purelib", "platlib")  # resolved by sysconfig on the machine that builds the corpus
 MARGIN = 1 * MiB
 NEXT_EDIT_CASES = "data/next-edit/cases.jsonl.gz"  # inside the boot bundle
-NEXT_EDIT_SESSIONS = "data/next-edit/sessions.jsonl.gz"  # the same repositories' sessions, for `evals edit-tokens`
+NEXT_EDIT_SESSIONS = "data/next-edit/sessions.jsonl.gz"  # the same repositories' sessions, for `engine.train.edit_tokens`
 
 
 def tree_bytes(root: Path = ROOT) -> int:

@@ -12,12 +12,18 @@ and per source
 * ``changed_loss_share``: the changed tokens' share of the plain loss (how much training sees of them).
 
 It needs only the GPU image's packages when the sessions are ``.jsonl.gz`` (`train git-sessions`); held-out
-repositories' sessions give a smooth next-edit figure to compare adapters by.
+repositories' sessions give a smooth next-edit figure to compare adapters by. A training diagnostic (the
+validation loss taken apart), so it lives beside the trainer: ``edit-server train edit-tokens SOURCES`` or, on
+the GPU image, ``python -m engine.train.edit_tokens SOURCES``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import random
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,3 +145,28 @@ def format_table(report: dict[str, Any]) -> str:
                      f"{f(r['changed_ce'])} | {f(r['copy_acc'], True)} | {f(r['copy_ce'])} | "
                      f"{f(r['changed_loss_share'], True)} |")
     return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sources", type=Path, nargs="+", help="git bundles / repositories / sessions .jsonl.gz")
+    p.add_argument("--model", default="default", help="tiny-random | default | a tier (default: default)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--examples", type=int, default=64, help="edit examples per source (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/eval/edit-tokens"), help="report directory")
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    report = run(args.sources, args.model, args.device, TokenOptions(examples=args.examples, seed=args.seed))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    print(format_table(report))
+    print(f"report: {args.out / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m engine.train.edit_tokens", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
