@@ -154,7 +154,8 @@ def test_gpu_pack_stages_sessions_and_the_trainer_reads_them(repo: Path, tmp_pat
     boot/code); the trainer's ``git`` kind replays those sessions."""
     from engine.train.corpus import Doc
     from engine.train.recipe.git_data import stage_git_sessions
-    from engine.train.trainer import ExampleStream, TrainConfig, _git_pairs
+    from engine.train.stream import ExampleStream
+    from engine.train.trainer import TrainConfig, _git_pairs
 
     stage = tmp_path / "boot"
     cfg = stage_git_sessions({"steps": 3, "git_repos": [str(repo)], "mix": {"git": 1.0}}, stage)
@@ -230,7 +231,7 @@ def test_the_stream_counts_what_each_kind_made(repo: Path, monkeypatch: pytest.M
 
     from engine.train import git_sessions
     from engine.train.corpus import Doc
-    from engine.train.trainer import ExampleStream
+    from engine.train.stream import ExampleStream
 
     monkeypatch.setattr(git_sessions, "SERVED_REGION_SHARE", 1.0)
     sessions = extract_sessions(repo)

@@ -242,7 +242,7 @@ def test_fim_examples_take_the_prompt_order_from_the_templates(monkeypatch: pyte
     import engine.train.tasks as tasks
     from engine.templates import FimPrompt, render_fim
     from engine.train.corpus import Doc
-    from engine.train.trainer import ExampleStream
+    from engine.train.stream import ExampleStream
 
     tok = Tokenizer.byte_level()
     text = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(12))

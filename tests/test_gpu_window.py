@@ -18,8 +18,9 @@ from engine.train.recipe.plan import Costs, estimate_uploads, format_plan, plan_
 from engine.train.recipe.throughput import device_kind, record_throughput, seconds_per_step
 from engine.train.recipe.window import parse_start, read_window, train_deadline, window_config, write_window
 from engine.train.schedule import fit_steps, lr_at
+from engine.train.stream import ExampleStream
 from engine.train.tasks import BLOCK_LINES, Budget, fit_block, make_fim
-from engine.train.trainer import ExampleStream, TrainConfig, train
+from engine.train.trainer import TrainConfig, train
 from tests.test_train_smoke import synth_tree
 
 TINY = dict(model="tiny", seq_len=192, block_size=8, max_canvas=32, chars_per_token=1.0, batch_size=2,

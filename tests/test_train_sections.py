@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from engine.templates import FimPrompt, render_fim
 from engine.tokenizer import Tokenizer
 from engine.train.sections import Neighbours
+from engine.train.stream import ExampleStream
 from engine.train.tasks import Budget, make_fim
-from engine.train.trainer import ExampleStream
 
 TOK = Tokenizer.byte_level()
 

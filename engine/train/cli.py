@@ -129,7 +129,8 @@ def run_examples(args: argparse.Namespace) -> int:
     import random
 
     from engine.train.corpus import Corpus
-    from engine.train.trainer import ExampleStream, TrainConfig
+    from engine.train.stream import ExampleStream
+    from engine.train.trainer import TrainConfig
 
     tok = load_tokenizer(args.tokenizer)
     cfg = TrainConfig()
