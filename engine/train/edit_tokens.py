@@ -32,7 +32,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TokenOptions:
-    examples: int = 64  # per source
+    examples: int = 32  # per source (the GPU job's count; session 20's baselines)
     seed: int = 0
     batch_size: int = 4
     seq_len: int = 1024  # prompt + canvas, as the GPU recipe trains
@@ -48,11 +48,12 @@ def edit_examples(sessions: Sequence[Any], tok: Any, opts: TokenOptions, block_s
 
     budget = Budget(opts.seq_len, block_size, opts.max_canvas, opts.chars_per_token, opts.max_canvas)
     rng = random.Random(opts.seed)
+    pool = list(sessions)
     out: list[Any] = []
     tries = 0
-    while len(out) < opts.examples and sessions and tries < 50 * max(1, opts.examples):
+    while len(out) < opts.examples and pool and tries < 50 * max(1, opts.examples):
         tries += 1
-        ex = git_example(tok, rng.choice(list(sessions)), rng, budget, noedit_share=0.0, layout=layout)
+        ex = git_example(tok, rng.choice(pool), rng, budget, noedit_share=0.0, layout=layout)
         if ex is not None and ex.changed:
             out.append(ex)
     return out
@@ -151,7 +152,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sources", type=Path, nargs="+", help="git bundles / repositories / sessions .jsonl.gz")
     p.add_argument("--model", default="default", help="tiny-random | default | a tier (default: default)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--examples", type=int, default=64, help="edit examples per source (default 64)")
+    p.add_argument("--examples", type=int, default=32, help="edit examples per source (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("runs/eval/edit-tokens"), help="report directory")
 

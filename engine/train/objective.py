@@ -8,10 +8,10 @@ number of canvas tokens (an ELBO-style estimate). Targets include the eom token 
 model learns where a middle ends.
 
 A rewrite's canvas is mostly the region copied: the few tokens that *change* it (`Example.changed`, the
-target positions a token diff against the region does not match) are what a next edit is about, and in the
-plain loss they weigh as little as they are few. ``emphasis`` multiplies their weight (1: the plain loss),
-and the metrics report them apart (``changed_acc`` / ``changed_ce``) — the copy tokens' accuracy (0.8+)
-otherwise hides whether edits are learned at all.
+target positions a token diff against the region does not match) are what a next edit is about. ``emphasis``
+multiplies their weight (1: the plain loss; step 952 predicted them no better on the sessions it trained on
+than on held-out ones — underfit, docs/QUALITY.md "Session 20"), and the metrics report them apart
+(``changed_acc`` / ``changed_ce``): the copy tokens' accuracy (0.8+) otherwise hides whether edits are learned.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def changed_positions(region: list[int], new: list[int], canvas: int) -> tuple[i
     """Positions of a rewrite's canvas target (``new`` + eom + pads, ``canvas`` long) that a token diff
     against ``region`` does not match: inserted and replaced tokens, and where the region loses tokens, the
     target token just after the cut (the eom when the cut is at the end) — the tokens a next edit is made of.
-    None for a copy (a no-edit target)."""
+    Empty for a copy (a no-edit target)."""
     out: set[int] = set()
     for op, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, region, new, autojunk=False).get_opcodes():
         if op in ("replace", "insert"):
