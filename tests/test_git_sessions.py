@@ -248,3 +248,14 @@ def test_the_stream_counts_what_each_kind_made(repo: Path, monkeypatch: pytest.M
     assert all(v["tries"] >= v["made"] > 0 for v in roomy.values()) and roomy["git"]["yield"] > 0.5
     tight = stats(dataclasses.replace(BUDGET, max_canvas=48))  # the served regions' canvases do not fit
     assert tight["git"]["yield"] < roomy["git"]["yield"] / 2 and tight["fim"]["yield"] > 0.5
+
+
+def test_held_out_sessions_for_the_pack_are_a_deterministic_file(repo: Path, tmp_path: Path) -> None:
+    """`build_heldout_sessions`: each repository's sessions (capped) in one .jsonl.gz the GPU job reads without
+    git; the same sources give the same bytes (the pack's boot bundle does not change between packs)."""
+    from engine.train.recipe.git_data import build_heldout_sessions
+
+    a = build_heldout_sessions([repo, repo], tmp_path / "a.jsonl.gz", per_repo=5)
+    b = build_heldout_sessions([repo, repo], tmp_path / "b.jsonl.gz", per_repo=5)
+    assert read_sessions(a) == extract_sessions(repo) * 2 and a.read_bytes() == b.read_bytes()
+    assert read_sessions(build_heldout_sessions([repo], tmp_path / "c.jsonl.gz", per_repo=0)) == extract_sessions(repo)
