@@ -278,8 +278,8 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
                         kind: str, layout: str | None = None) -> Example | None:
     """``layout``: the edit prompt order (`engine.templates` edit layouts; None: the default)."""
     region = text[ra:rb]
-    r_tok = len(tok.encode(region))
-    t_tok = len(tok.encode(new_region))
+    region_ids, new_ids = tok.encode(region), tok.encode(new_region)
+    r_tok, t_tok = len(region_ids), len(new_ids)
     canvas = max(edit_canvas_length(r_tok, block_size=budget.block_size), round_up(t_tok + 1, budget.block_size))
     if canvas > budget.edit_canvas:
         return None
@@ -297,7 +297,7 @@ def render_edit_example(tok: TokenizerLike, text: str, ra: int, rb: int, new_reg
             return Example(f"edit:{kind}" if not kind.startswith("noedit") else kind, ids,
                            canvas_target(tok, new_region, canvas),
                            {"region": region, "new_region": new_region, "prompt": prompt},
-                           changed_positions(tok.encode(region), tok.encode(new_region), canvas))
+                           changed_positions(region_ids, new_ids, canvas))
         n_chars = int(n_chars * 0.7)
     return None
 
