@@ -96,32 +96,15 @@ def measure(model: Any, tok: Any, examples: Sequence[Any], batch_size: int = 4, 
             "changed_loss_share": sums["changed_ce"] / sums["ce"] if sums["ce"] else None}
 
 
-def load_model(spec: str, device: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The model of ``spec`` (its adapter merged) in fp32 on CPU / bf16 on CUDA, frozen; tokenizer; meta."""
-    import torch
-
-    from engine.model import Transformer
-    from engine.specs import load_checkpoint_spec, resolve_device
-
-    ck = load_checkpoint_spec(spec)
-    dev = resolve_device(device)
-    args = ck.args
-    if not args.special_tokens:
-        args.special_tokens = ck.tokenizer.special.as_dict()
-    model = Transformer(args, init=False)
-    model.load_state_dict(ck.state_dict, strict=True, assign=True)
-    model = model.to(device=dev, dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model, ck.tokenizer, {"name": ck.name, "label": ck.meta.get("label", ck.name),
-                                 "edit_layout": ck.meta.get("edit_layout")}
-
-
 def run(sources: Sequence[Path], spec: str, device: str, opts: TokenOptions) -> dict[str, Any]:
     """Per source (a bundle, repository or ``.jsonl.gz`` of sessions): `measure` over its edit examples."""
     from engine.train.git_sessions import load_git_sources
+    from engine.train.trainer import load_frozen
 
-    model, tok, info = load_model(spec, device)
+    model, ck = load_frozen(spec, device)  # fp32 on a CPU, bf16 on CUDA
+    model.eval()
+    tok = ck.tokenizer
+    info = {"name": ck.name, "label": ck.meta.get("label", ck.name), "edit_layout": ck.meta.get("edit_layout")}
     rows = {}
     for src in sources:
         sessions = load_git_sources([str(src)])

@@ -148,6 +148,24 @@ def load_model(cfg: TrainConfig, device: torch.device, dtype: torch.dtype) -> tu
     return model.to(device=device, dtype=dtype), tok, meta
 
 
+def load_frozen(spec: str, device: str = "auto", dtype: str = "auto") -> tuple[Transformer, Any]:
+    """The model of a serving spec (its adapter merged) in the training layout, frozen, and its checkpoint
+    (tokenizer, meta): KTO's reference, the edit-tokens measure."""
+    from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
+
+    ck = load_checkpoint_spec(spec)
+    dev = resolve_device(device)
+    args = ck.args
+    if not args.special_tokens:
+        args.special_tokens = ck.tokenizer.special.as_dict()
+    model = Transformer(args, init=False)
+    model.load_state_dict(ck.state_dict, strict=True, assign=True)
+    model = model.to(device=dev, dtype=resolve_dtype(dtype, dev))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, ck
+
+
 def _base_info() -> dict[str, str]:
     from engine.loading.base import base_info
 

@@ -84,19 +84,9 @@ class KtoConfig:
 
 def load_reference(cfg: KtoConfig) -> tuple[nn.Module, Any, dict[str, Any]]:
     """The frozen reference model (its adapter merged), its tokenizer and provenance."""
-    from engine.model import Transformer
-    from engine.specs import load_checkpoint_spec, resolve_device, resolve_dtype
+    from engine.train.trainer import load_frozen
 
-    ck = load_checkpoint_spec(cfg.model)
-    dev = resolve_device(cfg.device)
-    args = ck.args
-    if not args.special_tokens:
-        args.special_tokens = ck.tokenizer.special.as_dict()
-    model = Transformer(args, init=False)
-    model.load_state_dict(ck.state_dict, strict=True, assign=True)
-    model = model.to(device=dev, dtype=resolve_dtype(cfg.dtype, dev))
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model, ck = load_frozen(cfg.model, cfg.device, cfg.dtype)
     info = {"label": ck.meta.get("label", ck.name), "name": ck.name, "sha256": base_adapter_sha(ck.meta),
             "spec": cfg.model}
     return model, ck.tokenizer, info

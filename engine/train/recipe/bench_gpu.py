@@ -160,12 +160,10 @@ BUSY_PHASES = ("starting", "corpus")  # a window job's phases that keep every ho
 
 def job_phase(path: Path | None) -> str | None:
     """The window job's phase (its ``phase.json``), None without one."""
-    if path is None:
-        return None
-    try:
-        return str(json.loads(path.read_text()).get("phase"))
-    except (OSError, ValueError, AttributeError):
-        return None
+    from engine.train.recipe.job import read_json
+
+    d = read_json(path) if path is not None else None
+    return str(d.get("phase")) if isinstance(d, dict) else None
 
 
 class Report:

@@ -349,6 +349,10 @@ def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
 
 def partial_eval(out: Path, split: str) -> dict[str, Any]:
     """pass@1 over the finished records of a stopped eval (``results.jsonl``) → ``partial.json``."""
+    if split == "edit-tokens":  # one pass, no records: nothing to summarise from a stopped one
+        summary: dict[str, Any] = {"split": split, "n": 0, "partial": True}
+        _write(out / "partial.json", {"summary": summary})
+        return summary
     recs = []
     for line in (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").is_file() else []:
         try:
@@ -356,10 +360,6 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
         except ValueError:
             continue
     n = len(recs)
-    if split == "edit-tokens":  # one pass, nothing to summarise from a stopped one
-        summary = {"split": split, "n": 0, "partial": True}
-        _write(out / "partial.json", {"summary": summary})
-        return summary
     if split == "next-edit":  # `evals.next_edit` records: exact among the next-edit cases finished
         nxt = [r for r in recs if r.get("category") == "next-edit"]
         summary = {"split": split, "n": n, "partial": True,
