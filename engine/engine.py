@@ -87,8 +87,8 @@ class Engine(ByComplete):
         if want_fast_cpu(fast_cpu, self.meta, self.device, self.args) and fastcpu.supported(model):
             fastcpu.convert(model)  # int8 weights, fused layers (engine/cpu/fastcpu.py)
         self.kv_dtype = fastcpu.KV_DTYPE if getattr(model, "fast_cpu", None) else self.dtype
-        # int4 MLP weights for narrow decode steps: none (default), single-line requests' or all ($EDIT_SERVER_INT4,
-        # engine/cpu/fastcpu.py); the copy is kept beside the merged-model cache entry the model came from
+        # int4 MLP + LM-head weights for narrow decode steps: single-line requests' (default), none or all
+        # ($EDIT_SERVER_INT4, engine/cpu/fastcpu.py); the copy is kept beside the merged-model cache entry
         mode = options.env().int4_mode if getattr(model, "fast_cpu", None) else "off"
         int4 = merged_cache.attach_int4(model, self.meta.get("merged_cache")) if mode != "off" else 0
         self.int4_mode = mode if int4 else "off"

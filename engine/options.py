@@ -15,7 +15,7 @@ DECODE = "EDIT_SERVER_DECODE"  # block | adaptive | ar | <window int>, optionall
 FASTCPU = "EDIT_SERVER_FASTCPU"  # 0 / 1: the int8 CPU path
 INT8_SMALL = "EDIT_SERVER_INT8_SMALL"  # positions per forward up to which the weight-only int8 kernel runs
 INT8_GEMM = "EDIT_SERVER_INT8_GEMM"  # 0: no int8 x int8 GEMM
-INT4 = "EDIT_SERVER_INT4"  # 0 / line / 1: which narrow decode steps read the MLP weights as int4 (group 32)
+INT4 = "EDIT_SERVER_INT4"  # 0 / line (default) / 1: which narrow decode steps read the MLP and head as int4
 ONEDNN_FP32 = "EDIT_SERVER_ONEDNN_FP32"  # auto / 0 / 1
 CUDA_GRAPHS = "EDIT_SERVER_CUDA_GRAPHS"  # 0 / 1
 PREFIX_CACHE_MB = "EDIT_SERVER_PREFIX_CACHE_MB"  # prefix KV-cache budget, MiB
@@ -71,9 +71,9 @@ class EnvOptions:
 
     @property
     def int4_mode(self) -> str:
-        """``$EDIT_SERVER_INT4``: "off" (``0``, the default), "line" (single-line requests' narrow steps read
-        the int4 MLP weights), "all" (``1``: every request's)."""
-        mode = {"": "off", "0": "off", "line": "line", "1": "all"}.get(self.int4.lower())
+        """``$EDIT_SERVER_INT4``: "line" (the default: single-line requests' narrow steps read the int4 MLP and
+        LM-head weights; docs/PERFORMANCE.md, session 21), "off" (``0``), "all" (``1``: every request's)."""
+        mode = {"": "line", "0": "off", "line": "line", "1": "all"}.get(self.int4.lower())
         if mode is None:
             raise ValueError(f"${INT4}={self.int4!r}: expected line, 1 or 0")
         return mode

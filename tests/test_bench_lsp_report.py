@@ -70,7 +70,7 @@ def test_bench_lsp_passes_its_settings_to_the_server(monkeypatch, tmp_path) -> N
 def test_bench_lsp_types_in_the_files_asked_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from edit_server.cli.bench_lsp import FILES, source_files
+    from edit_server.cli.bench_lsp_script import FILES, source_files
 
     assert [p.name for p in source_files(2)] == [f.rsplit("/", 1)[-1] for f in FILES]
     mine = tmp_path / "mine.py"

@@ -94,9 +94,10 @@ def test_int8_gemm_is_per_token(monkeypatch: pytest.MonkeyPatch, bias: bool) -> 
 
 
 @torch.no_grad()
-def test_int4_mlp_for_narrow_steps() -> None:
-    """`attach_int4`: inside `int4_steps` the MLP's narrow steps read group-32 int4 weights (close to int8);
-    outside it, wider steps and the state dict are untouched; a saved copy attaches without packing."""
+def test_int4_mlp_and_head_for_narrow_steps() -> None:
+    """`attach_int4`: inside `int4_steps` the MLP's and the LM head's narrow steps read group-32 int4 weights
+    (close to int8); outside it, wider steps and the state dict are untouched; a saved copy attaches without
+    packing."""
     assert fastcpu.int4_available()
     w = torch.randn(64, 96, generator=torch.Generator().manual_seed(1))
     packed, sz = fastcpu.pack_int4(w)
@@ -105,7 +106,7 @@ def test_int4_mlp_for_narrow_steps() -> None:
     got = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, 32, sz).float()
     want = x.float() @ w.t()
     assert (got - want).abs().max() < 0.15 * want.abs().max()  # 16 levels per group of 32
-    fast = fastcpu.convert(tiny())
+    fast = fastcpu.convert(tiny(vocab_size=288))  # the int4 kernel's layout wants rows in multiples of 16
     keys = set(fast.state_dict())
     ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
     kv = KVCache.for_model(fast.args, 1, 64, fastcpu.KV_DTYPE, "cpu")
@@ -116,8 +117,16 @@ def test_int4_mlp_for_narrow_steps() -> None:
         return fast(ids[:, 38:], offset=38, cache=kv, mask=causal_mask(2, 38))
 
     int8, wide8 = step(), fast(ids, is_causal=True)
+    head = fast.model.embed_tokens.lin  # tied: the embedding's int8 rows are the head
+    h = torch.randn(2, fast.args.dim, generator=torch.Generator().manual_seed(2))
+    logits8 = fast.logits(h)
     n = fastcpu.attach_int4(fast)
-    assert n == 2 * len(fast.model.layers) and set(fast.state_dict()) == keys  # a copy beside, not a format
+    assert n == 2 * len(fast.model.layers) + 1 and set(fast.state_dict()) == keys  # a copy beside, not a format
+    assert head.int4 is not None
+    with fastcpu.int4_steps():
+        logits4 = fast.logits(h)
+    assert not torch.equal(logits4, logits8)
+    assert torch.allclose(logits4, logits8, atol=0.1 * logits8.abs().max().item())
     assert torch.equal(step(), int8)  # attached, but not asked for
     with fastcpu.int4_steps():
         int4, wide4 = step(), fast(ids, is_causal=True)
@@ -129,17 +138,18 @@ def test_int4_mlp_for_narrow_steps() -> None:
     # the saved copy: the same matrices without packing; a wrong-shaped one is packed again
     state = fastcpu.int4_state(fast)
     assert len(state) == 2 * n
-    again = fastcpu.convert(tiny())
+    again = fastcpu.convert(tiny(vocab_size=288))
     bad = {**state, "layers.0.down.int4_sz": state["layers.0.down.int4_sz"][:1]}
     assert fastcpu.attach_int4(again, packed=bad) == n
     assert again.model.layers[1].gate_up.int4[0] is state["layers.1.gate_up.int4"]  # type: ignore[index]
     assert again.model.layers[0].down.int4[1].shape == state["layers.0.down.int4_sz"].shape  # type: ignore[index]
+    assert again.model.embed_tokens.lin.int4[0] is state["head.int4"]  # type: ignore[index]
     with fastcpu.int4_steps():
         assert torch.equal(again(ids[:, :38], is_causal=True), fast(ids[:, :38], is_causal=True))
 
 
 def test_int4_steps_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """$EDIT_SERVER_INT4: no request reads the int4 copy by default (or ``0``), single-line ones with ``line``,
+    """$EDIT_SERVER_INT4: single-line requests read the int4 copy by default (or ``line``), none with ``0``,
     every request with ``1``; a block in the same batch as a single line keeps the int8 weights for both."""
     tok = Tokenizer.byte_level()
     seen: list[bool] = []
@@ -153,12 +163,13 @@ def test_int4_steps_follow_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     line = CanvasSpec(6, single_line=True)
     block = CanvasSpec(6)
     ids = [10, 11, 12, 13]
-    for mode, want in (("", [False, False, False]), ("line", [True, False, False]), ("1", [True, True, True]),
+    for mode, want in (("", [True, False, False]), ("line", [True, False, False]), ("1", [True, True, True]),
                        ("0", [False, False, False])):
         monkeypatch.setenv("EDIT_SERVER_INT4", mode)
         eng = Engine(tiny(), tok, fast_cpu=True)
-        assert eng.info["int4_matrices"] == (0 if mode in ("", "0") else 2 * len(eng.model.model.layers))
-        assert eng.info["int4_steps"] == {"": "off", "1": "all", "0": "off"}.get(mode, mode)
+        # the MLPs; not the head: 268 rows, not a multiple of the int4 layout's 16 (the test above has one)
+        assert eng.info["int4_matrices"] == (0 if mode == "0" else 2 * len(eng.model.model.layers))
+        assert eng.info["int4_steps"] == {"": "line", "1": "all", "0": "off"}.get(mode, mode)
         seen.clear()
         eng.generate(ids, line)
         eng.generate(ids, block)

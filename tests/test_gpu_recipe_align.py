@@ -23,9 +23,10 @@ import torch
 from safetensors.torch import load_file
 
 from engine.train.recipe import align
-from engine.train.recipe.job import RecipeError, receive
 from engine.train.recipe.pack import pack
 from engine.train.recipe.parts import PartsError
+from engine.train.recipe.receive import receive
+from engine.train.recipe.workdir import RecipeError
 from tests.test_gpu_recipe_cycle import CONFIG, _blocker
 from tests.test_train_smoke import synth_tree
 

@@ -24,9 +24,11 @@ from engine.tokenizer import Tokenizer
 from engine.train.corpus import CorpusOptions, build_corpus
 from engine.train.recipe import COMMIT_MAX, MiB
 from engine.train.recipe.collect import back_limits, checkpoint_bytes, collect, export, keep, restore, resume
-from engine.train.recipe.job import RecipeError, receive, resolve_sources, start, status
+from engine.train.recipe.job import resolve_sources, start, status
 from engine.train.recipe.pack import pack
 from engine.train.recipe.parts import PartsError
+from engine.train.recipe.receive import receive
+from engine.train.recipe.workdir import RecipeError
 from engine.train.train_state import latest_checkpoint, read_checkpoint
 from engine.train.trainer import TrainConfig, train
 from tests.test_train_smoke import synth_tree

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from engine.train.gpu_recipe import main
-from engine.train.recipe.job import read_json, receive, start, start_bench, status
+from engine.train.recipe.job import start, start_bench, status
 from engine.train.recipe.pack import pack
+from engine.train.recipe.receive import receive
 from engine.train.recipe.window import read_window
+from engine.train.recipe.workdir import read_json
 from tests.test_gpu_recipe_cycle import _blocker, _log
 from tests.test_train_smoke import synth_tree
 

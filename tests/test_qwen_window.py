@@ -31,7 +31,8 @@ from engine.loading.tied import base_file, tie_output, tied_name
 from engine.model import Transformer
 from engine.train.recipe import BACK_FILES, BACK_TOTAL, UPLOAD_LIMIT, MiB
 from engine.train.recipe import base_parts as bp
-from engine.train.recipe.job import RecipeError, receive
+from engine.train.recipe.receive import receive
+from engine.train.recipe.workdir import RecipeError
 from tests import qwen_util as Qw
 from tests.test_evals_minimal_image import ROOT, blocked_env, synthetic_split
 

@@ -154,7 +154,7 @@ def run_poll(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_running(work: Path) -> bool:
-    from engine.train.recipe.job import alive, read_json
+    from engine.train.recipe.workdir import alive, read_json
 
     return alive((read_json(Path(work) / "bench" / "job.json") or {}).get("pid"), b"bench_gpu")
 
@@ -406,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     from engine.loading.base import FetchError
     from engine.train.recipe import collect as col
     from engine.train.recipe import job
+    from engine.train.recipe.receive import receive
+    from engine.train.recipe.workdir import RecipeError
 
     if a.stage == "job":
         return job.run_job(a.work)
@@ -420,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.stage == "pack":
             out = run_pack(a)
         elif a.stage == "receive":
-            out = job.receive(a.work, a.dirs)
+            out = receive(a.work, a.dirs)
         elif a.stage == "start":
             out = job.start(a.work, _sets(a.set), window=window_from(a))
         elif a.stage == "bench":
@@ -452,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             out = col.resume(a.src, a.work, _sets(a.set), force=a.force, extend=a.extend, window=window_from(a))
         else:
             out = {"adapter": [str(x) for x in col.export(a.src, a.to)]}
-    except (job.RecipeError, col.PartsError, ValueError, OSError, FetchError) as err:
+    except (RecipeError, col.PartsError, ValueError, OSError, FetchError) as err:
         print(json.dumps({"error": f"{type(err).__name__}: {err}"}))
         return 1
     print(json.dumps(out))

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from edit_server.cli import build_parser
-from edit_server.cli.bench_lsp import renames, sites, split_point
 from edit_server.cli.bench_lsp_report import KINDS, format_table
+from edit_server.cli.bench_lsp_script import renames, sites, split_point
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ def test_script_picks_lines_and_parameters() -> None:
 
 
 def test_a_suggestion_is_right_when_taking_it_makes_the_authors_line() -> None:
-    from edit_server.cli.bench_lsp import saved_keys, typed_text
+    from edit_server.cli.bench_lsp_script import saved_keys, typed_text
 
     text = "def f(count):\n    total = c\n    return total\n"
     cur = text.index("= c") + 3

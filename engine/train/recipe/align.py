@@ -32,13 +32,13 @@ from typing import Any
 
 from engine.tiers import EMBEDDED_SPECS
 from engine.train.recipe import COLLECT_PART, ROOT
-from engine.train.recipe.job import RecipeError, Work, _write, alive, job_env, read_json, wait_base
+from engine.train.recipe.job import job_env, wait_base
 from engine.train.recipe.parts import PartsError, join, missing, sha256_file, split
+from engine.train.recipe.workdir import TERMINAL, RecipeError, Work, alive, read_json, write_json
 
 FORMAT = "edit-server-collected-align/1"
 CONFIG = ROOT / "engine" / "train" / "configs" / "gpu_kto.json"
 SHIPPED = ROOT / "engine" / "weights" / "default"
-TERMINAL = ("done", "failed")
 
 
 class AlignWork:
@@ -89,14 +89,14 @@ def start(work: Path, plan: dict[str, Any] | None = None, *, adapter: str = "", 
         for ext in (".safetensors", ".json"):
             shutil.copyfile(src.with_suffix(ext), a.ref.with_suffix(ext))
         plan = {**plan, "reference": str(src)}
-    _write(a.plan, plan)
+    write_json(a.plan, plan)
     a.out(".STOP").unlink(missing_ok=True)
     with open(a.log, "ab") as logf:
         proc = subprocess.Popen([python, "-m", "engine.train.gpu_recipe", "align-job", "--work", str(a.w.root)],
                                 cwd=a.w.boot / "code", stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=job_env(a.w, env), start_new_session=True)
-    _write(a.job, {"pid": proc.pid, "started": time.time()})
-    _write(a.phase, {"phase": "starting", "time": time.time()})
+    write_json(a.job, {"pid": proc.pid, "started": time.time()})
+    write_json(a.phase, {"phase": "starting", "time": time.time()})
     t0 = time.time()  # until the child has exec'd, its /proc cmdline is not the job's: `alive` would say no
     while not alive(proc.pid) and proc.poll() is None and time.time() - t0 < 10:
         time.sleep(0.01)
@@ -149,7 +149,7 @@ def stop(work: Path) -> dict[str, Any]:
 
 # ---- the job -----------------------------------------------------------------------------------
 def _phase(a: AlignWork, phase: str, **kw: Any) -> None:
-    _write(a.phase, {"phase": phase, "time": time.time(), **kw})
+    write_json(a.phase, {"phase": phase, "time": time.time(), **kw})
     logging.getLogger(__name__).info("align phase: %s", phase)
 
 

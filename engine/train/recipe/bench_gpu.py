@@ -160,7 +160,7 @@ BUSY_PHASES = ("starting", "corpus")  # a window job's phases that keep every ho
 
 def job_phase(path: Path | None) -> str | None:
     """The window job's phase (its ``phase.json``), None without one."""
-    from engine.train.recipe.job import read_json
+    from engine.train.recipe.workdir import read_json
 
     d = read_json(path) if path is not None else None
     return str(d.get("phase")) if isinstance(d, dict) else None

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.train.recipe import BACK_FILE_MAX, BACK_FILES, BACK_TOTAL, COLLECT_PART, COMMIT_MAX, keep_dir
-from engine.train.recipe.job import Work, read_json, start, status
+from engine.train.recipe.job import start, status
 from engine.train.recipe.parts import PartsError, join, missing, split
+from engine.train.recipe.workdir import Work, read_json
 
 FORMAT = "edit-server-collected-ckpt/1"
 

@@ -1,4 +1,4 @@
-"""The GPU side: receive uploads, start the detached job, the job itself, status, stop.
+"""The GPU side: start the detached job, the job itself, status, stop (uploads: `receive`; paths: `workdir`).
 
 Work dir (default ``~/edit-server-gpu``, outside the repository copy that each command re-syncs)::
 
@@ -14,127 +14,20 @@ from __future__ import annotations
 
 import json
 import logging
-import lzma
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import time
 import traceback
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from engine.tiers import EMBEDDED
-from engine.train.recipe import MiB
-from engine.train.recipe.parts import check_part, copy_parts, join, missing, sha256_file
+from engine.train.recipe.workdir import TERMINAL, RecipeError, Work, alive, read_json, write_json
 
 log = logging.getLogger(__name__)
-TERMINAL = ("done", "failed")
-
-
-class RecipeError(RuntimeError):
-    """A recipe step cannot run (nothing received yet, a job already running, ...)."""
-
-
-class Work:
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.parts, self.boot, self.corpus, self.run = (self.root / n for n in ("parts", "boot", "corpus", "run"))
-        self.job, self.phase, self.log = self.root / "job.json", self.root / "phase.json", self.root / "job.log"
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
-
-
-# ---- receive ---------------------------------------------------------------------------------
-def receive(work: Path, dirs: list[Path]) -> dict[str, Any]:
-    """Take the parts of the given upload folders; install every file whose parts are all here."""
-    w = Work(work)
-    manifest = None
-    got: list[str] = []
-    damaged: list[str] = []  # parts that came but are not the manifest's (size or sha256): named, not taken
-    for d in dirs:
-        manifest = json.loads((Path(d) / "manifest.json").read_text())
-        for e in manifest["files"]:
-            if not _marker(w, e).is_file():
-                took = copy_parts(Path(d), w.parts, e)
-                got += took
-                damaged += [why for p in e["parts"] if p["name"] not in took and (Path(d) / p["name"]).is_file()
-                            and (why := check_part(Path(d) / p["name"], p))]
-        _write(w.parts / "manifest.json", manifest)
-    manifest = manifest or read_json(w.parts / "manifest.json")
-    if manifest is None:
-        raise RecipeError(f"nothing received in {w.parts} yet (pass the upload folders)")
-    installed, waiting = [], []
-    for e in manifest["files"]:
-        marker = _marker(w, e)
-        if marker.is_file():
-            installed.append(e["name"])
-            continue
-        lack = missing(w.parts, e, verify=False)
-        if lack:
-            waiting.append({"file": e["name"], "parts": len(e["parts"]), "missing": len(lack),
-                            "uploads": sorted({p["upload"] for p in e["parts"]})})
-            continue
-        if e["install"] == "boot" and alive((read_json(w.job) or {}).get("pid")):
-            raise RecipeError("a job is running from the installed boot bundle: `stop` it before a new pack")
-        joined = join(w.parts, e, w.root / "incoming" / e["name"])
-        _install(w, e, joined)
-        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-        joined.unlink(missing_ok=True)  # an uncompressed base was moved into the cache
-        for p in e["parts"]:
-            (w.parts / p["name"]).unlink(missing_ok=True)
-        installed.append(e["name"])
-    if damaged:
-        raise RecipeError("damaged parts refused (upload them again): " + "; ".join(damaged))
-    return {"received": got, "installed": installed, "waiting": waiting, "work": str(w.root)}
-
-
-def _marker(w: Work, entry: dict[str, Any]) -> Path:
-    return w.root / f".installed-{entry['name']}-{entry['sha256'][:16]}"
-
-
-def _install(w: Work, entry: dict[str, Any], path: Path) -> None:
-    if entry["install"] == "boot":
-        if w.boot.exists():
-            shutil.rmtree(w.boot)
-        with tarfile.open(path, "r:xz") as tar:
-            tar.extractall(w.boot, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        for wheel in sorted((w.boot / "wheels").glob("*.whl")):
-            with zipfile.ZipFile(wheel) as z:  # a wheel is a zip of its site-packages files
-                z.extractall(w.boot / "site")
-    elif entry["install"] == "base" and entry.get("compressed") is False:  # a tied-output parted base
-        from engine.train.recipe.base_parts import install_base
-
-        install_base(entry, path, vendor=w.boot / "vendor")
-    elif entry["install"] == "base":
-        from engine.loading.base import default_cache_dir
-
-        target = default_cache_dir() / entry["raw_name"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".unpacking")
-        with lzma.open(path, "rb") as z, open(tmp, "wb") as f:
-            shutil.copyfileobj(z, f, MiB)
-        if sha256_file(tmp) != entry["raw_sha256"]:
-            tmp.unlink()
-            raise RecipeError(f"{entry['raw_name']}: sha256 mismatch after decompression")
-        os.replace(tmp, target)
-    else:
-        raise RecipeError(f"{entry['name']}: unknown install kind {entry['install']!r}")
 
 
 # ---- start / status / stop -------------------------------------------------------------------
@@ -161,30 +54,15 @@ def start(work: Path, sets: dict[str, Any] | None = None, *, env: dict[str, str]
         from engine.train.recipe.window import write_window
 
         write_window(w.root, **window)
-    _write(w.root / "sets.json", sets or {})
+    write_json(w.root / "sets.json", sets or {})
     (w.run / "STOP").unlink(missing_ok=True)
     with open(w.log, "ab") as logf:
         proc = subprocess.Popen([python, "-m", "engine.train.gpu_recipe", "job", "--work", str(w.root)],
                                 cwd=w.boot / "code", stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=job_env(w, env), start_new_session=True)
-    _write(w.job, {"pid": proc.pid, "started": time.time()})
-    _write(w.phase, {"phase": "starting", "time": time.time()})
+    write_json(w.job, {"pid": proc.pid, "started": time.time()})
+    write_json(w.phase, {"phase": "starting", "time": time.time()})
     return {"pid": proc.pid, "work": str(w.root)}
-
-
-def alive(pid: int | None, name: bytes = b"gpu_recipe") -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and name in cmd
 
 
 def status(work: Path) -> dict[str, Any]:
@@ -218,7 +96,7 @@ def stop(work: Path) -> dict[str, Any]:
 
 # ---- the job -----------------------------------------------------------------------------------
 def _phase(w: Work, phase: str, **kw: Any) -> None:
-    _write(w.phase, {"phase": phase, "time": time.time(), **kw})
+    write_json(w.phase, {"phase": phase, "time": time.time(), **kw})
     log.info("phase: %s", phase)
 
 
@@ -351,7 +229,7 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
     """pass@1 over the finished records of a stopped eval (``results.jsonl``) → ``partial.json``."""
     if split == "edit-tokens":  # one pass, no records: nothing to summarise from a stopped one
         summary: dict[str, Any] = {"split": split, "n": 0, "partial": True}
-        _write(out / "partial.json", {"summary": summary})
+        write_json(out / "partial.json", {"summary": summary})
         return summary
     recs = []
     for line in (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").is_file() else []:
@@ -364,13 +242,13 @@ def partial_eval(out: Path, split: str) -> dict[str, Any]:
         nxt = [r for r in recs if r.get("category") == "next-edit"]
         summary = {"split": split, "n": n, "partial": True,
                    "next_edit_exact": sum(bool(r.get("exact")) for r in nxt) / len(nxt) if nxt else None}
-        _write(out / "partial.json", {"summary": summary})
+        write_json(out / "partial.json", {"summary": summary})
         return summary
     summary = {"split": split, "n": n, "partial": True,
                "pass@1": sum(bool(r.get("passed")) for r in recs) / n if n else None,
                "latency_ms_p50": sorted(r["latency_ms"] for r in recs if r.get("latency_ms") is not None)[n // 2]
                if n else None}
-    _write(out / "partial.json", {"summary": summary})
+    write_json(out / "partial.json", {"summary": summary})
     return summary
 
 
@@ -407,7 +285,7 @@ def start_bench(work: Path, budget_s: float, *, python: str = sys.executable,
                                 cwd=code, stdout=logf,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=job_env(w, env),
                                 start_new_session=True)
-    _write(d / "job.json", {"pid": proc.pid, "started": time.time()})
+    write_json(d / "job.json", {"pid": proc.pid, "started": time.time()})
     return {"bench_pid": proc.pid}
 
 
@@ -421,7 +299,7 @@ def record_speed(w: Work, cfg: Any, summary: dict[str, Any]) -> dict[str, Any] |
            "tok_s": summary["run_tokens"] / summary["run_seconds"], "tokens_per_step": summary["run_tokens"] / steps,
            "steps": steps, "measured": f"{time.strftime('%Y-%m-%d')}, steps {summary['resumed_from']}-"
            f"{summary['steps']} (seq {cfg.seq_len}, batch {cfg.batch_size} x {cfg.grad_accum}, rank {cfg.rank})"}
-    _write(w.run / "throughput.json", rec)
+    write_json(w.run / "throughput.json", rec)
     log.info("throughput: %s", rec)
     return rec
 
