@@ -297,9 +297,9 @@ def attach_int4(model: nn.Module, group: int = INT4_GROUP, packed: dict[str, Ten
     """Give every fast layer's MLP (gate|up, down: ~88 % of a layer's bytes in Qwen2.5-Coder-0.5B) and the LM
     head (152K × 896 in Qwen2.5-Coder-0.5B: 28 % of a forward's int8 bytes; one position 15.5 → 5.3 ms) an
     int4 copy for narrow decode steps (`Int8Linear.attach_int4`, read inside `int4_steps`); returns how many
-    matrices got one. Attention stays int8 (the embedding's lookups read the int8 rows). ``packed``: a copy `int4_state` saved for these
-    weights (the merged-model cache keeps one: packing costs seconds at every load); a matrix it lacks, or
-    holds in another shape, is packed again."""
+    matrices got one. Attention stays int8, and the embedding's lookups read the int8 rows. ``packed``: a copy
+    `int4_state` saved for these weights (the merged-model cache keeps one: packing costs seconds at every
+    load); a matrix it lacks, or holds in another shape, is packed again."""
     n = 0
     for name, lin in _int4_layers(model):
         p, sz = (packed or {}).get(f"{name}.int4"), (packed or {}).get(f"{name}.int4_sz")
