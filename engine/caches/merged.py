@@ -11,8 +11,9 @@ checkouts of the same adapter (worktrees, a fresh clone: other paths and mtimes)
 ones (a base GGUF in the shared cache) by name, size and mtime. The ``KEEP`` most recently used entries
 of a name stay: a benchmark or evaluation that alternates two adapters (``bench lsp --adapter``) used to
 evict the other's entry at every start, so every start rebuilt it (peak RSS 1.6 GB instead of ~0.9 GB).
-An entry's int4 copy of the MLP and LM-head weights (`engine.cpu.fastcpu.attach_int4`, packed from its int8 ones) is kept
-beside it (``<entry>.int4g<group>.safetensors``, written at the first load that packs it, removed with it).
+An entry's int4 copy of the MLP and LM-head weights (`engine.cpu.fastcpu.attach_int4`, packed from its int8
+ones) is kept beside it (``<entry>.int4g<group>.safetensors``, written at the first load that packs it, removed
+with it).
 """
 
 from __future__ import annotations

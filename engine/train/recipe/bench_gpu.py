@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.bench import peak_memory, prefill_cold_warm, prompt_ids, sync
 from engine.tiers import EMBEDDED
+from engine.train.recipe.workdir import read_json
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -160,8 +161,6 @@ BUSY_PHASES = ("starting", "corpus")  # a window job's phases that keep every ho
 
 def job_phase(path: Path | None) -> str | None:
     """The window job's phase (its ``phase.json``), None without one."""
-    from engine.train.recipe.workdir import read_json
-
     d = read_json(path) if path is not None else None
     return str(d.get("phase")) if isinstance(d, dict) else None
 

@@ -192,10 +192,11 @@ def wait_base(name: str, timeout_s: float = 1200.0) -> Path:
 
 def run_eval(w: Work, recipe: dict[str, Any], seconds: float = 0.0) -> None:
     """The held-out repositories' edit tokens teacher-forced (``eval/edit-tokens``, when the pack carries their
-    sessions: `engine/train/edit_tokens.py`), their next edits in process (``eval/next-edit``, when it carries cases:
-    `evals/next_edit.py`), then HumanEval-infilling on the run's adapter, each a subprocess (``python -m
-    engine.train.edit_tokens`` / ``python -m evals``: the GPU image's packages suffice). ``seconds`` > 0: they share that budget; a HumanEval split out of time is
-    stopped and summarised from the results it finished (``eval/<split>/partial.json``)."""
+    sessions: `engine/train/edit_tokens.py`), their next edits in process (``eval/next-edit``, when it carries
+    cases: `evals/next_edit.py`), then HumanEval-infilling on the run's adapter, each a subprocess (``python -m
+    engine.train.edit_tokens`` / ``python -m evals``: the GPU image's packages suffice). ``seconds`` > 0: they
+    share that budget; a HumanEval split out of time is stopped and summarised from the results it finished
+    (``eval/<split>/partial.json``)."""
     ev = recipe.get("eval") or {}
     splits = ((["edit-tokens"] if ev.get("edit_tokens") else []) + (["next-edit"] if ev.get("next_edit") else [])
               + (list(ev.get("splits", [])) if ev.get("limit") else []))
