@@ -14,8 +14,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from edit_server.cli import build_parser
+from edit_server.core.loader import FACTORY_ENV
 from edit_server.core.settings import Settings, resolve
-from edit_server.core.worker import FACTORY_ENV
 from edit_server.http.app import make_app
 from tests.test_http import FakeEngine
 

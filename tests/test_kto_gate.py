@@ -12,7 +12,7 @@ import pytest
 
 from edit_server.cli import align_data, main
 from edit_server.cli.align_common import Outcome, fit, save
-from edit_server.core import worker
+from edit_server.core import loader
 from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
 from engine.engine import Engine
@@ -110,7 +110,7 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
     adapter = write_stacked(tmp_path)
     calibration(adapter)
     eng = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
-    aligned, scorer = worker.aligned_engine(eng, adapter)
+    aligned, scorer = loader.aligned_engine(eng, adapter)
     assert scorer is not None and aligned.info["aligned"]["adapter"] == str(adapter)
     prompt = FimPrompt("x = ", "\n", path="a.py")
     res = aligned.infill(prompt, max_tokens=8, cache_key="k")
@@ -132,13 +132,13 @@ def test_gate_uses_the_reward_when_an_aligned_adapter_is_loaded(tmp_path: Path) 
         d = kto_gate.decide("fim", "abc", [0.99] * 3, reward, enabled=True, threshold=0.5)
         assert d == gate.decide("abc", [0.99] * 3, True, 0.5)
     plain = Engine.from_checkpoint(random_checkpoint("tiny"), device="cpu")
-    assert worker.aligned_engine(plain, "off") == (plain, None)
-    assert worker.aligned_engine(plain, tmp_path / "missing") == (plain, None)  # logged, not raised
+    assert loader.aligned_engine(plain, "off") == (plain, None)
+    assert loader.aligned_engine(plain, tmp_path / "missing") == (plain, None)  # logged, not raised
     plain.model.fast_cpu = "int8"  # the fused int8 CPU layout cannot take a stacked LoRA: refused, logged
-    assert worker.aligned_engine(plain, adapter) == (plain, None)
-    eng2, sc2 = worker.load_engine("tiny-random", "cpu", kto=adapter)  # the serving loader: fp32 + adapter
+    assert loader.aligned_engine(plain, adapter) == (plain, None)
+    eng2, sc2 = loader.load_engine("tiny-random", "cpu", kto=adapter)  # the serving loader: fp32 + adapter
     assert sc2 is not None and eng2.info["aligned"]["adapter"] == str(adapter)
-    eng3, sc3 = worker.load_engine("tiny-random", "cpu", kto="off")
+    eng3, sc3 = loader.load_engine("tiny-random", "cpu", kto="off")
     assert sc3 is None and "aligned" not in eng3.info
 
 

@@ -1,4 +1,5 @@
-"""The engine worker thread: loads the model, runs context building + generation off the event loop.
+"""The engine worker thread: loads the model (`edit_server.core.loader`), runs context building +
+generation off the event loop.
 
 One thread owns the engine. Jobs for the same (document, kind) supersede each other: submitting a new
 one aborts the older (queued jobs are dropped, the running one stops between denoising steps through its
@@ -9,16 +10,16 @@ after that batch, before anything queued later.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import queue
 import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edit_server.core.contexts import Context, completion_budget_ms, make_context, max_lines
+from edit_server.core.loader import load_engine
 from edit_server.core.messages import (
     CloseDocument,
     Configure,
@@ -36,63 +37,13 @@ from edit_server.core.messages import (
 )
 from edit_server.core.requests import Built, EditBuilt, FimRequest
 from edit_server.core.settings import Settings
-from edit_server.selectivity import kto_gate
 from edit_server.selectivity.select import is_single_line
 from edit_server.selectivity.thresholds import gate_threshold, model_thresholds
-from engine import options
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import GenerateResult
 
-if TYPE_CHECKING:
-    from engine.engine import Engine
-    from engine.reward import RewardScorer
-
 log = logging.getLogger(__name__)
-FACTORY_ENV = options.ENGINE_FACTORY  # "module:callable(spec, device)", for tests and embedding
-
-
-def load_engine(spec: str, device: str, progress: ProgressFn | None = None, kto: str | Path | None = "off"
-                ) -> tuple[EngineAPI, RewardScorer | None]:
-    """(engine, reward scorer or None). A hub id downloads with ``progress``; otherwise the engine
-    loads as ``Engine.load`` does (the CPU fast path for the default model), with the KTO-aligned
-    adapter stacked on it when ``kto`` names one ("" = the current local version)."""
-    factory = options.env().engine_factory
-    if factory:
-        mod, _, fn = factory.partition(":")
-        return getattr(importlib.import_module(mod), fn)(spec, device), None
-    from engine import Engine
-    from engine.loading.hub import parse_hub_spec
-
-    if parse_hub_spec(spec) is not None:
-        from engine.specs import load_checkpoint_spec
-
-        eng = Engine.from_checkpoint(load_checkpoint_spec(spec, progress=progress), device=device)
-        return aligned_engine(eng, kto)
-    # with an adapter the engine keeps plain fp32 linear layers (``fast_cpu=False``: the int8 CPU layout fuses
-    # them, a stacked LoRA cannot wrap it); without one it loads exactly as before
-    path = kto_gate.adapter_path(kto)
-    if path is None or not Path(f"{path}.safetensors").is_file():
-        return Engine.load(spec, device=device), None
-    return aligned_engine(Engine.load(spec, device=device, fast_cpu=False), path)
-
-
-def aligned_engine(eng: Engine, adapter: str | Path | None = "") -> tuple[EngineAPI, RewardScorer | None]:
-    """(engine, reward scorer): ``eng`` with the aligned adapter stacked on it, and its
-    `engine.reward.RewardScorer`; ``(eng, None)`` when there is no adapter (``adapter`` "" = the
-    current local version, None / "off" = none) or it does not fit the model (logged)."""
-    path = kto_gate.adapter_path(adapter)
-    if path is None:
-        return eng, None
-    try:
-        from engine.loading.stacked import AlignedEngine
-        from engine.reward import RewardScorer
-
-        aligned = AlignedEngine.from_engine(eng, path)
-        return aligned, RewardScorer(aligned)
-    except Exception:  # a broken or mismatched adapter must not take serving down
-        log.warning("aligned adapter %s not used; confidence gate", path, exc_info=True)
-        return eng, None
 
 
 def alternatives_wanted(job: Job) -> int:
