@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -13,10 +15,19 @@ SHARED = Path(os.environ.get("EDIT_SERVER_SHARED", ROOT.parent / "shared"))
 HUMANEVAL_DIR = SHARED / "data" / "humaneval-infilling"
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory for this test process, removed when it exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 # a developer's own settings (e.g. a learned gate calibration) must not change test outcomes;
 # the servers the e2e tests start inherit this
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edit-server-test-config-")
-os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="edit-server-test-data-")  # aligned adapters, feedback
+os.environ["XDG_CONFIG_HOME"] = scratch_dir("edit-server-test-config-")
+os.environ["XDG_DATA_HOME"] = scratch_dir("edit-server-test-data-")  # aligned adapters, feedback
 
 
 @pytest.fixture(scope="module")

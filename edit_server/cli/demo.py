@@ -9,6 +9,7 @@ which should propagate the rename into the function body.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -83,36 +84,39 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
     workdir = Path(tempfile.mkdtemp(prefix="edit-server-demo-"))
     uri = (workdir / "shapes.py").as_uri()
     say(f"edit-server demo: model={model!r} device={device!r} gate={'on' if gate else 'off'}")
-    async with client:
-        await client.start(workdir, {"model": model, "device": device, "gate": {"enabled": gate},
-                                     "feedbackDb": ":memory:"})
-        t0 = time.perf_counter()
-        state = await asyncio.wait_for(ready, 600)
-        say(f"  model {state} after {time.perf_counter() - t0:.1f} s")
-        if state != "ready":
-            say("  the model did not load; try --model tiny-random (random weights) to see the plumbing")
-            return 1
-        await client.notify("textDocument/didOpen", {"textDocument": {
-            "uri": uri, "languageId": "python", "version": 1, "text": SOURCE}})
-        s = Session(client, uri, SOURCE)
-        say("\n1) typing in perimeter(): inline completion after every keystroke")
-        cur = s.text.rindex("return ") + len("return ")
-        for ch in TYPED:
-            await s.edit(cur, cur, ch)
-            cur += 1
-            sug, ms = await s.complete(cur)
-            line = s.text[s.text.rfind("\n", 0, cur) + 1 : cur]
-            why = f"(nothing shown: {hidden[0]})" if hidden[0] else "(nothing shown)"
-            say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or why}")
-        say("\n2) rename width -> w in area()'s signature, then ask for the next edit")
-        await asyncio.sleep(PAUSE_S)  # the user moves to area(): the typing's hunk closes (a pause of > 1 s)
-        sig = s.text.index("width")
-        await s.edit(sig, sig + len("width"), "w")
-        edits, ms = await s.next_edit(sig + 1)
-        say(f"  {ms:7.0f} ms  {len(edits)} edit(s)")
-        for e in edits:
-            a, b = e["range"]["start"], e["range"]["end"]
-            say(f"    {a['line'] + 1}:{a['character'] + 1}-{b['line'] + 1}:{b['character'] + 1} -> {e['text']!r}")
+    try:
+        async with client:
+            await client.start(workdir, {"model": model, "device": device, "gate": {"enabled": gate},
+                                         "feedbackDb": ":memory:"})
+            t0 = time.perf_counter()
+            state = await asyncio.wait_for(ready, 600)
+            say(f"  model {state} after {time.perf_counter() - t0:.1f} s")
+            if state != "ready":
+                say("  the model did not load; try --model tiny-random (random weights) to see the plumbing")
+                return 1
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": SOURCE}})
+            s = Session(client, uri, SOURCE)
+            say("\n1) typing in perimeter(): inline completion after every keystroke")
+            cur = s.text.rindex("return ") + len("return ")
+            for ch in TYPED:
+                await s.edit(cur, cur, ch)
+                cur += 1
+                sug, ms = await s.complete(cur)
+                line = s.text[s.text.rfind("\n", 0, cur) + 1 : cur]
+                why = f"(nothing shown: {hidden[0]})" if hidden[0] else "(nothing shown)"
+                say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or why}")
+            say("\n2) rename width -> w in area()'s signature, then ask for the next edit")
+            await asyncio.sleep(PAUSE_S)  # the user moves to area(): the typing's hunk closes (a pause of > 1 s)
+            sig = s.text.index("width")
+            await s.edit(sig, sig + len("width"), "w")
+            edits, ms = await s.next_edit(sig + 1)
+            say(f"  {ms:7.0f} ms  {len(edits)} edit(s)")
+            for e in edits:
+                a, b = e["range"]["start"], e["range"]["end"]
+                say(f"    {a['line'] + 1}:{a['character'] + 1}-{b['line'] + 1}:{b['character'] + 1} -> {e['text']!r}")
+    finally:  # the demo's scratch workspace: nothing of it stays behind
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scratch_dir
 
-WORK = Path(tempfile.mkdtemp(prefix="edit-server-e2e-"))  # workspace root: small, not a git repo
+WORK = Path(scratch_dir("edit-server-e2e-"))  # workspace root: small, not a git repo
 SERVER = [sys.executable, "-m", "edit_server", "--model", "tiny-random", "--device", "cpu"]
 STATUS = "$/editServer/status"
 

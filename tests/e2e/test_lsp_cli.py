@@ -89,10 +89,13 @@ def test_tcp_transport() -> None:
 
 @pytest.mark.slow
 def test_demo_replays_a_session(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
+    log, scratch = tmp_path / "server.log", tmp_path / "tmp"
+    scratch.mkdir()
     out = subprocess.run([*CMD, "demo", "--model", "tiny-random", "--device", "cpu", "--no-gate",
-                          "--server-log", str(log)], capture_output=True, text=True, timeout=280, env=ENV)
+                          "--server-log", str(log)], capture_output=True, text=True, timeout=280,
+                         env={**ENV, "TMPDIR": str(scratch)})
     assert out.returncode == 0, out.stderr[-2000:]
+    assert not list(scratch.glob("edit-server-demo-*"))  # its scratch workspace is gone again
     assert "model ready after" in out.stdout
     assert out.stdout.count(" ms  '    return 2") == 6 and out.stdout.count(" ms  ") == 7
     assert "edit(s)" in out.stdout
