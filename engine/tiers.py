@@ -110,6 +110,9 @@ class Tier:
     decoding: str
     quality: Quality | None = None
     latency: dict[str, Latency | None] = field(default_factory=dict)  # device kind -> row
+    # the gate's show thresholds measured on a tier that has no adapter file to carry them (an AR base):
+    # {kind: {"threshold": x, "measured": "machine, command, outcome"}}, as an adapter's ``show_thresholds``
+    show_thresholds: dict[str, Any] | None = None
 
     @property
     def quality_row(self) -> str:
@@ -171,6 +174,12 @@ def parse(data: dict[str, Any], source: str = "tiers.json") -> Table:
         except TypeError as e:
             raise TierDataError(f"{where}: {e}") from None
     return Table(tuple(out), typing, str(data.get("embedded", EMBEDDED)))
+
+
+def show_thresholds(model: str, path: str | Path = DATA) -> dict[str, Any] | None:
+    """The show thresholds recorded for the tier ``model`` (`Tier.show_thresholds`), or None."""
+    tier = next((t for t in load(path).tiers if t.model == model), None)
+    return tier.show_thresholds if tier is not None else None
 
 
 @lru_cache(maxsize=4)

@@ -54,7 +54,7 @@ def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bo
         hit = merged_cache.load(tag, k)
         if hit is not None:
             log.info("%s from the merged-model cache: %s", spec.name, hit.meta.get("merged_cache"))
-            return hit
+            return _with_thresholds(hit)
     ck = _from_gguf(spec, path)
     if fast_cpu:
         from engine.default import release_memory, to_fast
@@ -63,6 +63,17 @@ def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bo
         release_memory()
     if use_cache and merged_cache.save(tag, k, ck) is not None:
         log.info("%s cached in the merged-model cache", tag)
+    return _with_thresholds(ck)
+
+
+def _with_thresholds(ck: LoadedCheckpoint) -> LoadedCheckpoint:
+    """The gate's show thresholds measured on this tier (`engine/tiers.json`), in the checkpoint's metadata
+    as an adapter's would be (read at load, not cached: a new measurement applies to a cached model)."""
+    from engine.tiers import show_thresholds
+
+    shown = show_thresholds(ck.name)
+    if shown:
+        ck.meta = {**ck.meta, "show_thresholds": shown}
     return ck
 
 
