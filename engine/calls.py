@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ class FormatRequest(GenerateRequest):
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
+    reply: Callable[[str], str] | None = None  # the layout's `reply`: a rewrite's text → the new region
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -94,10 +96,12 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     sampler = c.sampler if isinstance(c, InfillCall) else \
         variant_sampler(cfg, c.variant) if c.variant else rewrite_sampler(c.sampler, cfg)
     return FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
-                         stop_ids=lay.stop_ids, expand_id=lay.expand_id)
+                         stop_ids=lay.stop_ids, expand_id=lay.expand_id, reply=lay.reply)
 
 
-def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatRequest | None = None) -> GenerateResult:
+    """``res`` as the call's answer: an infill cut to its tokens; a rewrite without the cursor token, its
+    text through the format's ``reply`` (``req``: the call's request), the confidences of its changes."""
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
@@ -110,6 +114,8 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult) -> GenerateResult
     res.confidences = [res.confidences[i] for i in keep]
     text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
+    if req is not None and req.reply is not None:
+        res.text = req.reply(res.text)
     region = c.prompt.region
     res.changed = edit_confidences(eng.tokenizer.encode(region[:c.prompt.cursor]) +
                                    eng.tokenizer.encode(region[c.prompt.cursor:]), res.tokens, res.confidences)

@@ -204,9 +204,9 @@ class Engine(ByComplete):
         """Infill / rewrite calls as one batch (engine.api); each result as its single call gives."""
         if not calls:
             return []
-        reqs: list[GenerateRequest] = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
-        results = self._run(reqs, [c.on_step for c in calls])
-        return [call_result(self, c, r) for c, r in zip(calls, results, strict=True)]
+        reqs: list[FormatRequest] = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
+        results = self._run(list(reqs), [c.on_step for c in calls])
+        return [call_result(self, c, r, q) for c, r, q in zip(calls, results, reqs, strict=True)]
 
     def generate(self, prompt_tokens: Sequence[int], canvas: CanvasSpec,
                  sampler: SamplerConfig | None = None, cache_key: str | None = None,

@@ -259,10 +259,11 @@ def test_bench_engine_random_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert r["decoding"]["diffusion"][0]["tokens"] == 8
 
 
-def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
-    """A block-causal chat model (SDAR layout) prompted through its registry format, end to end."""
+def _sdar_engine(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A tiny random SDAR-shaped checkpoint found as ``JetLM/SDAR-1.7B-Chat`` by its directory name."""
     from engine.engine import Engine
-    from engine.formats.run import cut_at_stops, run_layout
+    from engine.loading.common import expected_shapes
+    from engine.loading.hf import load_hf
     from tests.crosscheck_util import save_checkpoint
     from tests.test_loading_hf import N_BASE
 
@@ -270,16 +271,19 @@ def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
            "vocab_size": N_BASE + 3, "max_position_embeddings": 512, "mask_token_id": N_BASE}
     args, _ = args_from_dict(cfg)
-    from engine.loading.common import expected_shapes
-
     g = torch.Generator().manual_seed(0)
     sd = {k: torch.randn(s, generator=g) * 0.05 for k, s in expected_shapes(args).items()}
     root = save_checkpoint(tmp_path / "SDAR-1.7B-Chat", sd, cfg, extra_tokens=("<|MASK|>", "<|im_start|>", "<|im_end|>"))
-    from engine.loading.hf import load_hf
-
     ck = load_hf(root)
     assert ck.meta["registry"] == "JetLM/SDAR-1.7B-Chat"  # found by the directory name
-    eng = Engine.from_checkpoint(ck, device="cpu")
+    return Engine.from_checkpoint(ck, device="cpu")
+
+
+def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
+    """A block-causal chat model (SDAR layout) prompted through its registry format, end to end."""
+    from engine.formats.run import cut_at_stops, run_layout
+
+    eng = _sdar_engine(tmp_path)
     fmt = for_model(eng.tokenizer, eng.meta)
     lay = fmt.fim(FimPrompt(PREFIX, SUFFIX), 6)
     res = run_layout(eng, lay, max_tokens=6, cache_key="doc")
@@ -290,3 +294,29 @@ def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
     with pytest.raises(FormatNotSupported, match="in-place"):
         run_layout(eng, for_model(eng.tokenizer, {"registry": "fredzzp/open-dcoder-0.5B"}).fim(
             FimPrompt(PREFIX, SUFFIX), 6))
+
+
+def test_a_chat_rewrite_that_retypes_the_prompts_markers_answers_the_region(tmp_path: Path) -> None:
+    """Zero-shot instruct models re-type the chat prompt's plain-text markers into their rewrite (measured on
+    Qwen2.5-Coder-1.5B-Instruct: `[EDIT_START]from attr import …`); the engine answers the region between
+    them, without `[CURSOR]` — unless the region itself holds that text."""
+    from engine.formats.chat import CURSOR, REGION_END, REGION_START, edit_reply
+    from engine.templates import EditPrompt
+    from engine.types import GenerateResult
+
+    assert edit_reply(f"before\n{REGION_START}x = 1{CURSOR}\n{REGION_END}\nafter", "x = 0\n") == "x = 1\n"
+    assert edit_reply(f"{REGION_START}x = 1\n", "x\n") == "x = 1\n"
+    assert edit_reply(f"x = 1\n{REGION_END}", "x\n") == "x = 1\n"
+    assert edit_reply("y = 2\n", "x\n") == "y = 2\n"  # a clean reply is the region as it is
+    assert edit_reply(f"s = '{CURSOR}'\n", f"s = '{CURSOR}!'\n") == f"s = '{CURSOR}'\n"  # the file's own text
+    eng = _sdar_engine(tmp_path)
+    reply = f"{REGION_START}def f(a, b):{CURSOR}\n    return a + b\n{REGION_END}"
+    ids = eng.tokenizer.encode(reply)
+
+    def run(reqs, hooks):  # type: ignore[no-untyped-def]
+        return [GenerateResult(reply, list(ids), [0.9] * len(ids), 1, 2, 10, 0, "end") for _ in reqs]
+
+    eng._run = run  # the decoding replaced by that reply: what the engine makes of it is under test
+    res = eng.rewrite(EditPrompt(before="", region="def f(a):\n    return a\n", after="", cursor=8))
+    assert res.text == "def f(a, b):\n    return a + b\n"
+

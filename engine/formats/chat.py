@@ -12,6 +12,7 @@ The instruction marks the gap / region with plain text, not special tokens.
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from engine.formats import FormatNotSupported, Layout, stop_ids, token_id
@@ -103,4 +104,16 @@ class ChatFormat:
                    + p.region[: p.cursor] + CURSOR + p.region[p.cursor:] + REGION_END + p.after)
         ids, parts = self.prompt(content)
         n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=block_size or self.entry.block_size)
-        return Layout(ids, n, stop_ids=self.stops, parts=parts)
+        return Layout(ids, n, stop_ids=self.stops, parts=parts, reply=partial(edit_reply, region=p.region))
+
+
+def edit_reply(text: str, region: str) -> str:
+    """A chat model's rewrite as the new region. Told to reply with the region alone, an instruct model may
+    still re-type the prompt's plain-text markers (measured: `[EDIT_START]from attr import …`, `[CURSOR]`;
+    docs/QUALITY.md, session 22): then the region is what follows ``[EDIT_START]`` and precedes ``[EDIT_END]``,
+    and ``[CURSOR]`` is taken out — each marker only where the region itself does not hold that text."""
+    if REGION_START not in region and REGION_START in text:
+        text = text.split(REGION_START, 1)[1]
+    if REGION_END not in region and REGION_END in text:
+        text = text.split(REGION_END, 1)[0]
+    return text if CURSOR in region else text.replace(CURSOR, "")
