@@ -159,10 +159,14 @@ def read_heldout_cases(files: list[Path], trained: set[str], limit: int = 0,
                        language: str = "") -> tuple[list[Any], int]:
     """Cases of ``files`` (of ``language`` when given; the first ``limit`` of each file) whose group
     (``repo:REPO:PATH`` as `align_data.from_cases` names it) is not a training group; returns (cases,
-    number skipped as trained on)."""
+    number skipped as trained on). Without ``files`` nothing is imported: evals.cases needs msgspec, which
+    the GPU image lacks (the window's measure passes none; real held-out cases are measured here, after it)."""
+    out: list[Any] = []
+    skipped = 0
+    if not files:
+        return out, skipped
     from evals.cases import read_cases
 
-    out, skipped = [], 0
     for f in files:
         cases = [c for c in read_cases(f) if not language or c.language == language][: limit or None]
         for c in cases:
@@ -175,7 +179,10 @@ def read_heldout_cases(files: list[Path], trained: set[str], limit: int = 0,
 
 def _cases(eng: Any, cases: list[Any], args: argparse.Namespace, scorer: Any, prog: Any) -> list[dict]:
     """Engine-direct run of edit cases: FIM through the server's FIM filters, next edit on the server's
-    default editable region; judged as `eval cases` judges them."""
+    default editable region; judged as `eval cases` judges them. None: nothing imported (the settings and the
+    judge need msgspec, which the GPU image lacks)."""
+    if not cases:
+        return []
     from edit_server.core.requests import FimRequest
     from edit_server.core.settings import Gate, Settings
     from edit_server.selectivity.select import diff_edits, fim_result, is_single_line

@@ -34,6 +34,8 @@ t gpu $G align-start --adapter "$R/adapter/qwen2_5-coder-0_5b-bd3" --set device=
 t gpu $G align-poll --wait 5400 --every 60 --to "$R/out" > "$R/poll.log"
 gpu $G align-status > "$R/align-status.json"
 grep -q '"phase": "done"' "$R/align-status.json" || { echo "the alignment job did not finish: $R/align-status.json" >&2; exit 1; }
+grep -q "align measure exited" "$R/out/align.log" && { echo "align measure failed: $R/out/align.log" >&2; exit 1; }
+grep -q '"measure": {' "$R/out/align-status.json" || { echo "no measure in $R/out/align-status.json" >&2; exit 1; }
 # here
 t $G align-export "$R/out" --to "$R/aligned/kto" > "$R/export.json"  # as the plan says: the files_at folder
 ls -l "$R/out" "$R"/out/align-* "$R/aligned" > "$R/out.ls"
