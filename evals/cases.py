@@ -10,7 +10,11 @@ from typing import Literal
 
 import msgspec
 
-from evals.metrics import line_f1, normalize_ws  # normalize_ws re-exported: evals.replay imports it from here
+from evals.metrics import (  # normalize_ws re-exported: evals.replay imports it from here
+    common_prefix,
+    line_f1,
+    normalize_ws,
+)
 
 LANGUAGES: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript",
@@ -134,14 +138,6 @@ def apply_to_files(files: dict[str, str], edits: Sequence[Edit]) -> dict[str, st
     for path in {e.path for e in edits}:
         out[path] = apply_edits(files.get(path, ""), [e for e in edits if e.path == path])
     return out
-
-
-def common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass(frozen=True)

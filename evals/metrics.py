@@ -148,3 +148,12 @@ def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
                  "correct": bool(r.get("quiet_case"))}
         out.append(r)
     return out
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share from the start."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
