@@ -99,7 +99,8 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id, reply=lay.reply)
 
 
-def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatRequest | None = None) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult,
+                req: FormatRequest | None = None) -> GenerateResult:
     """``res`` as the call's answer: an infill cut to its tokens; a rewrite without the cursor token, its
     text through the format's ``reply`` (``req``: the call's request), the confidences of its changes."""
     if isinstance(c, InfillCall):

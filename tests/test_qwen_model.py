@@ -243,19 +243,21 @@ def test_the_ar_tier_serves_int8_on_a_cpu_and_float32_when_asked(monkeypatch: py
 
 def test_the_tiers_show_thresholds_reach_the_ar_engine(cached: tuple[Path, base.PartedBase], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """An AR base has no adapter file to carry the gate's thresholds: its tier row in engine/tiers.json does
-    (the 0.5B's rewrites were never right: edit ∞, so the server does not ask it for next edits), read at every
-    load — a model from the merged-model cache gets a threshold measured after it was cached."""
+    """An AR base has no adapter file to carry the gate's thresholds: its tier row in engine/tiers.json
+    does (the 0.5B's rewrites were never right: edit ∞, so the server does not ask it for next edits), read
+    at every load — a model from the merged-model cache gets a threshold measured after it was cached."""
     from edit_server.selectivity.thresholds import model_thresholds
     from engine import Engine, tiers
 
     recorded = tiers.show_thresholds("qwen2.5-coder-0.5b")
-    assert recorded is not None and recorded["edit"]["threshold"] == float("inf") and recorded["edit"]["measured"]
+    assert recorded is not None and recorded["edit"]["threshold"] == float("inf")
+    assert recorded["edit"]["measured"]
     first = _ar_ck(cached, monkeypatch, tmp_path)  # built from the GGUF, then cached
     assert first.meta["show_thresholds"] == recorded
     assert model_thresholds(Engine.from_checkpoint(first, device="cpu")) == {"edit": float("inf")}
-    monkeypatch.setattr(tiers, "show_thresholds", lambda model: {"edit": {"threshold": 0.7}, "fim": {"threshold": 0.4}})
+    later = {"edit": {"threshold": 0.7}, "fim": {"threshold": 0.4}}
+    monkeypatch.setattr(tiers, "show_thresholds", lambda model: later)
     again = _ar_ck(cached, monkeypatch, tmp_path)
     assert "merged_cache" in again.meta and again.meta["show_thresholds"]["edit"]["threshold"] == 0.7
-    monkeypatch.setattr(tiers, "show_thresholds", lambda model: None)  # a tier without any: the gate's setting
+    monkeypatch.setattr(tiers, "show_thresholds", lambda model: None)  # none recorded: the gate's setting
     assert "show_thresholds" not in _ar_ck(cached, monkeypatch, tmp_path).meta

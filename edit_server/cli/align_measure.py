@@ -160,7 +160,8 @@ def read_heldout_cases(files: list[Path], trained: set[str], limit: int = 0,
     """Cases of ``files`` (of ``language`` when given; the first ``limit`` of each file) whose group
     (``repo:REPO:PATH`` as `align_data.from_cases` names it) is not a training group; returns (cases,
     number skipped as trained on). Without ``files`` nothing is imported: evals.cases needs msgspec, which
-    the GPU image lacks (the window's measure passes none; real held-out cases are measured here, after it)."""
+    the GPU image lacks (the window's measure passes none; real held-out cases are measured here, after
+    it)."""
     out: list[Any] = []
     skipped = 0
     if not files:

@@ -107,14 +107,15 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
                 why = f"(nothing shown: {hidden[0]})" if hidden[0] else "(nothing shown)"
                 say(f"  {ms:7.0f} ms  {line!r:28} -> {sug or why}")
             say("\n2) rename width -> w in area()'s signature, then ask for the next edit")
-            await asyncio.sleep(PAUSE_S)  # the user moves to area(): the typing's hunk closes (a pause of > 1 s)
+            await asyncio.sleep(PAUSE_S)  # the user moves to area(): the typing's hunk closes (a pause > 1 s)
             sig = s.text.index("width")
             await s.edit(sig, sig + len("width"), "w")
             edits, ms = await s.next_edit(sig + 1)
             say(f"  {ms:7.0f} ms  {len(edits)} edit(s)")
             for e in edits:
                 a, b = e["range"]["start"], e["range"]["end"]
-                say(f"    {a['line'] + 1}:{a['character'] + 1}-{b['line'] + 1}:{b['character'] + 1} -> {e['text']!r}")
+                where = f"{a['line'] + 1}:{a['character'] + 1}-{b['line'] + 1}:{b['character'] + 1}"
+                say(f"    {where} -> {e['text']!r}")
     finally:  # the demo's scratch workspace: nothing of it stays behind
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

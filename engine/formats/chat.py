@@ -110,8 +110,9 @@ class ChatFormat:
 def edit_reply(text: str, region: str) -> str:
     """A chat model's rewrite as the new region. Told to reply with the region alone, an instruct model may
     still re-type the prompt's plain-text markers (measured: `[EDIT_START]from attr import …`, `[CURSOR]`;
-    docs/QUALITY.md, session 22): then the region is what follows ``[EDIT_START]`` and precedes ``[EDIT_END]``,
-    and ``[CURSOR]`` is taken out — each marker only where the region itself does not hold that text."""
+    docs/QUALITY.md, session 22): then the region is what follows ``[EDIT_START]`` and precedes
+    ``[EDIT_END]``, and ``[CURSOR]`` is taken out — each marker only where the region itself does not hold
+    that text."""
     if REGION_START not in region and REGION_START in text:
         text = text.split(REGION_START, 1)[1]
     if REGION_END not in region and REGION_END in text:

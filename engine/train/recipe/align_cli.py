@@ -51,7 +51,8 @@ def parsers(sub: argparse._SubParsersAction, work: Any) -> None:
     s = work(sub.add_parser("align-start", help="launch the detached alignment job (GPU)"))
     s.add_argument("--config", type=Path, default=ALIGN_CONFIG)
     s.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
-    s.add_argument("--adapter", default="", help='"run", "shipped" or a path (default: the run\'s, else shipped)')
+    s.add_argument("--adapter", default="",
+                   help='"run", "shipped" or a path (default: the run\'s, else shipped)')
     work(sub.add_parser("align-status", help="one JSON line"))
     work(sub.add_parser("align-stop", help="checkpoint now; align kto then saves and calibrates"))
     q = work(sub.add_parser("align-poll", help="stay busy --wait s, collecting to --to"))
@@ -61,7 +62,8 @@ def parsers(sub: argparse._SubParsersAction, work: Any) -> None:
     c = work(sub.add_parser("align-collect", help="alignment state in parts + status into --to"))
     c.add_argument("--to", type=Path, required=True)
     c.add_argument("--part-mib", type=float, default=COLLECT_PART / MiB)
-    u = work(sub.add_parser("align-resume", help="unpack a collected alignment into the work dir, then start"))
+    u = work(sub.add_parser("align-resume",
+                            help="unpack a collected alignment into the work dir, then start"))
     u.add_argument("--from", dest="src", type=Path, required=True)
     x = sub.add_parser("align-export", help="the aligned adapter + calibration of a finished collect (here)")
     x.add_argument("src", type=Path)
