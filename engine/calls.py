@@ -99,8 +99,7 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
                          stop_ids=lay.stop_ids, expand_id=lay.expand_id, reply=lay.reply)
 
 
-def call_result(eng: StepRunner, c: Call, res: GenerateResult,
-                req: FormatRequest | None = None) -> GenerateResult:
+def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatRequest) -> GenerateResult:
     """``res`` as the call's answer: an infill cut to its tokens; a rewrite without the cursor token, its
     text through the format's ``reply`` (``req``: the call's request), the confidences of its changes."""
     if isinstance(c, InfillCall):
@@ -115,7 +114,7 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult,
     res.confidences = [res.confidences[i] for i in keep]
     text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
-    if req is not None and req.reply is not None:
+    if req.reply is not None:
         res.text = req.reply(res.text)
     region = c.prompt.region
     res.changed = edit_confidences(eng.tokenizer.encode(region[:c.prompt.cursor]) +

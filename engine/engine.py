@@ -205,7 +205,7 @@ class Engine(ByComplete):
         if not calls:
             return []
         reqs: list[FormatRequest] = [call_request(self, c) for c in calls]  # FormatNotSupported: nothing ran
-        results = self._run(list(reqs), [c.on_step for c in calls])
+        results = self._run(reqs, [c.on_step for c in calls])
         return [call_result(self, c, r, q) for c, r, q in zip(calls, results, reqs, strict=True)]
 
     def generate(self, prompt_tokens: Sequence[int], canvas: CanvasSpec,
@@ -307,7 +307,7 @@ class Engine(ByComplete):
         return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
 
     @torch.no_grad()
-    def _run(self, reqs: list[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
+    def _run(self, reqs: Sequence[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
         int4 = self.int4_mode == "all" or (self.int4_mode == "line" and all(r.canvas.single_line for r in reqs))
         with self.lock, fastcpu.int4_steps(int4):
             t0 = time.perf_counter()
