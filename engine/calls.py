@@ -35,7 +35,7 @@ class FormatRequest(GenerateRequest):
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
-    reply: Callable[[str], str] | None = None  # the layout's `reply`: a rewrite's text → the new region
+    reply: Callable[[str], list[tuple[int, int]]] | None = None  # the layout's `reply`: the new region's spans
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -115,11 +115,28 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatReques
     text = eng.text(res.tokens, False)  # the cursor marker decodes to nothing: a stop rule's cut holds
     res.text = text[:len(res.text)] if res.finish_reason in STOP_RULE_KINDS else text
     if req.reply is not None:
-        res.text = req.reply(res.text)
+        _keep_spans(eng, res, req.reply(res.text))
     region = c.prompt.region
     res.changed = edit_confidences(eng.tokenizer.encode(region[:c.prompt.cursor]) +
                                    eng.tokenizer.encode(region[c.prompt.cursor:]), res.tokens, res.confidences)
     return res
+
+
+def _keep_spans(eng: StepRunner, res: GenerateResult, spans: list[tuple[int, int]]) -> None:
+    """``res`` cut to these spans of its text, with the tokens that decode into them (a token that straddles
+    a span's edge stays): what the reply dropped — a re-typed marker — then neither shows nor counts as a
+    change the gate scores."""
+    if spans == [(0, len(res.text))]:
+        return
+    ends, top = [], 0
+    for i in range(1, len(res.tokens) + 1):  # each token's end in the text (a split character: no advance)
+        top = max(top, len(eng.text(res.tokens[:i], False)))
+        ends.append(top)
+    starts = [0, *ends[:-1]]
+    keep = [i for i, (a, b) in enumerate(zip(starts, ends, strict=True)) if any(a < e and b > s for s, e in spans)]
+    res.tokens = [res.tokens[i] for i in keep]
+    res.confidences = [res.confidences[i] for i in keep]
+    res.text = "".join(res.text[s:e] for s, e in spans)
 
 
 def edit_confidences(source: list[int], out: list[int], confidences: list[float]) -> list[float]:

@@ -299,24 +299,37 @@ def test_chat_layout_runs_on_the_engine(tmp_path: Path) -> None:
 def test_a_chat_rewrite_that_retypes_the_prompts_markers_answers_the_region(tmp_path: Path) -> None:
     """Zero-shot instruct models re-type the chat prompt's plain-text markers into their rewrite (measured on
     Qwen2.5-Coder-1.5B-Instruct: `[EDIT_START]from attr import …`); the engine answers the region between
-    them, without `[CURSOR]` — unless the region itself holds that text."""
+    them, without `[CURSOR]` — unless the region itself holds that text — and the markers' tokens do not
+    count as changes the gate scores."""
     from engine.formats.chat import CURSOR, REGION_END, REGION_START, edit_reply
     from engine.templates import EditPrompt
     from engine.types import GenerateResult
 
-    assert edit_reply(f"before\n{REGION_START}x = 1{CURSOR}\n{REGION_END}\nafter", "x = 0\n") == "x = 1\n"
-    assert edit_reply(f"{REGION_START}x = 1\n", "x\n") == "x = 1\n"
-    assert edit_reply(f"x = 1\n{REGION_END}", "x\n") == "x = 1\n"
-    assert edit_reply("y = 2\n", "x\n") == "y = 2\n"  # a clean reply is the region as it is
-    assert edit_reply(f"s = '{CURSOR}'\n", f"s = '{CURSOR}!'\n") == f"s = '{CURSOR}'\n"  # the file's own text
+    def reply(text: str, region: str) -> str:
+        return "".join(text[a:b] for a, b in edit_reply(text, region))
+
+    assert reply(f"before\n{REGION_START}x = 1{CURSOR}\n{REGION_END}\nafter", "x = 0\n") == "x = 1\n"
+    assert reply(f"{REGION_START}x = 1\n", "x\n") == "x = 1\n"
+    assert reply(f"x = 1\n{REGION_END}", "x\n") == "x = 1\n"
+    assert edit_reply("y = 2\n", "x\n") == [(0, 6)]  # a clean reply is the region as it is
+    assert reply(f"s = '{CURSOR}'\n", f"s = '{CURSOR}!'\n") == f"s = '{CURSOR}'\n"  # the file's own text
+    assert reply(f"{CURSOR}{REGION_END}", "x\n") == ""
     eng = _sdar_engine(tmp_path)
-    reply = f"{REGION_START}def f(a, b):{CURSOR}\n    return a + b\n{REGION_END}"
-    ids = eng.tokenizer.encode(reply)
+    body = ["def f(a, b):", "\n    return a + b\n"]
+    region = "def f(a):\n    return a\n"
+    # the markers' tokens at confidence 0.1, the region's at 0.9: what the gate scores must be 0.9 only
+    pieces = [(REGION_START, 0.1), (body[0], 0.9), (CURSOR, 0.1), (body[1], 0.9), (REGION_END, 0.1)]
+    ids = [t for text, _ in pieces for t in eng.tokenizer.encode(text)]
+    conf = [c for text, c in pieces for _ in eng.tokenizer.encode(text)]
+    text = "".join(t for t, _ in pieces)
+    assert eng.tokenizer.decode(ids) == text
 
     def run(reqs, hooks):  # type: ignore[no-untyped-def]
-        return [GenerateResult(reply, list(ids), [0.9] * len(ids), 1, 2, 10, 0, "end") for _ in reqs]
+        return [GenerateResult(text, list(ids), list(conf), 1, 2, 10, 0, "end") for _ in reqs]
 
     eng._run = run  # the decoding replaced by that reply: what the engine makes of it is under test
-    res = eng.rewrite(EditPrompt(before="", region="def f(a):\n    return a\n", after="", cursor=8))
+    res = eng.rewrite(EditPrompt(before="", region=region, after="", cursor=8))
     assert res.text == "def f(a, b):\n    return a + b\n"
+    assert res.changed and set(res.changed) == {0.9}
+    assert len(res.tokens) == len(eng.tokenizer.encode(body[0])) + len(eng.tokenizer.encode(body[1]))
 

@@ -39,9 +39,9 @@ class Layout:
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output, besides the tokenizer's ends
     expand_id: int | None = None  # DreamOn: the token by which a mask asks to become two
     parts: list[tuple[str, int, int]] = field(default_factory=list)  # (label, start, end) in `before`
-    # the answer from the output's text where the prompt marked things in plain text a reply may echo (a
-    # chat model's rewrite: `engine.formats.chat.edit_reply`); None: the text as decoded
-    reply: Callable[[str], str] | None = None
+    # the spans (start, end) of the output's text that make the answer, where the prompt marked things in
+    # plain text a reply may echo (a chat model's rewrite: `engine.formats.chat.edit_reply`); None: all of it
+    reply: Callable[[str], list[tuple[int, int]]] | None = None
 
     @property
     def in_place(self) -> bool:

@@ -107,14 +107,23 @@ class ChatFormat:
         return Layout(ids, n, stop_ids=self.stops, parts=parts, reply=partial(edit_reply, region=p.region))
 
 
-def edit_reply(text: str, region: str) -> str:
-    """A chat model's rewrite as the new region. Told to reply with the region alone, an instruct model may
-    still re-type the prompt's plain-text markers (measured: `[EDIT_START]from attr import …`, `[CURSOR]`;
-    docs/QUALITY.md, session 22): then the region is what follows ``[EDIT_START]`` and precedes
-    ``[EDIT_END]``, and ``[CURSOR]`` is taken out — each marker only where the region itself does not hold
-    that text."""
+def edit_reply(text: str, region: str) -> list[tuple[int, int]]:
+    """A chat model's rewrite as the new region: the spans of ``text`` (start, end) that make it. Told to
+    reply with the region alone, an instruct model may still re-type the prompt's plain-text markers
+    (measured: `[EDIT_START]from attr import …`, `[CURSOR]`; docs/QUALITY.md, session 22): then the region
+    is what follows ``[EDIT_START]`` and precedes ``[EDIT_END]``, and ``[CURSOR]`` is taken out — each
+    marker only where the region itself does not hold that text. Spans, not text, so that the engine can
+    drop the marker tokens' confidences with them (`engine.calls.call_result`)."""
+    start, end = 0, len(text)
     if REGION_START not in region and REGION_START in text:
-        text = text.split(REGION_START, 1)[1]
-    if REGION_END not in region and REGION_END in text:
-        text = text.split(REGION_END, 1)[0]
-    return text if CURSOR in region else text.replace(CURSOR, "")
+        start = text.index(REGION_START) + len(REGION_START)
+    if REGION_END not in region and REGION_END in text[start:]:
+        end = text.index(REGION_END, start)
+    if CURSOR in region:
+        return [(start, end)]
+    spans, at = [], start
+    while (hit := text.find(CURSOR, at, end)) >= 0:
+        spans.append((at, hit))
+        at = hit + len(CURSOR)
+    spans.append((at, end))
+    return [(a, b) for a, b in spans if b > a] or [(start, start)]
