@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 _HUNK = re.compile(r"([-+])(\d+)")
 
@@ -32,26 +34,31 @@ def unified_diff(path: str, old: str, new: str, *, context: int = 3, first_line:
 _BLOCK = 1 << 14
 
 
+def _matching(n: int, same: Callable[[int, int], bool]) -> int:
+    """How many of the first ``n`` positions match, where ``same(i, k)`` says the ``k`` after the first
+    ``i`` do: a block at a time, bisected inside the first differing block (C-speed, no loop per item)."""
+    i = 0
+    while i < n and same(i, min(_BLOCK, n - i)):
+        i += _BLOCK
+    if i >= n:
+        return n
+    lo, hi = 0, min(_BLOCK, n - i) - 1  # matching items in the differing block
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if same(i, mid) else (lo, mid - 1)
+    return i + lo
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many items (characters, token ids) ``a`` and ``b`` share from the start."""
+    return _matching(min(len(a), len(b)), lambda i, k: a[i:i + k] == b[i:i + k])
+
+
 def common_ends(a: str, b: str) -> tuple[int, int]:
-    """Lengths of the longest common prefix and (not overlapping it) suffix, compared a block at a time
-    and bisected inside the first differing block: C-speed, no loop per character."""
-    n = min(len(a), len(b))
-
-    def run(same) -> int:  # same(i, k): the k characters after the first i match
-        i = 0
-        while i < n and same(i, min(_BLOCK, n - i)):
-            i += _BLOCK
-        if i >= n:
-            return n
-        lo, hi = 0, min(_BLOCK, n - i) - 1  # matching characters in the differing block
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if same(i, mid) else (lo, mid - 1)
-        return i + lo
-
-    p = run(lambda i, k: a[i:i + k] == b[i:i + k])
-    la, lb, n = len(a), len(b), n - p
-    return p, run(lambda i, k: a[la - i - k:la - i] == b[lb - i - k:lb - i])
+    """Lengths of the longest common prefix and (not overlapping it) suffix."""
+    p = common_prefix(a, b)
+    la, lb = len(a), len(b)
+    return p, _matching(min(la, lb) - p, lambda i, k: a[la - i - k:la - i] == b[lb - i - k:lb - i])
 
 
 def changed_span(old: str, new: str) -> tuple[int, int, int]:

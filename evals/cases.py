@@ -10,8 +10,8 @@ from typing import Literal
 
 import msgspec
 
+from engine.textdiff import common_ends, common_prefix
 from evals.metrics import (  # normalize_ws re-exported: evals.replay imports it from here
-    common_prefix,
     line_f1,
     normalize_ws,
 )
@@ -174,8 +174,7 @@ def _partial(files: dict[str, str], got: dict[str, str], want: dict[str, str],
     """Characters of the true change (from its first changed char) the suggestion reproduces, in order."""
     path = min(expected, key=lambda e: e.start).path
     old, w, g = files.get(path, ""), want[path], got.get(path, "")
-    start = common_prefix(old, w)
-    tail = common_prefix(old[start:][::-1], w[start:][::-1])
+    start, tail = common_ends(old, w)
     true_change = w[start: len(w) - tail]
     if not true_change:  # a pure deletion: all or nothing
         return 0.0

@@ -150,10 +150,3 @@ def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
     return out
 
 
-def common_prefix(a: str, b: str) -> int:
-    """Characters ``a`` and ``b`` share from the start."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

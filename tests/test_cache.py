@@ -8,10 +8,11 @@ import torch
 import engine.engine as engine_mod
 from engine import CanvasSpec, Engine, SamplerConfig
 from engine.attention import block_causal_mask
-from engine.caches.prefix import KVCache, PrefixCache, Slot, common_prefix
+from engine.caches.prefix import KVCache, PrefixCache, Slot
 from engine.config import preset
 from engine.decoding.sampler import Denoiser
 from engine.model import Transformer
+from engine.textdiff import common_prefix
 from engine.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -149,7 +149,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 # ---- run ------------------------------------------------------------------------------------------
 def _share(got: str, want: str, exact: bool) -> float:
     """Accepted share of a suggestion: 1 when exact, else its correct prefix of the truth (stripped)."""
-    from evals.metrics import common_prefix  # not evals.cases: msgspec, which the GPU image lacks
+    from engine.textdiff import common_prefix
 
     g, w = got.strip(), want.strip()
     return 1.0 if exact or g == w else (common_prefix(g, w) / len(w) if w else 0.0)

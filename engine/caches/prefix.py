@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from engine import options
+from engine.textdiff import common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +112,6 @@ class KVCache:
                 out.k[layer][i, :, :n] = kv.k[layer][0, :, :n]
                 out.v[layer][i, :, :n] = kv.v[layer][0, :, :n]
         return out
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 PINNED_CONTEXT = 32768  # tokens of one document's prompt the GPU prefix cache always has room for

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.attention import absolute_block_mask
-from engine.caches.prefix import KVCache, Slot, common_prefix
+from engine.caches.prefix import KVCache, Slot
 from engine.decoding.sampler import Denoiser
+from engine.textdiff import common_prefix
 
 if TYPE_CHECKING:
     from engine.decoding.steps import Job, StepRunner

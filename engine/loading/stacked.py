@@ -28,11 +28,12 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from engine.caches.prefix import Slot, common_prefix
+from engine.caches.prefix import Slot
 from engine.decoding.steps import Job
 from engine.engine import Engine
 from engine.loading.adapter import AdapterError, load_adapter
 from engine.loading.base import sha256_file
+from engine.textdiff import common_prefix
 
 FORMAT = "edit-server-kto/1"
 
