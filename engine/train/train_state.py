@@ -218,15 +218,20 @@ def check_resumable(cfg: Any, state: dict[str, Any], corpus: Any) -> None:
 
 # ---- live state for pollers ----------------------------------------------------------------------
 class Progress:
-    """``out/progress.json``: step, loss, tokens/s, ETA, newest checkpoint (rewritten at most 1/s)."""
+    """A live progress file (the trainer's ``out/progress.json``, KTO's ``OUT.progress.json``): step, loss,
+    ETA, newest checkpoint and the caller's own fields, rewritten atomically at most once a second — what
+    the GPU recipe's ``status`` / ``align-status`` read while a job runs detached."""
 
-    def __init__(self, out: Path, steps: int, start: int, ckpt_step: int | None = None) -> None:
-        self.path, self.steps, self.start = out / "progress.json", steps, start
+    def __init__(self, path: Path, steps: int, start: int, ckpt_step: int | None = None) -> None:
+        self.path, self.steps, self.start = path, steps, start
         self.ckpt_step = ckpt_step
         self._last = 0.0
+        path.parent.mkdir(parents=True, exist_ok=True)
 
-    def update(self, history: list[dict[str, Any]], vals: list[dict[str, Any]], tok_s: float,
-               elapsed: float, *, force: bool = False) -> None:
+    def update(self, history: list[dict[str, Any]], elapsed: float, extra: dict[str, Any], *,
+               force: bool = False) -> None:
+        """``history``: the step records (``step``, ``loss``); ``extra``: fields to add (the last record's
+        own, a validation figure, tokens/s)."""
         import time
 
         now = time.time()
@@ -238,8 +243,6 @@ class Progress:
         rate = (step - self.start) / elapsed if elapsed > 0 else 0.0
         write_json_atomic(self.path, {
             "step": step, "steps": self.steps, "loss": tail[-1]["loss"] if tail else None,
-            "loss_avg10": sum(h["loss"] for h in tail) / len(tail) if tail else None,
-            "masked_acc": tail[-1]["masked_acc"] if tail else None, "lr": tail[-1]["lr"] if tail else None,
-            "val_loss": vals[-1]["loss"] if vals else None, "tok_s": round(tok_s, 1),
+            "loss_avg10": sum(h["loss"] for h in tail) / len(tail) if tail else None, **extra,
             "steps_per_s": round(rate, 4), "eta_s": round((self.steps - step) / rate) if rate > 0 else None,
             "ckpt_step": self.ckpt_step, "time": now})

@@ -289,7 +289,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         log.info("step %d val %s", start, vals[-1])
     n_tok, t0 = 0, time.perf_counter()
     guard = StepGuard(opt, [p for g in groups for p in g["params"]])
-    live = Progress(out, cfg.steps, start, ckpt_step=start if ckpt else None)
+    live = Progress(out / "progress.json", cfg.steps, start, ckpt_step=start if ckpt else None)
 
     def save(step: int) -> None:
         rngs = {"noise": gen.get_state(), "torch": torch.get_rng_state()}
@@ -347,7 +347,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
                 cfg.save_minutes > 0 and now - last_save > cfg.save_minutes * 60):
             save(step + 1)
             last_save = time.perf_counter()
-        live.update(history, vals, tps, now - t0, force=last)
+        tail = history[-1] if history else {}
+        live.update(history, now - t0, {"masked_acc": tail.get("masked_acc"), "lr": tail.get("lr"),
+                                        "val_loss": vals[-1]["loss"] if vals else None, "tok_s": round(tps, 1)},
+                    force=last)
         if out_of_time or stop:
             (out / "STOP").unlink(missing_ok=True)
             log.warning("stopping at step %d (%s)", step + 1,

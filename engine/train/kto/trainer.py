@@ -33,6 +33,7 @@ from engine.train.kto.elbo import logp, make_elbo_batch
 from engine.train.kto.loss import class_weights, kl_reference, kto_loss
 from engine.train.kto.records import read_set, to_example
 from engine.train.lora import DEFAULT_TARGETS
+from engine.train.train_state import Progress
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     bar = tqdm(total=cfg.steps, initial=start, file=sys.stderr, disable=not progress, desc="kto", unit="step")
     t0 = time.perf_counter()
     B, N = cfg.batch_size, len(pairs)
-    live = _Live(out, cfg.steps, start, start if start else None)
+    live = Progress(out.with_name(out.name + ".progress.json"), cfg.steps, start, start if start else None)
     guard = StepGuard(opt, params)
     stop_file = out.with_name(out.name + ".STOP")  # `gpu_recipe align-stop`: checkpoint and end after this step
     for step in range(start, cfg.steps):
@@ -233,7 +234,8 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
         if saved:
             _save_ckpt(ckpt, model, opt, step + 1, z0_ema, history)
             live.ckpt_step = step + 1
-        live.update(history, vals, time.perf_counter() - t0, force=saved)
+        live.update(history, time.perf_counter() - t0, {"z0": history[-1]["z0"] if history else None,
+                                                        "monitor": vals[-1] if vals else None}, force=saved)
         if stop:
             log.warning("KTO stopped at step %d of %d (resume with --resume)", step + 1, cfg.steps)
             break
@@ -253,35 +255,6 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     summary = {"steps": done, "seconds": time.perf_counter() - t0, "monitor": vals, "z0": z0,
                "lambda": lam, "desirable": n_d, "undesirable": n_u, "adapter": str(path), "history": history}
     return summary
-
-
-class _Live:
-    """``OUT.progress.json``: step, loss, z0, last monitor, ETA, newest checkpoint (at most 1/s) — what the
-    GPU recipe's ``align-status`` reads while `align kto` runs detached."""
-
-    def __init__(self, out: Path, steps: int, start: int, ckpt_step: int | None) -> None:
-        self.path, self.steps, self.start, self.ckpt_step = out.with_name(out.name + ".progress.json"), steps, start, \
-            ckpt_step
-        self._last = 0.0
-
-    def update(self, history: list[dict[str, Any]], vals: list[dict[str, Any]], elapsed: float,
-               force: bool = False) -> None:
-        now = time.time()
-        if not force and now - self._last < 1.0:
-            return
-        self._last = now
-        step = history[-1]["step"] if history else self.start
-        tail = history[-10:]
-        rate = (step - self.start) / elapsed if elapsed > 0 else 0.0
-        body = {"step": step, "steps": self.steps, "loss": tail[-1]["loss"] if tail else None,
-                "loss_avg10": sum(h["loss"] for h in tail) / len(tail) if tail else None,
-                "z0": tail[-1]["z0"] if tail else None, "monitor": vals[-1] if vals else None,
-                "steps_per_s": round(rate, 4), "eta_s": round((self.steps - step) / rate) if rate > 0 else None,
-                "ckpt_step": self.ckpt_step, "time": now}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(body))
-        tmp.replace(self.path)
 
 
 def _save_ckpt(d: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, z0: float | None,
