@@ -60,40 +60,15 @@ def edit_examples(sessions: Sequence[Any], tok: Any, opts: TokenOptions, block_s
 
 
 def measure(model: Any, tok: Any, examples: Sequence[Any], batch_size: int = 4, seed: int = 1234) -> dict[str, Any]:
-    """One fixed-noise BD3 pass over ``examples``: plain loss, and accuracy / CE of the changed and the copied
-    masked tokens."""
-    import torch
-
-    from engine.train.objective import batch_to, bd3_loss, make_batch
+    """One fixed-noise BD3 pass over ``examples`` (`engine.train.objective.fixed_noise_pass`): plain loss,
+    and accuracy / CE of the changed and the copied masked tokens."""
+    from engine.train.objective import fixed_noise_pass
 
     args = model.args
-    dev = next(model.parameters()).device
-    gen = torch.Generator().manual_seed(seed)
-    sums = {"masked": 0, "hit": 0.0, "ce": 0.0, "changed": 0, "changed_hit": 0.0, "changed_ce": 0.0, "loss": 0.0}
-    with torch.no_grad():
-        for i in range(0, len(examples), batch_size):
-            chunk = examples[i:i + batch_size]
-            b = make_batch([(e.prompt, e.target, e.changed) for e in chunk], args.block_size, tok.special.mask,
-                           tok.special.pad, gen, shifted=args.shifted_logits)
-            _, m = bd3_loss(model, batch_to(b, dev))
-            n, k = int(m["masked"]), int(m.get("changed_masked", 0))
-            sums["masked"] += n
-            sums["hit"] += m["masked_acc"] * n
-            sums["ce"] += m["masked_ce"] * n
-            sums["changed"] += k
-            sums["changed_hit"] += m.get("changed_acc", 0.0) * k
-            sums["changed_ce"] += m.get("changed_ce", 0.0) * k
-            sums["loss"] += m["loss"] * len(chunk)
-    n, k = sums["masked"], sums["changed"]
-    copy = n - k
-    return {"examples": len(examples), "masked": n, "changed_masked": k,
-            "loss": sums["loss"] / max(1, len(examples)),
-            "masked_acc": sums["hit"] / n if n else None,
-            "changed_acc": sums["changed_hit"] / k if k else None,
-            "changed_ce": sums["changed_ce"] / k if k else None,
-            "copy_acc": (sums["hit"] - sums["changed_hit"]) / copy if copy else None,
-            "copy_ce": (sums["ce"] - sums["changed_ce"]) / copy if copy else None,
-            "changed_loss_share": sums["changed_ce"] / sums["ce"] if sums["ce"] else None}
+    out = fixed_noise_pass(model, examples, args.block_size, tok.special.mask, tok.special.pad,
+                           batch_size=batch_size, seed=seed, shifted=args.shifted_logits)
+    out.pop("masked_ce")
+    return out
 
 
 def run(sources: Sequence[Path], spec: str, device: str, opts: TokenOptions) -> dict[str, Any]:

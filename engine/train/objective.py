@@ -130,3 +130,41 @@ def bd3_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, float]]:
             out.update(changed_masked=k, changed_acc=float(hit[sel].float().mean()) if k else 0.0,
                        changed_ce=float(ce[sel].mean()) if k else 0.0)
     return loss, out
+
+
+def fixed_noise_pass(model: nn.Module, examples: Sequence[object], block_size: int, mask_id: int, pad_id: int, *,
+                     batch_size: int, seed: int = 1234, shifted: bool = True,
+                     dtype: torch.dtype = torch.float32) -> dict[str, float | int | None]:
+    """One BD3 pass over ``examples`` (``prompt``, ``target``, ``changed``) with the same masks every call —
+    comparable across steps and adapters: the plain loss (a mean over examples), and accuracy / CE of all
+    masked tokens, of the changed ones (a rewrite's edit) and of the copied ones (means over tokens). The
+    trainer's validation and ``train edit-tokens`` both read it."""
+    dev = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    sums = {"masked": 0, "hit": 0.0, "ce": 0.0, "changed": 0, "changed_hit": 0.0, "changed_ce": 0.0, "loss": 0.0}
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i:i + batch_size]
+            b = make_batch([(e.prompt, e.target, e.changed) for e in chunk],  # type: ignore[attr-defined]
+                           block_size, mask_id, pad_id, gen, shifted=shifted)
+            with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+                _, m = bd3_loss(model, batch_to(b, dev))
+            n, k = int(m["masked"]), int(m.get("changed_masked", 0))
+            sums["masked"] += n
+            sums["hit"] += m["masked_acc"] * n
+            sums["ce"] += m["masked_ce"] * n
+            sums["changed"] += k
+            sums["changed_hit"] += m.get("changed_acc", 0.0) * k
+            sums["changed_ce"] += m.get("changed_ce", 0.0) * k
+            sums["loss"] += m["loss"] * len(chunk)
+    n, k = int(sums["masked"]), int(sums["changed"])
+    copy = n - k
+    return {"examples": len(examples), "masked": n, "changed_masked": k,
+            "loss": sums["loss"] / max(1, len(examples)),
+            "masked_acc": sums["hit"] / n if n else None,
+            "masked_ce": sums["ce"] / n if n else None,
+            "changed_acc": sums["changed_hit"] / k if k else None,
+            "changed_ce": sums["changed_ce"] / k if k else None,
+            "copy_acc": (sums["hit"] - sums["changed_hit"]) / copy if copy else None,
+            "copy_ce": (sums["ce"] - sums["changed_ce"]) / copy if copy else None,
+            "changed_loss_share": sums["changed_ce"] / sums["ce"] if sums["ce"] else None}

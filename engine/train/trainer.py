@@ -27,7 +27,7 @@ from engine.tokens import SPECIAL_TOKENS
 from engine.train.corpus import Corpus
 from engine.train.guards import StepGuard, attention_for_training
 from engine.train.lora import DEFAULT_TARGETS, apply_lora, mark_trainable, save_adapter
-from engine.train.objective import batch_to, bd3_loss, make_batch
+from engine.train.objective import batch_to, bd3_loss, fixed_noise_pass, make_batch
 from engine.train.schedule import DeadlineFit, lr_at
 from engine.train.stream import ExampleStream
 from engine.train.tasks import Budget, Example
@@ -203,31 +203,18 @@ def pick_device(cfg: TrainConfig) -> tuple[torch.device, torch.dtype]:
 # ---- loop ----------------------------------------------------------------------------------
 @torch.no_grad()
 def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: TrainConfig,
-             device: torch.device, dtype: torch.dtype = torch.float32) -> dict[str, float]:
-    """Validation loss with fixed noise (same masks every call → comparable across steps)."""
+             dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Validation at fixed noise (the same masks every call → comparable across steps): the loss, the masked
+    tokens' CE and accuracy, and — where the examples hold rewrites — the changed tokens' alone (are edits
+    learned, not only copies). Token means since session 23 (before: means of the batches' figures)."""
     model.eval()
-    gen = torch.Generator().manual_seed(1234)
-    tot = {"loss": 0.0, "masked_ce": 0.0, "masked_acc": 0.0}
-    n = 0
-    ch = {"changed_acc": 0.0, "changed_ce": 0.0, "changed_masked": 0}  # summed over the masked changed tokens
-    for i in range(0, len(examples), cfg.batch_size):
-        chunk = examples[i:i + cfg.batch_size]
-        b = make_batch([(e.prompt, e.target, e.changed) for e in chunk], cfg.block_size, tok.special.mask,
-                       tok.special.pad, gen)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            _, m = bd3_loss(model, batch_to(b, device))
-        for k in tot:
-            tot[k] += m[k] * len(chunk)
-        n += len(chunk)
-        k = int(m.get("changed_masked", 0))
-        ch["changed_masked"] += k
-        ch["changed_acc"] += m.get("changed_acc", 0.0) * k
-        ch["changed_ce"] += m.get("changed_ce", 0.0) * k
+    m = fixed_noise_pass(model, examples, cfg.block_size, tok.special.mask, tok.special.pad,
+                         batch_size=cfg.batch_size, dtype=dtype)
     model.train()
-    out = {k: v / max(1, n) for k, v in tot.items()}
-    if ch["changed_masked"]:  # a rewrite's changed tokens alone: are edits learned, not only copies
-        k = ch["changed_masked"]
-        out.update(changed_acc=ch["changed_acc"] / k, changed_ce=ch["changed_ce"] / k, changed_masked=k)
+    out = {k: float(m[k] or 0.0) for k in ("loss", "masked_ce", "masked_acc")}
+    if m["changed_masked"]:
+        out.update(changed_acc=float(m["changed_acc"] or 0.0), changed_ce=float(m["changed_ce"] or 0.0),
+                   changed_masked=int(m["changed_masked"] or 0))
     return out
 
 
@@ -285,7 +272,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
             torch.cuda.set_rng_state(rngs["cuda"], device)
         log.info("resumed from %s at step %d", ckpt, start)
     if not vals or vals[-1]["step"] != start:
-        vals.append({"step": start, **evaluate(model, val, tok, cfg, device, dtype)})
+        vals.append({"step": start, **evaluate(model, val, tok, cfg, dtype)})
         log.info("step %d val %s", start, vals[-1])
     n_tok, t0 = 0, time.perf_counter()
     guard = StepGuard(opt, [p for g in groups for p in g["params"]])
@@ -338,7 +325,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
         stop = (out / "STOP").exists() or guard.diverged
         last = step + 1 == cfg.steps or out_of_time or stop
         if (step + 1) % cfg.val_every == 0 or last:
-            vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, device, dtype)})
+            vals.append({"step": step + 1, **evaluate(model, val, tok, cfg, dtype)})
             log.info("step %d val %s", step + 1, vals[-1])
             bar.write(f"step {step + 1} val loss {vals[-1]['loss']:.4f} acc {vals[-1]['masked_acc']:.3f}"
                       + (f" changed acc {vals[-1]['changed_acc']:.3f}" if "changed_acc" in vals[-1] else ""),
