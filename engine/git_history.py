@@ -6,10 +6,11 @@ each touch it (joined into one longer session, up to ``MAX_COMMITS`` commits / `
 ``steps`` are the commits' line hunks, top to bottom within a commit, commit after commit; each step is a
 character edit ``(start, end, text)`` on the text the previous steps left (``apply_steps``).
 
-The replay (`engine/train/git_sessions.py` for training, `evals/replay_sessions.py` for evaluation) applies the first ``k``
-steps as the edit history, puts the cursor where the last applied hunk left it (the end of its last typed
-line), and asks for the editable region around the cursor with every pending hunk inside it applied — or
-unchanged (a no-edit example) when nothing is left there.
+The replay (`engine/git_replay.py`: cursor, region, target; used by `engine/train/git_sessions.py` for
+training and `evals/replay_sessions.py` for evaluation) applies the first ``k`` steps as the edit history, puts
+the cursor where the last applied hunk left it (the end of its last typed line), and asks for the editable
+region around the cursor with every pending hunk inside it applied — or unchanged (a no-edit example) when
+nothing is left there.
 
 A merge on the first-parent chain counts with its diff against its first parent (the change as merged).
 Dropped, each counted by reason (`ExtractReport`): root commits, added / deleted / renamed files, non-source
@@ -35,8 +36,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 
 # the training corpus's source suffixes and skipped folders (engine/train/corpus.py), here for the evals too
 SOURCE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc",
@@ -339,73 +338,6 @@ def read_sessions(path: Path) -> list[GitSession]:
                 out.append(GitSession.from_dict(json.loads(line)))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}: line {i}: not a git session ({type(e).__name__}: {e})") from e
-    return out
-
-
-# ---- the replay: cursor, region, target --------------------------------------------------------
-def cursor_after(text: str, step: tuple[int, int, str]) -> int:
-    """Where a hunk leaves the cursor: the end of its last typed line (its start for a deletion)."""
-    a, _, t = step
-    cur = a + len(t)
-    if t.endswith("\n"):
-        cur -= 1
-    return max(0, min(cur, len(text)))
-
-
-def line_span(text: str, cursor: int, before: int, after: int) -> tuple[int, int]:
-    """Char span of whole lines: ``before`` lines above the cursor's line, ``after`` below it."""
-    a = text.rfind("\n", 0, cursor) + 1
-    for _ in range(before):
-        if a == 0:
-            break
-        a = text.rfind("\n", 0, a - 1) + 1
-    nl = text.find("\n", cursor)
-    b = len(text) if nl < 0 else nl + 1
-    for _ in range(after):
-        if b >= len(text):
-            break
-        nl = text.find("\n", b)
-        b = len(text) if nl < 0 else nl + 1
-    return a, b
-
-
-def pending_in_region(current: str, final: str, ra: int, rb: int) -> tuple[int, int, str]:
-    """(region start, end, new region): the region of ``current`` with every change of current → final
-    that touches it applied (the region grows to whole hunks that cross its edges)."""
-    a = current.splitlines(keepends=True)
-    b = final.splitlines(keepends=True)
-    starts = [0]
-    for ln in a:
-        starts.append(starts[-1] + len(ln))
-    hunks = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        s, e = starts[i1], starts[i2]
-        if e < ra or s > rb or (s == rb and e > s) or (i1 == i2 and s == rb and rb > ra):
-            continue
-        hunks.append((s, e, "".join(b[j1:j2])))
-    for s, e, _ in hunks:
-        ra, rb = min(ra, s), max(rb, e)
-    region = current[ra:rb]
-    for s, e, t in reversed(hunks):
-        region = region[: s - ra] + t + region[e - ra:]
-    return ra, rb, region
-
-
-def near_ks(s: GitSession, states: list[str] | None = None, above: int = EDIT_REGION_ABOVE,
-            below: int = EDIT_REGION_BELOW) -> list[int]:
-    """The ``k`` (steps applied) after which the next step starts within ``above`` lines above / ``below``
-    lines below the cursor: where a next-edit model has something to suggest."""
-    states = states or states_of(s)
-    out = []
-    for k in range(1, len(s.steps)):
-        cur = cursor_after(states[k], s.steps[k - 1])
-        nxt = s.steps[k][0]
-        lo, hi = min(cur, nxt), max(cur, nxt)
-        lines = states[k].count("\n", lo, hi)
-        if lines <= (above if nxt < cur else below):
-            out.append(k)
     return out
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.git_history import cursor_after, extract_source, line_span, near_ks, states_of
+from engine.git_history import extract_source, states_of
+from engine.git_replay import cursor_after, line_span, near_ks
 from engine.templates import EDIT_LAYOUTS, EditPrompt, render_edit
 from engine.textdiff import unified_diff
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.git_history import line_span
+from engine.git_replay import line_span
 from engine.templates import (
     DEFAULT_EDIT_LAYOUT,
     EDIT_DIFF_CHARS,

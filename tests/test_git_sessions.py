@@ -12,14 +12,13 @@ from engine.git_history import (
     ExtractReport,
     GitSession,
     apply_steps,
-    cursor_after,
     extract_sessions,
     git_env,
-    pending_in_region,
     read_sessions,
     states_of,
     write_sessions,
 )
+from engine.git_replay import cursor_after, pending_in_region
 from engine.templates import EDIT_HISTORY, strip_canvas
 from engine.tokenizer import Tokenizer
 from engine.train.git_sessions import load_git_sources, session_example
@@ -172,7 +171,8 @@ def test_gpu_pack_stages_sessions_and_the_trainer_reads_them(repo: Path, tmp_pat
 
 
 def test_half_the_session_examples_take_the_served_region(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.git_history import cursor_after, line_span, states_of
+    from engine.git_history import states_of
+    from engine.git_replay import cursor_after, line_span
     from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
     from engine.train import git_sessions
 

@@ -8,13 +8,10 @@ import random
 
 from engine.git_history import (  # noqa: F401 - load_git_sources: the trainer's entry point, re-exported
     GitSession,
-    cursor_after,
-    line_span,
     load_git_sources,
-    near_ks,
-    pending_in_region,
     states_of,
 )
+from engine.git_replay import cursor_after, line_span, near_ks, pending_in_region
 from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY, EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
