@@ -102,9 +102,14 @@ def test_captured_step_equals_eager_on_cuda() -> None:
     eng.device = torch.device("cuda")
     eng.graphs = None
     want = run_all(eng, BLOCK)
+    window = SamplerConfig(window=1, speculate=4)  # the GPU's default decoding: width 1 + drafts
+    spec = CanvasSpec(16, stop_at_end=False)
+    want_w = [eng.generate(p, spec, window).tokens for p in PROMPTS]
     g = graphed(eng, capture=True)
     assert run_all(eng, BLOCK) == want
     assert g.stats["captured"] >= 1 and g.stats["replayed"] > g.stats["captured"]
+    assert [eng.generate(p, spec, window).tokens for p in PROMPTS] == want_w
+    assert any(k[0] == 1 and k[2] == 1 and s.graph is not None for k, s in g.steps.items())  # width 1, captured
 
 
 def test_steps_captured_before_the_rope_table_grows_are_dropped() -> None:
@@ -126,3 +131,79 @@ def test_steps_captured_before_the_rope_table_grows_are_dropped() -> None:
     assert g.rope is eng.model.rope_current()
     eng.cache.clear()
     assert eng.generate(PROMPTS[0], spec, cfg).tokens == want_short  # made again over the new table
+
+
+def test_window_decoding_static_step_equals_eager() -> None:
+    """Window decoding — width 1 with prompt-lookup drafts verified causally, the adaptive window, a fixed
+    window of 4 — over a one-row arena, its steps padded to powers of two and masked per query, gives token
+    for token what the eager steps give (the GPU's default decoding: graphs made it launch-bound-free)."""
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=11)
+    rep = [40 + i % 9 for i in range(60)]  # a repetitive prompt: lookup drafts something at every step
+    prompts = [rep, PROMPTS[0], PROMPTS[2]]
+    cfgs = [SamplerConfig(window=1, speculate=8), SamplerConfig(window="adaptive", speculate=4),
+            SamplerConfig(window=4)]
+    spec = CanvasSpec(24, stop_at_end=False)
+
+    def run() -> tuple[list[list[int]], float, int]:
+        res = [eng.generate(p, spec, c) for c in cfgs for p in prompts]
+        return ([r.tokens for r in res], sum(r.timings.get("decode_drafted", 0.0) for r in res),
+                sum(r.forwards for r in res))
+
+    want, drafted, forwards = run()
+    assert drafted > 20  # drafts were verified, so causal steps of several widths ran
+    g = graphed(eng)
+    got, drafted_g, forwards_g = run()
+    assert got == want and (drafted_g, forwards_g) == (drafted, forwards)
+    widths = {k[2] for k in g.steps}
+    assert 1 in widths and len(widths) >= 3 and all(w & (w - 1) == 0 for w in widths)  # powers of two
+    # every decode step static (the prefills, one forward each, stay eager), one arena copy per request
+    assert g.stats["replayed"] == forwards - 9 and g.stats["arena_copies"] == 9
+    assert run()[0] == want  # again over the pooled arenas and steps
+
+
+@pytest.mark.parametrize(("width", "causal"), [(1, 1), (5, 5), (5, 2), (6, 0), (3, 1)])
+def test_static_step_with_causal_tokens_equals_the_eager_window_step(width: int, causal: int) -> None:
+    """The static step's per-query mask: the first ``causal`` tokens see keys up to their own position, the
+    rest everything up to the last token — the hidden states of `engine.decoding.window.step_mask`'s eager
+    step, padded to a power of two or not."""
+    from engine.caches.prefix import KVCache
+    from engine.decoding.window import step_mask
+
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=4)
+    a, ctx = eng.args, 37
+    prompt = torch.tensor([[40 + i % 23 for i in range(ctx)]])
+    kv = KVCache.for_model(a, 1, 128, eng.kv_dtype, eng.device)
+    eng.model(prompt, offset=0, cache=kv, logits_slice=slice(0, 0))
+    ids = torch.tensor([[50 + i for i in range(width)]])
+    eager_kv = KVCache._from([t.clone() for t in kv.k], [t.clone() for t in kv.v], ctx)
+    want = eng.model(ids, offset=ctx, cache=eager_kv, mask=step_mask(ctx, causal, width - causal, eng.device),
+                     logits_slice=slice(0, 0))[0]
+    for bucket in (False, True):
+        g = graphed(eng)
+        arena = g.arena([(kv, ctx)], ctx + 16)
+        got = g.step(arena, ids, [ctx], [ctx + width], [causal], bucket=bucket)
+        assert got is not None and got.shape == (1, width, a.dim)
+        torch.testing.assert_close(got[0], want, rtol=1e-5, atol=1e-5)
+        if 0 < causal < width or causal > 1:  # the mask matters here: all-see-all differs
+            other = g.step(arena, ids, [ctx], [ctx + width], [0], bucket=bucket)
+            assert other is not None and not torch.allclose(other[0], want, atol=1e-4)
+
+
+def test_a_capture_that_fails_leaves_the_steps_uncaptured_and_right(caplog: pytest.LogCaptureFixture) -> None:
+    """A step that cannot be captured (e.g. an operation that syncs with the host) must not cost the answer:
+    that step and every later one run the same static forward uncaptured, with a warning."""
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=11)
+    cfg = SamplerConfig(window=1, speculate=4)
+    spec = CanvasSpec(12, stop_at_end=False)
+    want = [eng.generate(p, spec, cfg).tokens for p in PROMPTS]
+    g = graphed(eng)
+    g.capture = True  # as on CUDA; the capture itself is what fails here
+
+    def fail(*a: object) -> None:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    g._capture = fail  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="engine.decoding.graphs"):
+        assert [eng.generate(p, spec, cfg).tokens for p in PROMPTS] == want
+    assert g.capture is False and g.stats["captured"] == 0 and g.stats["replayed"] > 10
+    assert sum("capturing the decode step failed" in r.getMessage() for r in caplog.records) == 1

@@ -59,7 +59,7 @@ def want_graphs(flag: bool | None, device: torch.device, args: Any) -> bool:
     return env if env is not None else True
 
 
-def _pow2(n: int, lo: int = 1) -> int:
+def pow2(n: int, lo: int = 1) -> int:
     p = lo
     while p < n:
         p *= 2
@@ -87,6 +87,7 @@ class _Step:
     ids: Tensor  # (R, T)
     pos: Tensor  # (R, T)
     lim: Tensor  # (R,)
+    causal: Tensor  # (R,): the row's first ``causal`` tokens see keys up to their own position
     out: Tensor | None = None  # (R, T, dim)
     graph: Any = None  # torch.cuda.CUDAGraph
 
@@ -112,7 +113,7 @@ class StepGraphs:
         be rows of the same arena (dropping finished rows): they are copied in ascending order,
         never overwritten first."""
         live = len(parts) if rows is None else rows
-        rows, cap = _pow2(live), _pow2(need, CAP_MIN)
+        rows, cap = pow2(live), pow2(need, CAP_MIN)
         key = (rows, cap)
         kv = self.arenas.pop(key, None)
         if kv is None:
@@ -142,16 +143,26 @@ class StepGraphs:
         return None
 
     # ---- the step ----------------------------------------------------------------------------
-    def step(self, kv: KVCache, ids: Tensor, offsets: Sequence[int], limits: Sequence[int]) -> Tensor | None:
+    def step(self, kv: KVCache, ids: Tensor, offsets: Sequence[int], limits: Sequence[int],
+             causal: Sequence[int] | None = None, *, bucket: bool = False) -> Tensor | None:
         """Hidden states (N, T, dim) of ``ids`` (N, T) written at ``offsets`` (per row) and attending
-        to keys ``< limits`` (per row) of ``kv``, an arena view; None when ``kv`` is not one."""
+        to keys ``< limits`` (per row) of ``kv``, an arena view; None when ``kv`` is not one. ``causal``
+        (per row): its first that many tokens attend causally instead (keys up to their own position —
+        window decoding's committed tokens and verified drafts). ``bucket``: the width padded to a power
+        of two (pads after the tokens, seen by none of them; their keys land past the limits and are
+        overwritten before anything attends to them), so steps of varying width share a few graphs."""
         found = self._find(kv)
         if found is None or kv.batch != ids.shape[0]:
             return None
         (rows, cap), arena = found
         if self.steps and self.model.rope_current() is not self.rope:
             self._drop_stale()
-        n, t = ids.shape
+        n, width = ids.shape
+        t = pow2(width) if bucket else width
+        if t > width:
+            ids = torch.cat([ids, ids[:, -1:].expand(n, t - width)], dim=1)
+        if max(offsets) + t > cap:
+            return None  # the pads would write past the arena
         key = (rows, cap, t)
         st = self.steps.get(key)
         fresh = st is None
@@ -163,21 +174,32 @@ class StepGraphs:
             st = self.steps[key] = _Step(
                 ids=torch.zeros(rows, t, dtype=torch.long, device=self.device),
                 pos=torch.arange(t, device=self.device).repeat(rows, 1),
-                lim=torch.full((rows,), t, dtype=torch.long, device=self.device))
+                lim=torch.full((rows,), t, dtype=torch.long, device=self.device),
+                causal=torch.zeros(rows, dtype=torch.long, device=self.device))
         st.ids[:n].copy_(ids)
         off = torch.tensor(list(offsets), dtype=torch.long)
+        host = torch.stack([torch.tensor(list(limits), dtype=torch.long),
+                            torch.tensor(list(causal) if causal is not None else [0] * n, dtype=torch.long)])
         st.pos[:n].copy_((off[:, None] + torch.arange(t)[None, :]).to(self.device, non_blocking=True))
-        st.lim[:n].copy_(torch.tensor(list(limits), dtype=torch.long).to(self.device, non_blocking=True))
+        host = host.to(self.device, non_blocking=True)
+        st.lim[:n].copy_(host[0])
+        st.causal[:n].copy_(host[1])
         if not self.capture:
             st.out = self._forward(arena, st, cap)
         elif fresh:
-            self._capture(arena, st, cap)
-            self.stats["captured"] += 1
+            try:
+                self._capture(arena, st, cap)
+                self.stats["captured"] += 1
+            except RuntimeError as e:  # e.g. an op that syncs with the host: the same step, never captured
+                log.warning("capturing the decode step failed (%s): steps run uncaptured from now on", e)
+                self.capture = False
+                st.graph = None
+                st.out = self._forward(arena, st, cap)
         else:
             st.graph.replay()
         self.stats["replayed"] += 1
         assert st.out is not None
-        return st.out[:n].clone()
+        return st.out[:n, :width].clone()
 
     def _drop_stale(self) -> None:
         """The model's rope table was regrown since the steps were captured: their graphs read the old one."""
@@ -189,7 +211,9 @@ class StepGraphs:
 
     def _forward(self, arena: KVCache, st: _Step, cap: int) -> Tensor:
         keys = torch.arange(cap, device=self.device)
-        mask = (keys[None, :] < st.lim[:, None])[:, None, None, :]  # (R, 1, 1, C)
+        q = torch.arange(st.ids.shape[1], device=self.device)
+        lim = torch.where(q[None, :] < st.causal[:, None], st.pos + 1, st.lim[:, None])  # (R, T)
+        mask = (keys[None, None, :] < lim[:, :, None])[:, None]  # (R, 1, T, C)
         return self.model(st.ids, positions=st.pos, mask=mask, cache=_ScatterKV(arena, st.pos),
                           logits_slice=slice(0, 0))
 

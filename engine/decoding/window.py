@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from engine.decoding.graphs import pow2
+
 if TYPE_CHECKING:
     from engine.caches.prefix import KVCache
     from engine.decoding.steps import Job, StepRunner
@@ -129,22 +131,42 @@ class WindowDecoder:
         self.lookup = Lookup(job.prompt, region) if self.spec_k else None
         self.stats = {"positions": 0.0, "drafted": 0.0, "accepted": 0.0}
         self.committed = 0  # canvas positions whose KV is in the cache
+        # on CUDA (engine.decoding.graphs) the steps run captured over a one-row arena holding a copy of the
+        # prompt's KV: a width-1 step of a 0.5B model is launch-bound eager (20-60 ms on an H200); the
+        # decoded tokens' KV never goes back to the job's slot (released at the prompt's length anyway)
+        self.graphs = eng.graphs
+        assert job.kv is not None
+        self.kv: KVCache = job.kv
+        if self.graphs is not None:
+            widest = pow2(max(self.wmax, self.spec_k + 1) + max(self.wmax, 1))
+            self.kv = self.graphs.arena([(job.kv, job.ctx)], job.ctx + den.spec.length + widest + 1)
+
+    def _model(self, ids: list[int], causal: int) -> Tensor:
+        """Hidden states (T, dim) of ``ids`` at the job's context: the first ``causal`` of them attend
+        causally, the rest (window inputs) to everything up to the last. Their KV is written from the
+        context on; committing is the caller's ``j.ctx``."""
+        j, eng = self.j, self.eng
+        self.kv.length = j.ctx
+        t = torch.tensor([ids], device=eng.device)
+        h = None
+        if self.graphs is not None:
+            h = self.graphs.step(self.kv, t, [j.ctx], [j.ctx + len(ids)], [causal], bucket=True)
+        if h is None:
+            mask = step_mask(j.ctx, causal, len(ids) - causal, eng.device)
+            h = eng.model(t, offset=j.ctx, cache=self.kv, mask=mask, logits_slice=slice(0, 0))
+        j.forwards += 1
+        self.stats["positions"] += len(ids)
+        return h[0]
 
     def forward(self, ids: list[int], pending: int) -> Tensor:
         """Run ``ids`` (``pending`` clean tokens, then window inputs) over the cache at the job's
         context; commits the pending ones. Returns hidden states (T, dim)."""
-        j, eng = self.j, self.eng
-        kv: KVCache = j.kv
-        kv.length = j.ctx
-        mask = step_mask(j.ctx, pending, len(ids) - pending, eng.device)
-        t = torch.tensor([ids], device=eng.device)
-        h = eng.model(t, offset=j.ctx, cache=kv, mask=mask, logits_slice=slice(0, 0))[0]
-        j.forwards += 1
-        self.stats["positions"] += len(ids)
+        j = self.j
+        h = self._model(ids, pending)
         if pending:
             j.last_hidden = h[pending - 1]
             j.ctx += pending
-            kv.length = j.ctx
+            self.kv.length = j.ctx
         return h[pending:]
 
     def run(self) -> None:
@@ -207,14 +229,8 @@ class WindowDecoder:
         j, den, eng = self.j, self.j.den, self.eng
         start = den.prefix
         ids = pending + draft
-        kv: KVCache = j.kv
-        kv.length = j.ctx
         r = len(pending)
-        t = torch.tensor([ids], device=eng.device)
-        mask = step_mask(j.ctx, len(ids), 0, eng.device)
-        h = eng.model(t, offset=j.ctx, cache=kv, mask=mask, logits_slice=slice(0, 0))[0]
-        j.forwards += 1
-        self.stats["positions"] += len(ids)
+        h = self._model(ids, len(ids))
         self.stats["drafted"] += len(draft)
         prev = j.last_hidden if r == 0 else h[r - 1]
         hs = torch.cat([prev[None], h[r:]])  # predicts start .. start + len(draft)
@@ -234,5 +250,5 @@ class WindowDecoder:
         if keep:
             j.last_hidden = h[keep - 1]
             j.ctx += keep
-        kv.length = j.ctx
+        self.kv.length = j.ctx
         self.committed = start + a - 1

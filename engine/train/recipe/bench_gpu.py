@@ -284,35 +284,49 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     code = [i for i, ln in enumerate(lines) if len(ln.strip()) > 8 and 2 <= i < len(lines) - 4]
     picks = [code[k * len(code) // a.positions] for k in range(a.positions)] if code else []
     eng.infill(FimPrompt(text[:starts[2]], text[starts[2]:], path=path.name), max_tokens=16, single_line=True)
-    for kind in ("single-line", "next-edit"):
-        for n, i in enumerate(picks):
-            if rep.elapsed() > a.budget_s:
-                rep.skip(f"{kind} position {n}: out of budget")
-                continue
-            ln = lines[i]
+    graphs = eng.graphs  # captured decode steps (CUDA): timed on, then off over the same weights
+    modes = [g for g in a.graphs.split(",") if g and (g == "off" or graphs is not None)] or ["off"]
+    share = (a.budget_s - rep.elapsed()) / len(modes)
+
+    def one(mode: str, kind: str, n: int, i: int) -> Any:
+        ln = lines[i]
+        if kind == "single-line":
             cut = starts[i] + len(ln) - len(ln.lstrip()) + max(1, len(ln.strip()) // 2)
-            t = time.perf_counter()
-            if kind == "single-line":
-                r = eng.infill(FimPrompt(text[:cut], text[cut:], path=path.name), max_tokens=64, single_line=True,
-                               cache_key=f"lat:{n}")
-            else:  # the user just renamed a word on this line: rewrite the lines around it
-                word = max(ln.split(), key=len)
-                new_ln = ln.replace(word, word + "_x", 1)
-                a0, b0 = starts[max(0, i - 2)], starts[min(len(lines), i + 4)]
-                region = text[a0:starts[i]] + new_ln + text[starts[i + 1]:b0]
-                hist = (unified_diff(path.name, ln, new_ln, first_line=i),)
-                r = eng.rewrite(EditPrompt(text[:a0], region, text[b0:], starts[i] - a0 + len(new_ln) - 1,
-                                           path=path.name, history=hist), cache_key=f"edit:{n}")
-            rep.add({"what": kind, "line": i + 1, "ms": round((time.perf_counter() - t) * 1e3, 1),
-                     "tokens": len(r.tokens), "forwards": r.forwards, "finish": r.finish_reason})
+            return eng.infill(FimPrompt(text[:cut], text[cut:], path=path.name), max_tokens=64, single_line=True,
+                              cache_key=f"lat:{mode}:{n}")
+        word = max(ln.split(), key=len)  # the user just renamed a word on this line: rewrite the lines around it
+        new_ln = ln.replace(word, word + "_x", 1)
+        a0, b0 = starts[max(0, i - 2)], starts[min(len(lines), i + 4)]
+        region = text[a0:starts[i]] + new_ln + text[starts[i + 1]:b0]
+        hist = (unified_diff(path.name, ln, new_ln, first_line=i),)
+        return eng.rewrite(EditPrompt(text[:a0], region, text[b0:], starts[i] - a0 + len(new_ln) - 1,
+                                      path=path.name, history=hist), cache_key=f"edit:{mode}:{n}")
+
+    for k, mode in enumerate(modes):
+        eng.graphs = graphs if mode == "on" else None
+        for kind in ("single-line", "next-edit"):
+            for n, i in enumerate(picks):
+                if rep.elapsed() > a.budget_s - share * (len(modes) - 1 - k):  # this mode's share is spent
+                    rep.skip(f"graphs {mode} {kind} position {n}: out of budget")
+                    continue
+                t = time.perf_counter()
+                r = one(mode, kind, n, i)
+                rep.add({"what": kind, "cuda_graphs": mode, "line": i + 1,
+                         "ms": round((time.perf_counter() - t) * 1e3, 1), "tokens": len(r.tokens),
+                         "forwards": r.forwards, "finish": r.finish_reason})
+    eng.graphs = graphs
     rows = rep.data["rows"]
-    for kind in ("single-line", "next-edit"):
-        ms = sorted(r["ms"] for r in rows if r["what"] == kind)
-        if ms:
-            fw = [r["tokens"] / max(1, r["forwards"]) for r in rows if r["what"] == kind]
-            rep.data[kind] = {"n": len(ms), "p50_ms": round(statistics.median(ms), 1),
-                              "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
-                              "tokens_per_forward": round(statistics.mean(fw), 3)}
+    for mode in modes:
+        for kind in ("single-line", "next-edit"):
+            mine = [r for r in rows if r["what"] == kind and r["cuda_graphs"] == mode]
+            ms = sorted(r["ms"] for r in mine)
+            if ms:  # the first mode's summary keeps the plain key (the rows before graphs were timed apart)
+                rep.data[kind if mode == modes[0] else f"{kind} (graphs {mode})"] = {
+                    "cuda_graphs": mode, "n": len(ms), "p50_ms": round(statistics.median(ms), 1),
+                    "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
+                    "tokens_per_forward": round(statistics.mean(r["tokens"] / max(1, r["forwards"]) for r in mine), 3)}
+    if graphs is not None:
+        rep.data["graphs"] = graphs.info()
     rep.flush()
     return rep.data
 
@@ -340,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--model", default=EMBEDDED)
     lat.add_argument("--file", help="the file typed in (default: engine/templates.py)")
     lat.add_argument("--positions", type=int, default=12)
+    lat.add_argument("--graphs", default="on,off", help="CUDA graphs on / off, timed in this order over the same "
+                                                        "weights (each gets its share of --budget-s; CPU: off)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # CUPTI re-initialised lazily after a profiler session breaks CUDA graph replays (pytorch#75504, #107744)
