@@ -118,7 +118,8 @@ def ar_ms(eng: Engine, prompt: list[int], n: int) -> float:
 
 
 def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) -> dict[str, Any]:
-    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens."""
+    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens, and the
+    served decoding, width 1 (its steps captured where the engine has graphs)."""
     from engine.types import CanvasSpec, SamplerConfig
 
     prompt = prompt_ids(eng, n_prompt)
@@ -128,7 +129,14 @@ def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) 
     r = eng.generate(prompt, CanvasSpec(n_tokens, stop_at_end=False), SamplerConfig(threshold=threshold,
                                                                                     window="block"))
     dec = r.timings["decode_ms"]
+    w1cfg = SamplerConfig(threshold=threshold, window=1)
+    eng.generate(prompt, CanvasSpec(eng.block_size, stop_at_end=False), w1cfg)  # warm-up (captures its step)
+    w1 = eng.generate(prompt, CanvasSpec(n_tokens, stop_at_end=False), w1cfg)
+    w1ms = w1.timings["decode_ms"]
     return {"ar": {"tokens": n_tokens, "decode_ms": round(ar, 2), "tokens_per_s": round(n_tokens / ar * 1e3, 1)},
+            "width1": {"tokens": len(w1.tokens), "forwards": w1.forwards, "decode_ms": round(w1ms, 2),
+                       # one position a decode forward at width 1 without drafts (the prefill's are not counted)
+                       "ms_per_forward": round(w1ms / max(1.0, w1.timings.get("decode_positions", 0.0)), 3)},
             "diffusion": {"threshold": threshold, "tokens": len(r.tokens), "steps": r.steps, "forwards": r.forwards,
                           "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3), "decode_ms": round(dec, 2),
                           "tokens_per_s": round(len(r.tokens) / dec * 1e3, 1), "speedup_vs_ar": round(ar / dec, 3)}}
