@@ -57,7 +57,8 @@ def test_engine_bench_rehearsal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert [r["graphs_asked"] for r in dec] == [True, False]  # the same weights, CUDA graphs on then off
     for r in dec:
         assert r["ar"]["tokens"] == 8 and r["diffusion"]["tokens"] == 8 and r["prompt"] == 48
-        assert r["width1"]["tokens"] == 8 and r["width1"]["forwards"] >= 8 and r["width1"]["ms_per_forward"] > 0
+        w1 = r["width1"]
+        assert w1["tokens"] == 8 and w1["forwards"] >= 2 and w1["ms_per_forward"] > 0 and w1["drafted"] >= 0
         assert r["cuda_graphs"] is False  # a CPU has none
     assert rows[0]["what"] == "load"
     pre = next(r for r in rows if r["what"] == "prefill")["rows"]

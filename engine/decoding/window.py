@@ -129,7 +129,7 @@ class WindowDecoder:
         sp = eng.tokenizer.special
         region = rewrite_source(job.prompt, sp.region_start, sp.region_end, sp.cursor) if self.spec_k else None
         self.lookup = Lookup(job.prompt, region) if self.spec_k else None
-        self.stats = {"positions": 0.0, "drafted": 0.0, "accepted": 0.0}
+        self.stats = {"positions": 0.0, "drafted": 0.0, "accepted": 0.0, "forwards": 0.0}
         self.committed = 0  # canvas positions whose KV is in the cache
         # on CUDA (engine.decoding.graphs) the steps run captured over a one-row arena holding a copy of the
         # prompt's KV: a width-1 step of a 0.5B model is launch-bound eager (20-60 ms on an H200); the
@@ -155,6 +155,7 @@ class WindowDecoder:
             mask = step_mask(j.ctx, causal, len(ids) - causal, eng.device)
             h = eng.model(t, offset=j.ctx, cache=self.kv, mask=mask, logits_slice=slice(0, 0))
         j.forwards += 1
+        self.stats["forwards"] += 1
         self.stats["positions"] += len(ids)
         return h[0]
 
