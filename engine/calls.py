@@ -35,7 +35,8 @@ class FormatRequest(GenerateRequest):
     after: list[int] = field(default_factory=list)  # tokens after the canvas (in-place infilling)
     stop_ids: frozenset[int] = frozenset()  # tokens that end the output besides the tokenizer's ends
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
-    reply: Callable[[str], list[tuple[int, int]]] | None = None  # the layout's `reply`: the new region's spans
+    # the layout's `reply`: the spans of a rewrite's text that make the new region
+    reply: Callable[[str], list[tuple[int, int]]] | None = None
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -133,7 +134,8 @@ def _keep_spans(eng: StepRunner, res: GenerateResult, spans: list[tuple[int, int
         top = max(top, len(eng.text(res.tokens[:i], False)))
         ends.append(top)
     starts = [0, *ends[:-1]]
-    keep = [i for i, (a, b) in enumerate(zip(starts, ends, strict=True)) if any(a < e and b > s for s, e in spans)]
+    keep = [i for i, (a, b) in enumerate(zip(starts, ends, strict=True))
+            if any(a < e and b > s for s, e in spans)]
     res.tokens = [res.tokens[i] for i in keep]
     res.confidences = [res.confidences[i] for i in keep]
     res.text = "".join(res.text[s:e] for s, e in spans)

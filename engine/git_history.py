@@ -7,10 +7,10 @@ each touch it (joined into one longer session, up to ``MAX_COMMITS`` commits / `
 character edit ``(start, end, text)`` on the text the previous steps left (``apply_steps``).
 
 The replay (`engine/git_replay.py`: cursor, region, target; used by `engine/train/git_sessions.py` for
-training and `evals/replay_sessions.py` for evaluation) applies the first ``k`` steps as the edit history, puts
-the cursor where the last applied hunk left it (the end of its last typed line), and asks for the editable
-region around the cursor with every pending hunk inside it applied — or unchanged (a no-edit example) when
-nothing is left there.
+training and `evals/replay_sessions.py` for evaluation) applies the first ``k`` steps as the edit history,
+puts the cursor where the last applied hunk left it (the end of its last typed line), and asks for the
+editable region around the cursor with every pending hunk inside it applied — or unchanged (a no-edit
+example) when nothing is left there.
 
 A merge on the first-parent chain counts with its diff against its first parent (the change as merged).
 Dropped, each counted by reason (`ExtractReport`): root commits, added / deleted / renamed files, non-source

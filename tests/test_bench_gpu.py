@@ -138,10 +138,10 @@ def test_the_warm_prefill_edits_the_last_token_twice_to_different_tokens(monkeyp
     assert len({seen[1], seen[2], seen[3]}) == 3 and row["recomputed"] == 1
 
 
-def test_latency_times_cuda_graphs_on_then_off_over_the_same_weights(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the engine has captured steps (CUDA; here the static step uncaptured), the latency run times them
-    and then the eager steps over the same loaded weights, each in its share of the budget, and reports both."""
+def test_latency_times_cuda_graphs_on_then_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the engine has captured steps (CUDA; here the static step uncaptured), the latency run times
+    them and then the eager steps over the same loaded weights, each in its share of the budget, and reports
+    both."""
     from engine.decoding.graphs import StepGraphs
     from engine.engine import Engine
 
@@ -155,10 +155,11 @@ def test_latency_times_cuda_graphs_on_then_off_over_the_same_weights(tmp_path: P
 
     monkeypatch.setattr(Engine, "load", with_graphs)
     out = tmp_path / "latency.json"
-    assert main(["latency", "--model", "tiny-random", "--device", "cpu", "--positions", "2", "--budget-s", "900",
-                 "--out", str(out)]) == 0
+    assert main(["latency", "--model", "tiny-random", "--device", "cpu", "--positions", "2",
+                 "--budget-s", "900", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["single-line"]["cuda_graphs"] == "on" and d["single-line (graphs off)"]["n"] == 2
     assert d["next-edit"]["n"] == 2 and d["next-edit (graphs off)"]["cuda_graphs"] == "off"
     assert [r["cuda_graphs"] for r in d["rows"]] == ["on"] * 4 + ["off"] * 4
     assert d["graphs"]["replayed"] > 4  # the "on" rows' decode steps ran static
+    assert d["same_output"] == {"pairs": 4, "same": 4}  # and answered what the eager steps answer

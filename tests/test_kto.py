@@ -297,7 +297,8 @@ def test_tiny_kto_run_lowers_the_loss_raises_the_margin_and_resumes(tmp_path: Pa
                     save_every=10, threads=1, device="cpu", eval_examples=24)
     s = train_kto(cfg, progress=False)
     live = json.loads((tmp_path / "a" / "kto.progress.json").read_text())  # what `align-status` reads
-    assert (live["step"], live["steps"], live["ckpt_step"]) == (30, 30, 30) and live["monitor"] == s["monitor"][-1]
+    assert (live["step"], live["steps"], live["ckpt_step"]) == (30, 30, 30)
+    assert live["monitor"] == s["monitor"][-1]
     assert live["z0"] == s["history"][-1]["z0"] and live["eta_s"] == 0
     first, last = s["monitor"][0], s["monitor"][-1]
     assert last["loss"] < first["loss"] - 0.02, (first, last)

@@ -56,7 +56,8 @@ def test_tiny_training_loss_falls_and_exports(corpus: Path, tmp_path: Path) -> N
     assert last < 0.95 * first, (first, last)
     assert s["val"][-1]["masked_acc"] > s["val"][0]["masked_acc"]
     assert s["tok_s"] > 0 and s["steps"] == 40
-    live = json.loads((tmp_path / "run" / "progress.json").read_text())  # what the GPU recipe's `status` reads
+    # what the GPU recipe's `status` reads
+    live = json.loads((tmp_path / "run" / "progress.json").read_text())
     assert (live["step"], live["steps"], live["eta_s"]) == (40, 40, 0) and live["val_loss"] == last
     assert live["tok_s"] > 0 and live["masked_acc"] is not None and live["loss_avg10"] is not None
     tensors, meta = load_adapter(tmp_path / "run" / "adapter")

@@ -132,8 +132,8 @@ def bd3_loss(model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, float]]:
     return loss, out
 
 
-def fixed_noise_pass(model: nn.Module, examples: Sequence[object], block_size: int, mask_id: int, pad_id: int, *,
-                     batch_size: int, seed: int = 1234, shifted: bool = True,
+def fixed_noise_pass(model: nn.Module, examples: Sequence[object], block_size: int, mask_id: int,
+                     pad_id: int, *, batch_size: int, seed: int = 1234, shifted: bool = True,
                      dtype: torch.dtype = torch.float32) -> dict[str, float | int | None]:
     """One BD3 pass over ``examples`` (``prompt``, ``target``, ``changed``) with the same masks every call —
     comparable across steps and adapters: the plain loss (a mean over examples), and accuracy / CE of all
@@ -141,7 +141,8 @@ def fixed_noise_pass(model: nn.Module, examples: Sequence[object], block_size: i
     trainer's validation and ``train edit-tokens`` both read it."""
     dev = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    sums = {"masked": 0, "hit": 0.0, "ce": 0.0, "changed": 0, "changed_hit": 0.0, "changed_ce": 0.0, "loss": 0.0}
+    sums = {"masked": 0, "hit": 0.0, "ce": 0.0, "changed": 0, "changed_hit": 0.0, "changed_ce": 0.0,
+            "loss": 0.0}
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]

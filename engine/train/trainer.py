@@ -336,8 +336,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> d
             last_save = time.perf_counter()
         tail = history[-1] if history else {}
         live.update(history, now - t0, {"masked_acc": tail.get("masked_acc"), "lr": tail.get("lr"),
-                                        "val_loss": vals[-1]["loss"] if vals else None, "tok_s": round(tps, 1)},
-                    force=last)
+                                        "val_loss": vals[-1]["loss"] if vals else None,
+                                        "tok_s": round(tps, 1)}, force=last)
         if out_of_time or stop:
             (out / "STOP").unlink(missing_ok=True)
             log.warning("stopping at step %d (%s)", step + 1,

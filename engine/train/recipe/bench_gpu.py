@@ -18,6 +18,7 @@ measured. Every path runs on a CPU with tiny shapes (tests/test_bench_gpu.py).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -118,8 +119,8 @@ def ar_ms(eng: Engine, prompt: list[int], n: int) -> float:
 
 
 def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) -> dict[str, Any]:
-    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens, and the
-    served decoding, width 1 (its steps captured where the engine has graphs)."""
+    """AR vs diffusion (threshold sampler, block mode) decoding of ``n_tokens`` after ``n_prompt`` tokens, and
+    the served decoding, width 1 (its steps captured where the engine has graphs)."""
     from engine.types import CanvasSpec, SamplerConfig
 
     prompt = prompt_ids(eng, n_prompt)
@@ -274,6 +275,10 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
     return rep.data
 
 
+def _digest(tokens: list[int]) -> str:
+    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
+
+
 def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     from engine.engine import Engine
     from engine.templates import EditPrompt, FimPrompt
@@ -300,9 +305,10 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
         ln = lines[i]
         if kind == "single-line":
             cut = starts[i] + len(ln) - len(ln.lstrip()) + max(1, len(ln.strip()) // 2)
-            return eng.infill(FimPrompt(text[:cut], text[cut:], path=path.name), max_tokens=64, single_line=True,
-                              cache_key=f"lat:{mode}:{n}")
-        word = max(ln.split(), key=len)  # the user just renamed a word on this line: rewrite the lines around it
+            return eng.infill(FimPrompt(text[:cut], text[cut:], path=path.name), max_tokens=64,
+                              single_line=True, cache_key=f"lat:{mode}:{n}")
+        # the user just renamed a word on this line: rewrite the lines around it
+        word = max(ln.split(), key=len)
         new_ln = ln.replace(word, word + "_x", 1)
         a0, b0 = starts[max(0, i - 2)], starts[min(len(lines), i + 4)]
         region = text[a0:starts[i]] + new_ln + text[starts[i + 1]:b0]
@@ -321,7 +327,7 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
                 r = one(mode, kind, n, i)
                 rep.add({"what": kind, "cuda_graphs": mode, "line": i + 1,
                          "ms": round((time.perf_counter() - t) * 1e3, 1), "tokens": len(r.tokens),
-                         "forwards": r.forwards, "finish": r.finish_reason})
+                         "forwards": r.forwards, "finish": r.finish_reason, "out": _digest(r.tokens)})
     eng.graphs = graphs
     rows = rep.data["rows"]
     for mode in modes:
@@ -332,9 +338,15 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
                 rep.data[kind if mode == modes[0] else f"{kind} (graphs {mode})"] = {
                     "cuda_graphs": mode, "n": len(ms), "p50_ms": round(statistics.median(ms), 1),
                     "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
-                    "tokens_per_forward": round(statistics.mean(r["tokens"] / max(1, r["forwards"]) for r in mine), 3)}
+                    "tokens_per_forward": round(statistics.mean(r["tokens"] / max(1, r["forwards"])
+                                                                for r in mine), 3)}
     if graphs is not None:
         rep.data["graphs"] = graphs.info()
+    if len(modes) > 1:  # captured steps must answer what eager ones answer (bf16 may flip a rare token)
+        by = {(r["what"], r["line"], r["cuda_graphs"]): r["out"] for r in rows}
+        pairs = [(v, by[(w, ln, modes[1])]) for (w, ln, m), v in by.items()
+                 if m == modes[0] and (w, ln, modes[1]) in by]
+        rep.data["same_output"] = {"pairs": len(pairs), "same": sum(a == b for a, b in pairs)}
     rep.flush()
     return rep.data
 
@@ -362,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--model", default=EMBEDDED)
     lat.add_argument("--file", help="the file typed in (default: engine/templates.py)")
     lat.add_argument("--positions", type=int, default=12)
-    lat.add_argument("--graphs", default="on,off", help="CUDA graphs on / off, timed in this order over the same "
-                                                        "weights (each gets its share of --budget-s; CPU: off)")
+    lat.add_argument("--graphs", default="on,off",
+                     help="CUDA graphs on / off, timed in this order over the same weights (each gets its share "
+                          "of --budget-s; CPU: off)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # CUPTI re-initialised lazily after a profiler session breaks CUDA graph replays (pytorch#75504, #107744)
