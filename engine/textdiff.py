@@ -50,7 +50,10 @@ def _matching(n: int, same: Callable[[int, int], bool]) -> int:
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """How many items (characters, token ids) ``a`` and ``b`` share from the start."""
+    """How many items (characters, token ids) ``a`` and ``b`` share from the start (a list and a tuple of the
+    same ids share them all: slices of different sequence types never compare equal, so they are listed)."""
+    if type(a) is not type(b):
+        a, b = list(a), list(b)
     return _matching(min(len(a), len(b)), lambda i, k: a[i:i + k] == b[i:i + k])
 
 

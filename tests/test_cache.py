@@ -185,6 +185,9 @@ def test_kv_cache_grows_and_checks_capacity() -> None:
     with pytest.raises(ValueError, match="too small"):
         kv.write(0, k, k, 510)
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
+    assert common_prefix((1, 2, 3), [1, 2, 4]) == 2 and common_prefix("abcd", "abd") == 2  # any two sequences
+    long = list(range(40_000))  # past one compared block (16K): the bisection inside the differing one
+    assert common_prefix(long, long[:30_001] + [-1]) == 30_001 and common_prefix(long, tuple(long)) == 40_000
 
 
 def test_bidirectional_exact_mode_equals_recompute_and_dual_cache_runs() -> None:
