@@ -22,23 +22,6 @@ def cursor_after(text: str, step: tuple[int, int, str]) -> int:
     return max(0, min(cur, len(text)))
 
 
-def line_span(text: str, cursor: int, before: int, after: int) -> tuple[int, int]:
-    """Char span of whole lines: ``before`` lines above the cursor's line, ``after`` below it."""
-    a = text.rfind("\n", 0, cursor) + 1
-    for _ in range(before):
-        if a == 0:
-            break
-        a = text.rfind("\n", 0, a - 1) + 1
-    nl = text.find("\n", cursor)
-    b = len(text) if nl < 0 else nl + 1
-    for _ in range(after):
-        if b >= len(text):
-            break
-        nl = text.find("\n", b)
-        b = len(text) if nl < 0 else nl + 1
-    return a, b
-
-
 def pending_in_region(current: str, final: str, ra: int, rb: int) -> tuple[int, int, str]:
     """(region start, end, new region): the region of ``current`` with every change of current → final
     that touches it applied (the region grows to whole hunks that cross its edges)."""

@@ -68,3 +68,20 @@ def changed_span(old: str, new: str) -> tuple[int, int, int]:
     """The smallest span turning ``old`` into ``new``: (start, end in ``old``, end in ``new``)."""
     p, s = common_ends(old, new)
     return p, len(old) - s, len(new) - s
+
+
+def line_span(text: str, cursor: int, before: int, after: int) -> tuple[int, int]:
+    """Char span of whole lines: ``before`` lines above the cursor's line, ``after`` below it."""
+    a = text.rfind("\n", 0, cursor) + 1
+    for _ in range(before):
+        if a == 0:
+            break
+        a = text.rfind("\n", 0, a - 1) + 1
+    nl = text.find("\n", cursor)
+    b = len(text) if nl < 0 else nl + 1
+    for _ in range(after):
+        if b >= len(text):
+            break
+        nl = text.find("\n", b)
+        b = len(text) if nl < 0 else nl + 1
+    return a, b

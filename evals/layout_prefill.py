@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.git_history import extract_source, states_of
-from engine.git_replay import cursor_after, line_span, near_ks
+from engine.git_replay import cursor_after, near_ks
 from engine.templates import EDIT_LAYOUTS, EditPrompt, render_edit
-from engine.textdiff import unified_diff
+from engine.textdiff import line_span, unified_diff
 
 
 @dataclass

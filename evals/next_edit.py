@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.git_replay import line_span
 from engine.templates import (
     DEFAULT_EDIT_LAYOUT,
     EDIT_DIFF_CHARS,
@@ -38,7 +37,7 @@ from engine.templates import (
     EDIT_REGION_BELOW,
     EditPrompt,
 )
-from engine.textdiff import unified_diff
+from engine.textdiff import line_span, unified_diff
 from evals.metrics import line_f1, normalize_ws, percentile
 
 CATEGORIES = ("next-edit", "elsewhere", "done")

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.git_history import ExtractReport, GitSession, extract_source, states_of
-from engine.git_replay import cursor_after, line_span, near_ks, pending_in_region
+from engine.git_replay import cursor_after, near_ks, pending_in_region
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
-from engine.textdiff import unified_diff
+from engine.textdiff import line_span, unified_diff
 from evals.cases import Case, Cursor, Edit, language_of
 from evals.workspace import repo_name
 

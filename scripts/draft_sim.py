@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from engine.decoding.window import Lookup, rewrite_source
-from engine.git_replay import line_span
 from engine.templates import EditPrompt, render_edit
+from engine.textdiff import line_span
 from evals.replay_sessions import SessionReplayOptions, session_cases
 
 

@@ -104,3 +104,29 @@ def test_the_server_keeps_one_copy_of_each_document() -> None:
     replies = [json.loads(part.split(b"\r\n\r\n", 1)[1]) for part in out.getvalue().split(b"Content-Length")[1:]]
     [doc] = [r["result"] for r in replies if r.get("id") == 2]
     assert doc["version"] == 2 and doc["length"] == len("a = 1\r\nb = 3\r\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\n", max_size=40), st.data())
+def test_the_history_line_window_is_two_line_spans(text: str, data: st.DataObject) -> None:
+    """The edit history's window of lines around an edit ([start, end) widened to whole lines plus ``context``
+    lines each side) is `engine.textdiff.line_span` at each end — the loop it replaced, kept here as the
+    reference."""
+    from edit_server.core.history import _line_window
+
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    context = data.draw(st.integers(0, 3))
+    a = text.rfind("\n", 0, start) + 1
+    for _ in range(context):
+        if a == 0:
+            break
+        a = text.rfind("\n", 0, a - 1) + 1
+    b = end
+    for _ in range(context + 1):
+        nl = text.find("\n", b)
+        if nl < 0:
+            b = len(text)
+            break
+        b = nl + 1
+    assert _line_window(text, start, end, context) == (a, b)

@@ -172,8 +172,9 @@ def test_gpu_pack_stages_sessions_and_the_trainer_reads_them(repo: Path, tmp_pat
 
 def test_half_the_session_examples_take_the_served_region(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.git_history import states_of
-    from engine.git_replay import cursor_after, line_span
+    from engine.git_replay import cursor_after
     from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+    from engine.textdiff import line_span
     from engine.train import git_sessions
 
     s = extract_sessions(repo)[0]

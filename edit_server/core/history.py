@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from edit_server.core.documents import EditEvent
-from engine.textdiff import unified_diff
+from engine.textdiff import line_span, unified_diff
 
 
 @dataclass(frozen=True)
@@ -27,18 +27,7 @@ CONTEXT_LINES = 3
 
 def _line_window(text: str, start: int, end: int, context: int) -> tuple[int, int]:
     """[start, end) widened to whole lines plus ``context`` lines each side (char offsets)."""
-    a = text.rfind("\n", 0, start) + 1
-    for _ in range(context):
-        if a == 0:
-            break
-        a = text.rfind("\n", 0, a - 1) + 1
-    b = end
-    for _ in range(context + 1):
-        nl = text.find("\n", b)
-        if nl < 0:
-            return a, len(text)
-        b = nl + 1
-    return a, b
+    return line_span(text, start, context, 0)[0], line_span(text, end, 0, context)[1]
 
 
 @dataclass

@@ -11,8 +11,9 @@ from engine.git_history import (  # noqa: F401 - load_git_sources: the trainer's
     load_git_sources,
     states_of,
 )
-from engine.git_replay import cursor_after, line_span, near_ks, pending_in_region
+from engine.git_replay import cursor_after, near_ks, pending_in_region
 from engine.templates import EDIT_DIFF_CHARS, EDIT_HISTORY, EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+from engine.textdiff import line_span
 from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
 
