@@ -1,8 +1,8 @@
 """The replay of a git edit session (`engine/git_history.py`) at one point: where the last applied hunk left
-the cursor, the editable region's lines around it, and the region's target — every pending change that
-touches it applied, or the region unchanged when nothing is left there. Shared by training
-(`engine/train/git_sessions.py`) and the replay evaluation (`evals/replay_sessions.py`, `evals/next_edit.py`),
-so both cut sessions alike.
+the cursor, the points where the next hunk starts near it, and the editable region's target — every pending
+change that touches it applied, or the region unchanged when nothing is left there (the region's lines around
+the cursor: `engine.textdiff.line_span`). Shared by training (`engine/train/git_sessions.py`) and the replay
+evaluation (`evals/replay_sessions.py`, `evals/layout_prefill.py`), so both cut sessions alike.
 """
 
 from __future__ import annotations
