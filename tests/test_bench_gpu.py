@@ -140,8 +140,7 @@ def test_the_warm_prefill_edits_the_last_token_twice_to_different_tokens(monkeyp
 
 def test_latency_times_cuda_graphs_on_then_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the engine has captured steps (CUDA; here the static step uncaptured), the latency run times
-    them and then the eager steps over the same loaded weights, each in its share of the budget, and reports
-    both."""
+    them and the eager steps in turn at each position over the same loaded weights, and reports both."""
     from engine.decoding.graphs import StepGraphs
     from engine.engine import Engine
 
@@ -160,6 +159,6 @@ def test_latency_times_cuda_graphs_on_then_off(tmp_path: Path, monkeypatch: pyte
     d = json.loads(out.read_text())
     assert d["single-line"]["cuda_graphs"] == "on" and d["single-line (graphs off)"]["n"] == 2
     assert d["next-edit"]["n"] == 2 and d["next-edit (graphs off)"]["cuda_graphs"] == "off"
-    assert [r["cuda_graphs"] for r in d["rows"]] == ["on"] * 4 + ["off"] * 4
+    assert [r["cuda_graphs"] for r in d["rows"]] == ["on", "off"] * 4  # paired at each position
     assert d["graphs"]["replayed"] > 4  # the "on" rows' decode steps ran static
     assert d["same_output"] == {"pairs": 4, "same": 4}  # and answered what the eager steps answer

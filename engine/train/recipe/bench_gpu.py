@@ -297,9 +297,8 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     code = [i for i, ln in enumerate(lines) if len(ln.strip()) > 8 and 2 <= i < len(lines) - 4]
     picks = [code[k * len(code) // a.positions] for k in range(a.positions)] if code else []
     eng.infill(FimPrompt(text[:starts[2]], text[starts[2]:], path=path.name), max_tokens=16, single_line=True)
-    graphs = eng.graphs  # captured decode steps (CUDA): timed on, then off over the same weights
+    graphs = eng.graphs  # captured decode steps (CUDA): on and off in turn at each position, the same weights
     modes = [g for g in a.graphs.split(",") if g and (g == "off" or graphs is not None)] or ["off"]
-    share = (a.budget_s - rep.elapsed()) / len(modes)
 
     def one(mode: str, kind: str, n: int, i: int) -> Any:
         ln = lines[i]
@@ -316,13 +315,13 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
         return eng.rewrite(EditPrompt(text[:a0], region, text[b0:], starts[i] - a0 + len(new_ln) - 1,
                                       path=path.name, history=hist), cache_key=f"edit:{mode}:{n}")
 
-    for k, mode in enumerate(modes):
-        eng.graphs = graphs if mode == "on" else None
-        for kind in ("single-line", "next-edit"):
-            for n, i in enumerate(picks):
-                if rep.elapsed() > a.budget_s - share * (len(modes) - 1 - k):  # this mode's share is spent
+    for kind in ("single-line", "next-edit"):
+        for n, i in enumerate(picks):
+            for mode in modes:  # paired: whatever the budget cuts, both modes have the same positions
+                if rep.elapsed() > a.budget_s:
                     rep.skip(f"graphs {mode} {kind} position {n}: out of budget")
                     continue
+                eng.graphs = graphs if mode == "on" else None
                 t = time.perf_counter()
                 r = one(mode, kind, n, i)
                 rep.add({"what": kind, "cuda_graphs": mode, "line": i + 1,
@@ -375,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--file", help="the file typed in (default: engine/templates.py)")
     lat.add_argument("--positions", type=int, default=12)
     lat.add_argument("--graphs", default="on,off",
-                     help="CUDA graphs on / off, timed in this order over the same weights (each gets its share "
-                          "of --budget-s; CPU: off)")
+                     help="CUDA graphs on / off, timed in turn at each position over the same weights "
+                          "(CPU: off)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     # CUPTI re-initialised lazily after a profiler session breaks CUDA graph replays (pytorch#75504, #107744)
