@@ -148,5 +148,3 @@ def gate_view(records: Sequence[dict[str, Any]], threshold: float | None,
                  "correct": bool(r.get("quiet_case"))}
         out.append(r)
     return out
-
-

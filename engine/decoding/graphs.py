@@ -177,13 +177,13 @@ class StepGraphs:
                 lim=torch.full((rows,), t, dtype=torch.long, device=self.device),
                 causal=torch.zeros(rows, dtype=torch.long, device=self.device))
         st.ids[:n].copy_(ids)
-        off = torch.tensor(list(offsets), dtype=torch.long)
-        host = torch.stack([torch.tensor(list(limits), dtype=torch.long),
-                            torch.tensor(list(causal) if causal is not None else [0] * n, dtype=torch.long)])
-        st.pos[:n].copy_((off[:, None] + torch.arange(t)[None, :]).to(self.device, non_blocking=True))
-        host = host.to(self.device, non_blocking=True)
-        st.lim[:n].copy_(host[0])
-        st.causal[:n].copy_(host[1])
+        # one host-to-device copy a step: each row's positions, key limit and causal tokens
+        per_row = torch.tensor([list(limits), list(causal) if causal is not None else [0] * n], dtype=torch.long)
+        host = torch.cat([torch.tensor(list(offsets), dtype=torch.long)[:, None] + torch.arange(t)[None, :],
+                          per_row.T], dim=1).to(self.device, non_blocking=True)
+        st.pos[:n].copy_(host[:, :t])
+        st.lim[:n].copy_(host[:, t])
+        st.causal[:n].copy_(host[:, t + 1])
         if not self.capture:
             st.out = self._forward(arena, st, cap)
         elif fresh:
