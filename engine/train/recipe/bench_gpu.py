@@ -333,7 +333,7 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
         for kind in ("single-line", "next-edit"):
             mine = [r for r in rows if r["what"] == kind and r["cuda_graphs"] == mode]
             ms = sorted(r["ms"] for r in mine)
-            if ms:  # the first mode's summary keeps the plain key (the rows before graphs were timed apart)
+            if ms:  # the first mode keeps the plain key that reports before the on / off pairing used
                 rep.data[kind if mode == modes[0] else f"{kind} (graphs {mode})"] = {
                     "cuda_graphs": mode, "n": len(ms), "p50_ms": round(statistics.median(ms), 1),
                     "p95_ms": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
