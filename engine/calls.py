@@ -37,6 +37,7 @@ class FormatRequest(GenerateRequest):
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
     # the layout's `reply`: the spans of a rewrite's text that make the new region
     reply: Callable[[str], list[tuple[int, int]]] | None = None
+    heal: str = ""  # the layout's token healing: text the output's first token must start with
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
@@ -97,7 +98,8 @@ def call_request(eng: StepRunner, c: Call) -> FormatRequest:
     sampler = c.sampler if isinstance(c, InfillCall) else \
         variant_sampler(cfg, c.variant) if c.variant else rewrite_sampler(c.sampler, cfg)
     return FormatRequest(lay.before, spec, sampler, c.cache_key, c.abort, after=list(lay.after),
-                         stop_ids=lay.stop_ids, expand_id=lay.expand_id, reply=lay.reply)
+                         stop_ids=lay.stop_ids, expand_id=lay.expand_id, reply=lay.reply,
+                         heal=lay.heal)
 
 
 def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatRequest) -> GenerateResult:
@@ -106,7 +108,7 @@ def call_result(eng: StepRunner, c: Call, res: GenerateResult, req: FormatReques
     if isinstance(c, InfillCall):
         if len(res.tokens) > c.max_tokens:
             res.tokens, res.confidences = res.tokens[:c.max_tokens], res.confidences[:c.max_tokens]
-            res.text = eng.text(res.tokens, c.single_line)
+            res.text = res.lead + eng.text(res.tokens, c.single_line)
             res.finish_reason = "length"
         return res
     cur = eng.tokenizer.special.cursor

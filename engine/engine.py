@@ -37,6 +37,7 @@ from engine.decoding.bidir import decode_bidirectional
 from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
 from engine.decoding.expand import ExpandCanvas
 from engine.decoding.graphs import StepGraphs, want_graphs
+from engine.decoding.heal import heal
 from engine.decoding.policy import default_sampler, parse_decode, resolve, want_fast_cpu
 from engine.decoding.sampler import Denoiser
 from engine.decoding.steps import Job, PrefillHook, StepItem
@@ -236,7 +237,7 @@ class Engine(ByComplete):
             return
         canvas = list(j.den.canvas)
         j.on_step(StepEvent(step=j.den.steps, block=j.den.block, canvas=canvas,
-                            text=self.tokenizer.decode(canvas), unmasked=unmasked,
+                            text=j.healed + self.tokenizer.decode(canvas), unmasked=unmasked,
                             remasked=len(j.den.last_remasked)))
 
     def step(self, items: Sequence[StepItem]) -> list[int]:
@@ -284,8 +285,11 @@ class Engine(ByComplete):
         after = list(req.after) if isinstance(req, FormatRequest) else []
         stops = req.stop_ids if isinstance(req, FormatRequest) else frozenset()
         expand = req.expand_id if isinstance(req, FormatRequest) else None
+        heal_text = req.heal if isinstance(req, FormatRequest) else ""
         if (after or expand is not None) and self.args.attention != "bidirectional":
             raise FormatNotSupported("in-place / variable-length canvases need a bidirectional model")
+        if heal_text and (self.args.attention != "block_causal" or self.args.block_align == "absolute"):
+            raise FormatNotSupported("token healing needs a prompt that ends where the canvas starts")
         newlines = self.newline_ids if req.canvas.single_line else ()
         den: Denoiser | ExpandCanvas
         if expand is not None:
@@ -304,7 +308,7 @@ class Engine(ByComplete):
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
         else:
             den = Denoiser(req.canvas, cfg, **kw)
-        return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
+        return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after, heal=heal_text)
 
     @torch.no_grad()
     def _run(self, reqs: Sequence[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
@@ -316,6 +320,8 @@ class Engine(ByComplete):
                 try:
                     for j in jobs:
                         self._prefill(j)
+                        if j.heal:
+                            heal(self, j)
                     t1 = time.perf_counter()
                     blocks = [j for j in jobs if j.den.cfg.window in (None, "block")]
                     for j in jobs:  # window mode: one at a time, the same result as alone
@@ -343,9 +349,10 @@ class Engine(ByComplete):
                 text = self.text(ids, j.den.spec.single_line)
                 cut = j.den.cut_chars  # a stop rule's exact character cut
                 out.append(GenerateResult(
-                    text=text if cut is None else text[:cut], tokens=ids, confidences=confs,
+                    text=j.healed + (text if cut is None else text[:cut]), tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
-                    cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings))
+                    cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings,
+                    lead=j.healed))
             return out
 
     def _loop_reference(self, req: GenerateRequest) -> str | None:

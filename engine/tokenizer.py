@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
@@ -19,6 +20,7 @@ class Tokenizer:
         self.hf = hf
         self.special = special
         self._special_set = frozenset(special.as_dict().values())
+        self._by_text: tuple[list[str], list[int]] | None = None  # `ids_starting_with`'s index, built once
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -88,3 +90,43 @@ class Tokenizer:
 
     def token_text(self, i: int) -> str:
         return self.hf.id_to_token(int(i)) or ""
+
+    def last_piece(self, text: str) -> int:
+        """Where the last piece of ``text``'s pre-tokenization starts (no token crosses a piece's edge: ``'    retur'``
+        is ``'   '``, ``' retur'``, whatever tokens then spell ``' retur'``); the last token's start without a
+        pre-tokenizer."""
+        if not text:
+            return 0
+        pre = self.hf.pre_tokenizer
+        if pre is not None:
+            return pre.pre_tokenize_str(text)[-1][1][0]
+        kept = self.decode(self.encode(text)[:-1])
+        return len(kept) if text.startswith(kept) else 0
+
+    def ids_starting_with(self, text: str) -> list[int]:
+        """The tokens whose own text starts with ``text`` — token healing's choices for a prompt whose last
+        token was taken back (`engine.decoding.heal`). Added and special tokens never, nor a token that
+        decodes to an invalid byte sequence alone."""
+        keys, ids = self._text_index()
+        lo = bisect_left(keys, text)
+        hi = bisect_left(keys, text + "\U0010ffff", lo)
+        return ids[lo:hi]
+
+    def ids_of_prefixes(self, text: str) -> list[int]:
+        """The tokens whose own text is a proper prefix of ``text`` (shortest first), as `ids_starting_with`."""
+        keys, ids = self._text_index()
+        out = []
+        for k in range(1, len(text)):
+            at = bisect_left(keys, text[:k])
+            if at < len(keys) and keys[at] == text[:k]:
+                out.append(ids[at])
+        return out
+
+    def _text_index(self) -> tuple[list[str], list[int]]:
+        if self._by_text is None:
+            added = {int(i) for i in self.hf.get_added_tokens_decoder()}
+            n = self.vocab_size
+            texts = self.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
+            pairs = sorted((t, i) for i, t in enumerate(texts) if t and i not in added and REPLACEMENT not in t)
+            self._by_text = ([t for t, _ in pairs], [i for _, i in pairs])
+        return self._by_text

@@ -178,6 +178,9 @@ class GenerateResult:
     # against the editable region does not copy (`engine.calls.edit_confidences`); None: not a rewrite, or
     # an engine that cannot tell (a remote backend)
     changed: list[float] | None = None
+    # the text before the first output token's: what a healed prompt token added after the text taken back
+    # (`engine.decoding.heal`); ``text`` starts with it
+    lead: str = ""
 
     @property
     def tokens_per_forward(self) -> float:

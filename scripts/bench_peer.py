@@ -115,7 +115,8 @@ def run_peer(a: argparse.Namespace, tasks: list[Any]) -> dict[str, dict[str, Any
         for t in tasks:
             if store.done(t.task_id):
                 continue
-            ids = fmt.fim(FimPrompt(t.prompt, t.suffix, path=f"{t.entry_point}.py"), max_tokens).before
+            lay = fmt.fim(FimPrompt(t.prompt, t.suffix, path=f"{t.entry_point}.py"), max_tokens)
+            ids = lay.before + tok.encode(lay.heal)  # llama.cpp does not heal: the piece as typed
             llm.reset()  # a cold prompt per case, as ours (each case has its own cache key)
             t0 = time.perf_counter()
             out = llm.create_completion(prompt=ids, max_tokens=max_tokens, temperature=0.0, top_k=1, top_p=1.0,

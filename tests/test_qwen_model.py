@@ -105,15 +105,46 @@ def test_qwen_fim_layout_file_and_repo_level(tiny: tuple[Path, torch.nn.Module])
     assert fmt.name == "qwen-fim"
     T = Qw.TOKENS.index
     lay = fmt.fim(FimPrompt("def re", "ret", path="pkg/a.py"), 16)
-    assert lay.before == [T("<|fim_prefix|>"), T("def"), T("Ġre"), T("<|fim_suffix|>"), T("ret"),
-                          T("<|fim_middle|>")]
+    assert lay.before == [T("<|fim_prefix|>"), T("<|fim_suffix|>"), T("ret"), T("<|fim_middle|>"), T("def")]
+    assert lay.heal == " re"  # the cursor's line after the middle token, its last piece healed (test below)
     assert lay.canvas == 16 and not lay.in_place
     assert lay.stop_ids == {T(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
                                            "<|im_end|>")}
     rep = fmt.fim(FimPrompt("x", "", path="pkg/a.py", sections=(Section("definition", "pkg/b.py", "re"),)))
     assert tok.decode(rep.before) == ("<|repo_name|>pkg\n<|file_sep|>pkg/b.py\nre\n<|file_sep|>pkg/a.py\n"
-                                      "<|fim_prefix|>x<|fim_suffix|><|fim_middle|>")
+                                      "<|fim_prefix|><|fim_suffix|><|fim_middle|>") and rep.heal == "x"
     assert [p[0] for p in rep.parts] == ["repo", "section:0:definition", "header", "prefix", "suffix", "middle"]
+
+
+def test_qwen_fim_puts_the_typed_line_after_the_middle_token_and_heals_its_last_piece(
+        tiny: tuple[Path, torch.nn.Module]) -> None:
+    """As llama.cpp's ``/infill`` with llama.vim's ``prompt``: the cursor's line up to the cursor goes after
+    ``<|fim_middle|>`` (typing on it changes the prompt's end only), its last piece left out to be healed;
+    where text follows the cursor on its line, the line stays in the prefix (the model must see the suffix
+    go on right there: more than MOVE_REST characters of it)."""
+    ck = load_gguf(tiny[0])
+    tok = ck.tokenizer
+    fmt = for_model(tok, {"registry": "qwen2.5-coder-0.5b"})
+    T = Qw.TOKENS.index
+    lay = fmt.fim(FimPrompt("x = 1\n  ret", "\nprint(x)\n"), 8)
+    assert lay.before == [T("<|fim_prefix|>"), *tok.encode("x = 1\n"), T("<|fim_suffix|>"),
+                          *tok.encode("\nprint(x)\n"), T("<|fim_middle|>"), T("Ġ")]
+    assert lay.heal == " ret"  # the pre-tokenizer's last piece: tokens never cross its start
+    assert fmt.fim(FimPrompt("x = 1\n  ret", "\n"), 8).heal == " ret"
+    assert [p[0] for p in lay.parts] == ["prefix", "suffix", "middle"]
+    short = fmt.fim(FimPrompt("a = f(x", ", y)\n"), 8)  # a short rest of the line: moved too
+    assert short.before == [T("<|fim_prefix|>"), T("<|fim_suffix|>"), *tok.encode(", y)\n"), T("<|fim_middle|>"),
+                            *tok.encode("a = f")] and short.heal == "(x"
+    long = fmt.fim(FimPrompt("a = f(x", ", yy, zz, w)\n"), 8)  # more than MOVE_REST: the line stays in the prefix
+    assert long.before == [T("<|fim_prefix|>"), *tok.encode("a = f"), T("<|fim_suffix|>"),
+                           *tok.encode(", yy, zz, w)\n"), T("<|fim_middle|>")] and long.heal == "(x"
+    for suffix in ("y\n", "a long line after the cursor\n"):  # at a line's start: nothing typed, nothing healed
+        start = fmt.fim(FimPrompt("x = 1\n", suffix), 8)
+        assert start.before == [T("<|fim_prefix|>"), *tok.encode("x = 1\n"), T("<|fim_suffix|>"), *tok.encode(suffix),
+                                T("<|fim_middle|>")] and start.heal == ""
+    assert tok.ids_starting_with("ret") == sorted(T(t) for t in ("ret", "retu", "retur", "return"))
+    assert tok.ids_of_prefixes("retu") == [T("r"), T("re"), T("ret")]
+    assert tok.ids_starting_with("<|fim") == []  # special tokens are never a choice
 
 
 def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set[int]) -> list[int]:
@@ -125,6 +156,26 @@ def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set
                 break
             out.append(nxt)
     return out
+
+
+def _healed_reference(model: torch.nn.Module, tok: object, lay: object, n: int,
+                      stops: set[int]) -> tuple[str, list[int]]:
+    """transformers' greedy answer to a layout: where it heals, its first tokens are the best of those whose
+    text (decoded here, one id at a time) starts with the healed text or is a proper prefix of it; then the
+    text they add past it and the greedy tokens after them."""
+    ids, rest, lead = list(lay.before), lay.heal, ""  # type: ignore[attr-defined]
+    added = {int(i) for i in tok.hf.get_added_tokens_decoder()}  # type: ignore[attr-defined]
+    texts = {i: tok.decode([i]) for i in range(Qw.VOCAB) if i not in added}  # type: ignore[attr-defined]
+    with torch.no_grad():
+        while rest:
+            ok = [i for i, t in texts.items() if (t.startswith(rest) and "\n" not in t[len(rest):])
+                  or (0 < len(t) < len(rest) and rest.startswith(t))]
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            pick = max(ok, key=lambda i: float(logits[i]))
+            ids.append(pick)
+            rest, lead = (rest[len(texts[pick]):], "") if len(texts[pick]) < len(rest) else \
+                ("", texts[pick][len(rest):])
+    return lead, _greedy_reference(model, ids, n, stops)
 
 
 def test_engine_decodes_greedy_left_to_right_like_transformers(
@@ -143,14 +194,24 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
     assert eng.info["fast_cpu"] is None  # float32: exactly the file's weights
     ref = tiny[1]
     stops = set(eng.format.fim(FimPrompt("", "")).stop_ids) | set(eng.tokenizer.special.end_ids)
-    for prefix, suffix in (("def re", "ret"), ("x = 1\nde", "\n"), ("ret", "")):
+    healed: list[str] = []
+    for prefix, suffix in (("def re", " + ret(x, y)\n"), ("x = 1\nde", "\n"), ("ret", ""), ("x = 1\n  re", "\n")):
         prompt = FimPrompt(prefix, suffix)
         lay = eng.format.fim(prompt, 12)
-        want = _greedy_reference(ref, lay.before, 12, stops)
+        lead, want = _healed_reference(ref, eng.tokenizer, lay, 12, stops)
         res = eng.complete([InfillCall(prompt, max_tokens=12)])[0]
-        assert len(want) >= 3 and res.tokens == want, (prefix, res.tokens, want)
+        assert len(want) >= 2 and res.tokens == want, (prefix, res.tokens, want)
+        assert res.lead == lead and res.text.startswith(lead)
         again = eng.complete([InfillCall(prompt, max_tokens=12, cache_key="doc")])[0]  # prefix KV reused
-        assert again.tokens == want
+        assert again.tokens == want and again.text == res.text
+        healed.append(lay.heal)
+    assert healed == [" re", "de", "ret", " re"]  # the first in the prefix (a long rest), the others moved
+    suffix = "\nprint(x)\n"  # typing at a line's end: each keystroke recomputes the line's last tokens only
+    typed = [eng.complete([InfillCall(FimPrompt(p, suffix), max_tokens=4, cache_key="typing")])[0]
+             for p in ("x = 1\n  r", "x = 1\n  re", "x = 1\n  ret")]
+    lay = eng.format.fim(FimPrompt("x = 1\n  ret", suffix), 4)
+    middle = next(s for label, s, _ in lay.parts if label == "middle")
+    assert typed[0].cached_tokens == 0 and typed[2].cached_tokens > middle  # the suffix's KV was reused
 
 
 def test_layouts_are_cached_and_int8_runs(cached: tuple[Path, base.PartedBase], tmp_path: Path,

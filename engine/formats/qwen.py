@@ -10,6 +10,13 @@ model moves on to another file; the instruct checkpoint also ends with ``<|im_en
 ``eos_tokens``, which are also llama.cpp's end-of-generation tokens for this vocabulary. The canvas comes
 after the prompt (block-causal, left to right). Edit history has no place in this format and is left out.
 Every id comes from the tokenizer by token text; a tokenizer that lacks one of the FIM tokens is refused.
+
+Where the cursor is. The text typed on the cursor's line goes after ``<|fim_middle|>`` (as llama.cpp's ``/infill``
+puts llama.vim's ``prompt``), so a keystroke changes the prompt's end only and the prefix cache keeps the suffix's
+KV (a keystroke used to re-prefill the whole suffix) — unless more than `MOVE_REST` non-space characters follow the
+cursor on its line: the model then ignores where the suffix goes on (HumanEval random-span), and the line stays in
+the prefix. Either way the line's last pre-tokenizer piece is left out and healed (`engine.decoding.heal`): a
+prompt ending inside a word (``retu``) made the model write ``n a`` or ``rn`` again. docs/QUALITY.md, session 24.
 """
 
 from __future__ import annotations
@@ -29,6 +36,18 @@ def repo_name(path: str) -> str:
     """The repository name of the repo-level header: the first folder of a relative path, else a fixed name."""
     parts = PurePosixPath(path.replace("\\", "/")).parts
     return parts[0] if len(parts) > 1 and parts[0] not in ("/", "..", ".") else DEFAULT_REPO
+
+
+MOVE_REST = 8  # non-space characters right of the cursor up to which its line goes after the middle token
+
+
+def split_typed(tok: Any, prefix: str) -> tuple[str, str, str]:
+    """``prefix`` as (the text before the cursor's line, that line's text up to its last pre-tokenizer piece, the
+    piece): ``'x = 1\\n    retur'`` → ``'x = 1\\n'``, ``'   '``, ``' retur'`` (no token crosses a piece's start, so
+    the piece is what token healing re-chooses: ``' return'``, not the ``' ret'``, ``'ur'`` the model never saw)."""
+    cut = prefix.rfind("\n") + 1
+    at = cut + tok.last_piece(prefix[cut:])
+    return prefix[:cut], prefix[cut:at], prefix[at:]
 
 
 class QwenFimFormat:
@@ -57,10 +76,13 @@ class QwenFimFormat:
             for i, s in enumerate(p.sections):
                 add(f"section:{i}:{s.kind}", [self.sep_id, *self.tok.encode(f"{s.path}\n{s.text}\n")])
             add("header", [self.sep_id, *self.tok.encode(f"{p.path}\n")])
-        add("prefix", [self.prefix_id, *self.tok.encode(p.prefix)])
+        head, typed, piece = split_typed(self.tok, p.prefix)
+        rest = p.suffix.split("\n", 1)[0]
+        moved = len("".join(rest.split())) <= MOVE_REST
+        add("prefix", [self.prefix_id, *self.tok.encode(head if moved else head + typed)])
         add("suffix", [self.suffix_id, *self.tok.encode(p.suffix)])
-        add("middle", [self.middle_id])
-        return Layout(ids, max_tokens, stop_ids=self.stops, parts=parts)
+        add("middle", [self.middle_id, *(self.tok.encode(typed) if moved else [])])
+        return Layout(ids, max_tokens, stop_ids=self.stops, parts=parts, heal=piece)
 
     def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
         from engine.formats.chat import ChatFormat

@@ -1,0 +1,58 @@
+"""Token healing: the prompt's last token chosen again by the model, among the tokens that start with it.
+
+A prompt that ends inside what the tokenizer would make one token (``    ret`` before ``urn``, ``x = `` before
+``foo``) asks the model to continue from a split it never saw in training: ``    return`` is always
+``'   ', ' return'``, never ``'   ', ' ret', 'urn'``. A layout that ends in text the user typed (Qwen's FIM with
+the cursor's line after ``<|fim_middle|>``, as llama.cpp's ``/infill`` puts it) leaves that line's last token
+out of the prompt and names its text (`engine.formats.Layout.heal`); after the prefill the model picks, greedily,
+the best token whose text starts with it (the left-out token itself is always one), the token is committed like
+a prompt token, and the output's text starts with what it added (``urn``). A token that would add a line break
+is not a choice: the canvas starts on the cursor's line, where its stop rules expect it. (Guidance calls this
+token healing; llama.cpp's ``/infill`` does without it.)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from engine.decoding.steps import Job, StepRunner
+
+
+def choices(eng: StepRunner, text: str) -> list[int]:
+    """The tokens that may come next while ``text`` is still to be written: those starting with it (adding no
+    line break) and those that are a proper prefix of it (the rest of ``text`` is then chosen again)."""
+    tok = eng.tokenizer
+    ends = [i for i in tok.ids_starting_with(text) if "\n" not in tok.decode([i])[len(text):]]
+    return ends + tok.ids_of_prefixes(text)
+
+
+def heal(eng: StepRunner, j: Job) -> None:
+    """Choose and commit the healed token(s) after ``j``'s prefilled prompt (their KV, the slot's tokens, the last
+    hidden state) and set ``j.healed`` to the text they add after ``j.heal``. Usually one token; two or more
+    where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``)."""
+    t0 = time.perf_counter()
+    assert j.kv is not None and j.slot is not None and j.last_hidden is not None
+    kv, rest = j.kv, j.heal
+    while rest:
+        ids = choices(eng, rest)
+        if not ids:  # the left-out token is always a choice: only a tokenizer disagreeing with itself lands here
+            raise ValueError(f"token healing: no token starts with {rest!r}")
+        logits = eng.model.logits(j.last_hidden[None, None])[0, 0].float()
+        allowed = torch.tensor(ids, device=logits.device)
+        pick = int(allowed[logits.index_select(0, allowed).argmax()])
+        text = eng.tokenizer.decode([pick])
+        rest, j.healed = (rest[len(text):], "") if len(text) < len(rest) else ("", text[len(rest):])
+        at = j.ctx
+        kv.ensure(at + 1 + j.den.spec.length + eng.block_size)
+        kv.length = at
+        h = eng.model(torch.tensor([[pick]], device=eng.device), offset=at, cache=kv, logits_slice=slice(0, 0))
+        j.forwards += 1
+        j.prompt.append(pick)
+        j.ctx = j.base = kv.length = at + 1
+        j.last_hidden = h[0, -1]
+    j.slot.tokens, j.slot.last_hidden = list(j.prompt), j.last_hidden
+    j.timings["heal_ms"] = (time.perf_counter() - t0) * 1e3
