@@ -55,4 +55,6 @@ def heal(eng: StepRunner, j: Job) -> None:
         j.ctx = j.base = kv.length = at + 1
         j.last_hidden = h[0, -1]
     j.slot.tokens, j.slot.last_hidden = list(j.prompt), j.last_hidden
-    j.timings["heal_ms"] = (time.perf_counter() - t0) * 1e3
+    ms = (time.perf_counter() - t0) * 1e3
+    j.timings["heal_ms"] = ms
+    j.timings["prefill_ms"] = j.timings.get("prefill_ms", 0.0) + ms  # part of readying the prompt
