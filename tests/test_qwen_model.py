@@ -206,6 +206,12 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
         assert again.tokens == want and again.text == res.text
         healed.append(lay.heal)
     assert healed == [" re", "de", "ret", " re"]  # the first in the prefix (a long rest), the others moved
+    odd = FimPrompt("x = 1\ny = 'é", "\n")  # "é" is two byte tokens here: no whole token spells it, none is chosen
+    lay = eng.format.fim(odd, 12)
+    assert lay.heal == "é" and eng.tokenizer.ids_starting_with("é") == []
+    res = eng.complete([InfillCall(odd, max_tokens=12)])[0]  # the piece goes in as typed: no error, no lead
+    assert res.lead == "" and res.tokens and res.tokens == _greedy_reference(
+        ref, lay.before + eng.tokenizer.encode("é"), 12, stops)
     suffix = "\nprint(x)\n"  # typing at a line's end: each keystroke recomputes the line's last tokens only
     typed = [eng.complete([InfillCall(FimPrompt(p, suffix), max_tokens=4, cache_key="typing")])[0]
              for p in ("x = 1\n  r", "x = 1\n  re", "x = 1\n  ret")]

@@ -33,28 +33,37 @@ def choices(eng: StepRunner, text: str) -> list[int]:
 def heal(eng: StepRunner, j: Job) -> None:
     """Choose and commit the healed token(s) after ``j``'s prefilled prompt (their KV, the slot's tokens, the last
     hidden state) and set ``j.healed`` to the text they add after ``j.heal``. Usually one token; two or more
-    where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``)."""
+    where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``).
+    What no whole token spells (a character the vocabulary has only as bytes) goes in as typed, unhealed."""
     t0 = time.perf_counter()
-    assert j.kv is not None and j.slot is not None and j.last_hidden is not None
-    kv, rest = j.kv, j.heal
+    assert j.last_hidden is not None
+    rest = j.heal
     while rest:
         ids = choices(eng, rest)
-        if not ids:  # the left-out token is always a choice: only a tokenizer disagreeing with itself lands here
-            raise ValueError(f"token healing: no token starts with {rest!r}")
+        if not ids:
+            _commit(eng, j, eng.tokenizer.encode(rest))
+            break
         logits = eng.model.logits(j.last_hidden[None, None])[0, 0].float()
         allowed = torch.tensor(ids, device=logits.device)
         pick = int(allowed[logits.index_select(0, allowed).argmax()])
         text = eng.tokenizer.decode([pick])
         rest, j.healed = (rest[len(text):], "") if len(text) < len(rest) else ("", text[len(rest):])
-        at = j.ctx
-        kv.ensure(at + 1 + j.den.spec.length + eng.block_size)
-        kv.length = at
-        h = eng.model(torch.tensor([[pick]], device=eng.device), offset=at, cache=kv, logits_slice=slice(0, 0))
-        j.forwards += 1
-        j.prompt.append(pick)
-        j.ctx = j.base = kv.length = at + 1
-        j.last_hidden = h[0, -1]
-    j.slot.tokens, j.slot.last_hidden = list(j.prompt), j.last_hidden
+        _commit(eng, j, [pick])
     ms = (time.perf_counter() - t0) * 1e3
     j.timings["heal_ms"] = ms
     j.timings["prefill_ms"] = j.timings.get("prefill_ms", 0.0) + ms  # part of readying the prompt
+
+
+def _commit(eng: StepRunner, j: Job, ids: list[int]) -> None:
+    """Append ``ids`` to ``j``'s prompt as prompt: their KV in its slot, the slot's tokens, the last hidden state."""
+    assert j.kv is not None and j.slot is not None
+    kv, at = j.kv, j.ctx
+    kv.ensure(at + len(ids) + j.den.spec.length + eng.block_size)
+    kv.length = at
+    h = eng.model(torch.tensor([ids], device=eng.device), offset=at, cache=kv, is_causal=len(ids) > 1,
+                  logits_slice=slice(0, 0))
+    j.forwards += 1
+    j.prompt.extend(ids)
+    j.ctx = j.base = kv.length = at + len(ids)
+    j.last_hidden = h[0, -1]
+    j.slot.tokens, j.slot.last_hidden = list(j.prompt), j.last_hidden
