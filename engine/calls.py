@@ -37,7 +37,7 @@ class FormatRequest(GenerateRequest):
     expand_id: int | None = None  # DreamOn: variable-length canvas (engine.decoding.expand)
     # the layout's `reply`: the spans of a rewrite's text that make the new region
     reply: Callable[[str], list[tuple[int, int]]] | None = None
-    heal: str = ""  # the layout's token healing: text the output's first token must start with
+    heal: str = ""  # the layout's token healing: typed text the prompt left out (`engine.decoding.heal`)
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:

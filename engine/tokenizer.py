@@ -20,7 +20,8 @@ class Tokenizer:
         self.hf = hf
         self.special = special
         self._special_set = frozenset(special.as_dict().values())
-        self._by_text: tuple[list[str], list[int]] | None = None  # `ids_starting_with`'s index, built once
+        # `ids_starting_with`'s indexes (every token's text, sorted; and those without a line break), built once
+        self._by_text: tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]] | None = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -103,18 +104,18 @@ class Tokenizer:
         kept = self.decode(self.encode(text)[:-1])
         return len(kept) if text.startswith(kept) else 0
 
-    def ids_starting_with(self, text: str) -> list[int]:
+    def ids_starting_with(self, text: str, line_breaks: bool = True) -> list[int]:
         """The tokens whose own text starts with ``text`` — token healing's choices for a prompt whose last
-        token was taken back (`engine.decoding.heal`). Added and special tokens never, nor a token that
-        decodes to an invalid byte sequence alone."""
-        keys, ids = self._text_index()
+        piece was taken back (`engine.decoding.heal`); ``line_breaks=False``: none holding a line break. Added
+        and special tokens never, nor a token that decodes to an invalid byte sequence alone."""
+        keys, ids = self._text_index()[0 if line_breaks else 1]
         lo = bisect_left(keys, text)
         hi = bisect_left(keys, text + "\U0010ffff", lo)
         return ids[lo:hi]
 
     def ids_of_prefixes(self, text: str) -> list[int]:
         """The tokens whose own text is a proper prefix of ``text`` (shortest first), as `ids_starting_with`."""
-        keys, ids = self._text_index()
+        keys, ids = self._text_index()[0]
         out = []
         for k in range(1, len(text)):
             at = bisect_left(keys, text[:k])
@@ -122,11 +123,13 @@ class Tokenizer:
                 out.append(ids[at])
         return out
 
-    def _text_index(self) -> tuple[list[str], list[int]]:
+    def _text_index(self) -> tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]]:
         if self._by_text is None:
             added = {int(i) for i in self.hf.get_added_tokens_decoder()}
             n = self.vocab_size
             texts = self.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
             pairs = sorted((t, i) for i, t in enumerate(texts) if t and i not in added and REPLACEMENT not in t)
-            self._by_text = ([t for t, _ in pairs], [i for _, i in pairs])
+            flat = [(t, i) for t, i in pairs if "\n" not in t]
+            self._by_text = (([t for t, _ in pairs], [i for _, i in pairs]),
+                             ([t for t, _ in flat], [i for _, i in flat]))
         return self._by_text

@@ -145,6 +145,7 @@ def test_qwen_fim_puts_the_typed_line_after_the_middle_token_and_heals_its_last_
     assert tok.ids_starting_with("ret") == sorted(T(t) for t in ("ret", "retu", "retur", "return"))
     assert tok.ids_of_prefixes("retu") == [T("r"), T("re"), T("ret")]
     assert tok.ids_starting_with("<|fim") == []  # special tokens are never a choice
+    assert tok.ids_starting_with("\n") == [T("Ċ")] and tok.ids_starting_with("\n", line_breaks=False) == []
 
 
 def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set[int]) -> list[int]:

@@ -1,14 +1,15 @@
-"""Token healing: the prompt's last token chosen again by the model, among the tokens that start with it.
+"""Token healing: the prompt's last piece of typed text chosen again by the model, among the tokens that spell it.
 
-A prompt that ends inside what the tokenizer would make one token (``    ret`` before ``urn``, ``x = `` before
+A prompt that ends inside what the tokenizer would make one token (``    retu`` before ``rn``, ``x = `` before
 ``foo``) asks the model to continue from a split it never saw in training: ``    return`` is always
-``'   ', ' return'``, never ``'   ', ' ret', 'urn'``. A layout that ends in text the user typed (Qwen's FIM with
-the cursor's line after ``<|fim_middle|>``, as llama.cpp's ``/infill`` puts it) leaves that line's last token
-out of the prompt and names its text (`engine.formats.Layout.heal`); after the prefill the model picks, greedily,
-the best token whose text starts with it (the left-out token itself is always one), the token is committed like
-a prompt token, and the output's text starts with what it added (``urn``). A token that would add a line break
-is not a choice: the canvas starts on the cursor's line, where its stop rules expect it. (Guidance calls this
-token healing; llama.cpp's ``/infill`` does without it.)
+``'   ', ' return'``, never ``'   ', ' ret', 'urn'``. A layout that ends in text the user typed (Qwen's FIM: the
+cursor's line, `engine.formats.qwen`) leaves out the line's last pre-tokenizer piece (no token crosses a piece's
+start) and names its text (`engine.formats.Layout.heal`). After the prefill the model picks, greedily, among the
+tokens whose text starts with the piece or is a proper prefix of it (then again for what is left), the picks are
+committed like prompt tokens, and the output's text starts with what they add past the piece (``rn``). A token
+that would add a line break is not a choice: the canvas starts on the cursor's line, where its stop rules expect
+it. A piece no whole token spells (a character the vocabulary holds only as bytes) goes in as typed. (Guidance
+calls this token healing; llama.cpp's ``/infill`` does without it.)
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
 def choices(eng: StepRunner, text: str) -> list[int]:
     """The tokens that may come next while ``text`` is still to be written: those starting with it (adding no
     line break) and those that are a proper prefix of it (the rest of ``text`` is then chosen again)."""
-    tok = eng.tokenizer
-    ends = [i for i in tok.ids_starting_with(text) if "\n" not in tok.decode([i])[len(text):]]
-    return ends + tok.ids_of_prefixes(text)
+    tok = eng.tokenizer  # ``text`` is part of one line: a token starting with it adds a line break iff it holds one
+    return tok.ids_starting_with(text, line_breaks=False) + tok.ids_of_prefixes(text)
 
 
 def heal(eng: StepRunner, j: Job) -> None:

@@ -50,8 +50,8 @@ class Job:
     cached: int = 0
     forwards: int = 0
     timings: dict[str, float] = field(default_factory=dict)
-    heal: str = ""  # text the first output token must start with (`engine.decoding.heal`)
-    healed: str = ""  # ... and what that token added after it: the output's text starts with this
+    heal: str = ""  # typed text the prompt left out, spelled again by the model's tokens (`engine.decoding.heal`)
+    healed: str = ""  # ... and what those tokens added past it: the output's text starts with this
 
 
 StepItem = tuple[Job, Tensor, "Tensor | None"]  # (job, hidden states of its block, the state before it)

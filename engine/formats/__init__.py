@@ -42,8 +42,8 @@ class Layout:
     # the spans (start, end) of the output's text that make the answer, where the prompt marked things in
     # plain text a reply may echo (a chat model's rewrite: `engine.formats.chat.edit_reply`); None: all of it
     reply: Callable[[str], list[tuple[int, int]]] | None = None
-    # token healing: the text of the last token `before` leaves out, which the output's first token must start
-    # with (the prompt then ends where the tokenizer would never split; `engine.decoding.heal`)
+    # token healing: the typed text `before` leaves out at its end (a pre-tokenizer piece), which the model
+    # spells again with tokens of its choosing before the output (`engine.decoding.heal`)
     heal: str = ""
 
     @property
