@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api import Call, InfillCall
 from engine.decoding.echo import echo_for_edit, echo_for_fim
+from engine.decoding.heal import supported as heal_supported
 from engine.decoding.policy import resolve, rewrite_sampler, variant_sampler
 from engine.decoding.stops import empty_line_scope
 from engine.formats import FormatNotSupported, PromptFormat, for_model
@@ -41,8 +42,9 @@ class FormatRequest(GenerateRequest):
 
 
 def pick_format(tok: Any, meta: dict[str, Any], args: Any) -> PromptFormat:
-    """The loaded model's format; native (our layout) without a registry entry."""
-    return for_model(tok, meta, block_size=args.block_size)
+    """The loaded model's format; native (our layout) without a registry entry. The native layout heals the
+    cursor line's last piece where the model can (`engine.decoding.heal.supported`)."""
+    return for_model(tok, meta, block_size=args.block_size, heal=heal_supported(args))
 
 
 def _round(n: int, b: int) -> int:

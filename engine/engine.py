@@ -38,6 +38,7 @@ from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, p
 from engine.decoding.expand import ExpandCanvas
 from engine.decoding.graphs import StepGraphs, want_graphs
 from engine.decoding.heal import heal
+from engine.decoding.heal import supported as heal_supported
 from engine.decoding.policy import default_sampler, parse_decode, resolve, want_fast_cpu
 from engine.decoding.sampler import Denoiser
 from engine.decoding.steps import Job, PrefillHook, StepItem
@@ -291,8 +292,9 @@ class Engine(ByComplete):
         heal_text = req.heal if isinstance(req, FormatRequest) else ""
         if (after or expand is not None) and self.args.attention != "bidirectional":
             raise FormatNotSupported("in-place / variable-length canvases need a bidirectional model")
-        if heal_text and (self.args.attention != "block_causal" or self.args.block_align == "absolute"):
-            raise FormatNotSupported("token healing needs a prompt that ends where the canvas starts")
+        if heal_text and not heal_supported(self.args):
+            raise FormatNotSupported("token healing needs a prompt that ends where the canvas starts and "
+                                     "shifted logits")
         newlines = self.newline_ids if req.canvas.single_line else ()
         den: Denoiser | ExpandCanvas
         if expand is not None:
@@ -355,7 +357,7 @@ class Engine(ByComplete):
                     text=j.healed + (text if cut is None else text[:cut]), tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
                     cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings,
-                    lead=j.healed))
+                    lead=j.healed, lead_tokens=list(j.healed_ids)))
             return out
 
     def _loop_reference(self, req: GenerateRequest) -> str | None:

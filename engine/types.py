@@ -181,6 +181,7 @@ class GenerateResult:
     # the text before the first output token's: what a healed prompt token added after the text taken back
     # (`engine.decoding.heal`); ``text`` starts with it
     lead: str = ""
+    lead_tokens: list[int] = field(default_factory=list)  # the healed tokens (their text: the piece + ``lead``)
 
     @property
     def tokens_per_forward(self) -> float:

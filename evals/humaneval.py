@@ -50,9 +50,16 @@ def sampler_options(window: str | None, remask: str, remask_threshold: float, re
     return out
 
 
-def fix_middle(split: str, middle: str) -> str:
-    """Whole-line holes end with a newline (single-line decoding stops before it)."""
-    if split in WHOLE_LINE_SPLITS and not middle.endswith("\n"):
+def whole_lines(split: str, prompt: str) -> bool:
+    """Whether a task's hole is whole lines: a whole-line split's, its prompt ending at a line start (all of
+    HumanEval-infilling's; a typed-line set, `scripts/humaneval_typed.py`, ends it part-way into the line, the
+    line break right of the cursor in its suffix)."""
+    return split in WHOLE_LINE_SPLITS and (not prompt or prompt.endswith("\n"))
+
+
+def fix_middle(split: str, middle: str, prompt: str) -> str:
+    """Whole-line holes end with a newline (single-line decoding stops before it); ``prompt``: the task's."""
+    if whole_lines(split, prompt) and not middle.endswith("\n"):
         return middle + "\n"
     return middle
 
@@ -111,11 +118,11 @@ def generate_engine(tasks: list[InfillTask], scorer: Scorer, *, model: str, devi
                              max_tokens=max_tokens, single_line=split == "single-line",
                              sampler=sampler, cache_key=f"humaneval:{task.task_id}", on_step=hook)
         except Exception as e:  # noqa: BLE001 - an engine failure is a recorded miss, not a crash
-            scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, ""), "error": str(e),
+            scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, "", task.prompt), "error": str(e),
                                  "latency_ms": (time.perf_counter() - t0) * 1000})
             continue
         ms = (time.perf_counter() - t0) * 1000
-        scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, res.text), "latency_ms": ms,
+        scorer.submit(task, {"id": task.task_id, "middle": fix_middle(split, res.text, task.prompt), "latency_ms": ms,
                      "tokens": len(res.tokens), "steps": res.steps, "forwards": res.forwards,
                      "tokens_per_forward": res.tokens_per_forward, "finish_reason": res.finish_reason,
                      "mean_confidence": res.mean_confidence, "engine_ms": res.timings.get("total_ms"),
@@ -169,7 +176,7 @@ async def _one_lsp(client: LspClient, i: int, task: InfillTask, split: str, root
                    timeout: float, trigger: str = "invoked") -> dict[str, Any]:
     from evals.lsp_client import TRIGGER_KINDS, utf16_position
 
-    gap = "\n" if split in WHOLE_LINE_SPLITS else ""
+    gap = "\n" if whole_lines(split, task.prompt) else ""  # the hole's empty line
     text = task.prompt + gap + task.suffix
     offset = len(task.prompt)
     path = root / "humaneval" / f"task_{i:05d}.py"
@@ -217,7 +224,7 @@ async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, 
                 rec = await _one_lsp(client, i, task, split, root, timeout, trigger)
             except Exception as e:  # noqa: BLE001 - recorded; the run goes on with a fresh server
                 log.warning("task %s failed: %s", task.task_id, e)
-                rec = {"id": task.task_id, "middle": fix_middle(split, ""), "latency_ms": None, "shown": False,
+                rec = {"id": task.task_id, "middle": fix_middle(split, "", task.prompt), "latency_ms": None, "shown": False,
                        "error": f"{type(e).__name__}: {e}", "score": None, "edited_outside_hole": False}
                 try:
                     await client.stop()

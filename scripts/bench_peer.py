@@ -125,7 +125,7 @@ def run_peer(a: argparse.Namespace, tasks: list[Any]) -> dict[str, dict[str, Any
             text = out["choices"][0]["text"]
             if a.split == "single-line":
                 text = text.split("\n", 1)[0]
-            scorer.submit(t, {"id": t.task_id, "middle": fix_middle(a.split, text), "latency_ms": ms,
+            scorer.submit(t, {"id": t.task_id, "middle": fix_middle(a.split, text, t.prompt), "latency_ms": ms,
                               "finish_reason": out["choices"][0]["finish_reason"]})
     finally:
         scorer.close()

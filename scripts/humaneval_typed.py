@@ -5,6 +5,7 @@ three variants of where the cursor stands and what is right of it:
 
 * ``eol``: half of the line's text typed, nothing right of the cursor (typing at a line's end);
 * ``closers``: lines ending in brackets — half typed, the closing brackets right of the cursor (auto-closed);
+* ``indent``: only the line's indentation typed (what an editor's auto-indent leaves after Enter);
 * ``short``: the bench's typist (`edit_server.cli.bench_lsp_script.split_point`): 2–8 non-space characters
   starting with a separator right of the cursor (``x = f(a, | b)``), half of the rest typed.
 
@@ -40,7 +41,7 @@ def typed(task: dict[str, Any], variant: str) -> dict[str, Any] | None:
         return None
     line = sol[:-1]
     indent = len(line) - len(line.lstrip())
-    if variant == "eol":
+    if variant in ("eol", "indent"):
         end = len(line)
     elif variant == "closers":
         m = re.search(r"[)\]}]+$", line)
@@ -49,8 +50,8 @@ def typed(task: dict[str, Any], variant: str) -> dict[str, Any] | None:
         end = split_point(line)
     if end is None:
         return None
-    cut = indent + (end - indent) // 2
-    if cut <= indent or cut >= end:
+    cut = indent if variant == "indent" else indent + (end - indent) // 2
+    if (cut <= indent and variant != "indent") or cut >= end or cut == 0:
         return None
     middle, suffix = line[cut:end], line[end:] + "\n" + task["suffix"]  # the line break stays right of the cursor
     return {**task, "prompt": task["prompt"] + line[:cut], "canonical_solution": middle, "suffix": suffix}
@@ -58,7 +59,7 @@ def typed(task: dict[str, Any], variant: str) -> dict[str, Any] | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--variant", choices=("eol", "closers", "short"), required=True)
+    ap.add_argument("--variant", choices=("eol", "indent", "closers", "short"), required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--data", type=Path, default=None, help="HumanEval-infilling directory (default: ../shared)")
     a = ap.parse_args()

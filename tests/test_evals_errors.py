@@ -240,3 +240,27 @@ def test_each_humaneval_task_is_gone_from_the_workspace_before_it_closes(tmp_pat
     assert seen == [("textDocument/didOpen", True), ("textDocument/didClose", False)]
     assert not list((tmp_path / "humaneval").iterdir())
 
+
+
+def test_a_hole_typed_part_way_into_its_line_is_not_a_whole_line(tmp_path: Path) -> None:
+    """`scripts/humaneval_typed.py` moves a single-line task's cursor into its line (the line break right of it,
+    in the suffix): no empty line is added to the document, no line break to the answer."""
+    from evals.datasets import InfillTask
+
+    task = InfillTask("T/0", "def f():\n    retu", "\n", "rn 1", "def check(f):\n    assert f() == 1\n", "f")
+    opened: list[str] = []
+
+    class Client:
+        async def notify(self, method: str, params: dict) -> None:
+            if method == "textDocument/didOpen":
+                opened.append(params["textDocument"]["text"])
+
+        async def request(self, method: str, params: dict, timeout: float) -> Any:
+            assert params["position"] == {"line": 1, "character": 8}
+            return {"items": [{"insertText": "rn 1"}]}
+
+    rec = asyncio.run(humaneval._one_lsp(Client(), 0, task, "single-line", tmp_path, 5))  # type: ignore[arg-type]
+    assert opened == ["def f():\n    retu\n"] and rec["middle"] == "rn 1" and not rec["edited_outside_hole"]
+    assert humaneval.fix_middle("single-line", "rn 1", task.prompt) == "rn 1"
+    assert humaneval.fix_middle("single-line", "    return 1", "def f():\n") == "    return 1\n"
+    assert humaneval.fix_middle("random-span", "x", "def f():\n") == "x"

@@ -50,7 +50,7 @@ def test_engine_with_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     eng = Engine(tiny(), tok, fast_cpu=True, sampler=SamplerConfig(window="adaptive", speculate=4))
     assert eng.info["fast_cpu"] == fastcpu.FORMAT and eng.kv_dtype == fastcpu.KV_DTYPE
     assert eng.info["params"] > 0 and eng.info["dtype"] == "float32"
-    fim = FimPrompt("def add(a, b):\n    return ", "\n", path="m.py")
+    fim = FimPrompt("def add(a, b):\n    return a + b\n", "\n", path="m.py")  # a line start: nothing healed
     r = eng.infill(fim, max_tokens=12, cache_key="d")
     again = eng.infill(fim, max_tokens=12, cache_key="d")
     assert again.cached_tokens == again.prompt_tokens and again.tokens == r.tokens

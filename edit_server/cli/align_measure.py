@@ -246,7 +246,7 @@ def _humaneval(eng: Any, tasks: list[Any], args: argparse.Namespace, scorer: Any
         res = eng.infill(prompt, max_tokens=args.max_tokens, single_line=args.split == "single-line",
                          cache_key=f"measure:{t.task_id}")
         gen_ms = (time.perf_counter() - t0) * 1e3
-        middle = fix_middle(args.split, res.text)
+        middle = fix_middle(args.split, res.text, t.prompt)
         checked = score(t, middle, Limits(timeout_s=10.0, cpu_s=11))
         item = {"id": t.task_id, "middle": middle, "ok": bool(checked["passed"]), "exact": checked["exact"],
                 "has": bool(middle.strip()), "share": _share(middle, t.canonical_solution, checked["exact"]),

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from engine.config import ModelArgs
     from engine.decoding.steps import Job, StepRunner
+
+
+def supported(args: ModelArgs) -> bool:
+    """Whether a model can heal: its canvas follows the prompt (block-causal, blocks counted from the canvas, so
+    tokens committed after the prompt move the canvas without changing its blocks) and the logits at the
+    prompt's last position choose the next token (shifted logits)."""
+    return args.attention == "block_causal" and args.block_align == "canvas" and args.shifted_logits
 
 
 def choices(eng: StepRunner, text: str) -> list[int]:
@@ -34,28 +42,50 @@ def heal(eng: StepRunner, j: Job) -> None:
     """Choose and commit the healed token(s) after ``j``'s prefilled prompt (their KV, the slot's tokens, the last
     hidden state) and set ``j.healed`` to the text they add after ``j.heal``. Usually one token; two or more
     where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``).
-    What no whole token spells (a character the vocabulary has only as bytes) goes in as typed, unhealed."""
+    What no whole token spells (a character the vocabulary has only as bytes) goes in as typed, unhealed. A pick
+    without a choice (one token spells what is left) costs no logits; the picks go in with one forward per choice
+    made after them, plus one."""
     t0 = time.perf_counter()
     assert j.last_hidden is not None
-    rest = j.heal
+    n0 = len(j.prompt)
+    rest, pending = j.heal, []  # picks not committed yet: a choice needs the logits after them, a forced pick not
     while rest:
         ids = choices(eng, rest)
-        if not ids:
-            _commit(eng, j, eng.tokenizer.encode(rest))
+        if not ids:  # no whole token spells it: as typed
+            pending.extend(eng.tokenizer.encode(rest))
             break
-        logits = eng.model.logits(j.last_hidden[None, None])[0, 0].float()
-        allowed = torch.tensor(ids, device=logits.device)
-        pick = int(allowed[logits.index_select(0, allowed).argmax()])
+        if len(ids) > 1:
+            if pending:
+                _commit(eng, j, pending)
+                pending = []
+            logits = eng.model.logits(j.last_hidden[None, None])[0, 0].float()
+            allowed = torch.tensor(ids, device=logits.device)
+            pick = int(allowed[logits.index_select(0, allowed).argmax()])
+        else:
+            pick = ids[0]
         text = eng.tokenizer.decode([pick])
         rest, j.healed = (rest[len(text):], "") if len(text) < len(rest) else ("", text[len(rest):])
-        _commit(eng, j, [pick])
+        pending.append(pick)
+    if pending:  # one forward for the last picks (the decoder's first step reads the hidden state after them)
+        _commit(eng, j, pending)
+    j.healed_ids = j.prompt[n0:]
     ms = (time.perf_counter() - t0) * 1e3
     j.timings["heal_ms"] = ms
     j.timings["prefill_ms"] = j.timings.get("prefill_ms", 0.0) + ms  # part of readying the prompt
 
 
 def _commit(eng: StepRunner, j: Job, ids: list[int]) -> None:
-    """Append ``ids`` to ``j``'s prompt as prompt: their KV in its slot, the slot's tokens, the last hidden state."""
+    """Append ``ids`` to ``j``'s prompt as prompt, through the engine's prefill hook where it has one (an aligned
+    engine encodes a prompt's last token by its policy, the others by its reference)."""
+    hook = getattr(eng, "prefill_hook", None)
+    if hook is None:
+        forward(eng, j, ids)
+    else:
+        hook.extend(j, ids, lambda job, new: forward(eng, job, new))
+
+
+def forward(eng: StepRunner, j: Job, ids: list[int]) -> None:
+    """Append ``ids`` to ``j``'s prompt: their KV in its slot, the slot's tokens, the last hidden state."""
     assert j.kv is not None and j.slot is not None
     kv, at = j.kv, j.ctx
     kv.ensure(at + len(ids) + j.den.spec.length + eng.block_size)

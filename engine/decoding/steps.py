@@ -52,6 +52,7 @@ class Job:
     timings: dict[str, float] = field(default_factory=dict)
     heal: str = ""  # typed text the prompt left out, spelled again by the model's tokens (`engine.decoding.heal`)
     healed: str = ""  # ... and what those tokens added past it: the output's text starts with this
+    healed_ids: list[int] = field(default_factory=list)  # ... and the tokens, committed after the prompt
 
 
 StepItem = tuple[Job, Tensor, "Tensor | None"]  # (job, hidden states of its block, the state before it)
@@ -109,4 +110,9 @@ class PrefillHook(Protocol):
 
     def prefill(self, j: Job, run: Callable[[Job], None]) -> None:
         """Prefill ``j``; ``run`` is the engine's own prefill."""
+        ...
+
+    def extend(self, j: Job, ids: list[int], forward: Callable[[Job, list[int]], None]) -> None:
+        """Commit ``ids`` after ``j``'s prefilled prompt, as prompt (token healing's picks); ``forward`` is the
+        engine's own commit."""
         ...

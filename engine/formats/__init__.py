@@ -76,12 +76,29 @@ def stop_ids(tok: Any, texts: tuple[str, ...] | list[str]) -> frozenset[int]:
     return frozenset(i for i in (token_id(tok, t) for t in texts) if i is not None)
 
 
+HEAL_CHARS = 32  # a longer last piece (a run of ``=`` or ``#``) is left as typed: one heal forward per choice
+
+
+def split_typed(tok: Any, prefix: str) -> tuple[str, str, str]:
+    """``prefix`` as (the text before the cursor's line, that line's text up to its last pre-tokenizer piece, the
+    piece): ``'x = 1\\n    retur'`` → ``'x = 1\\n'``, ``'   '``, ``' retur'`` (no token crosses a piece's start, so
+    the piece is what token healing re-chooses: ``' return'``, not the ``' ret'``, ``'ur'`` the model never saw).
+    A piece over `HEAL_CHARS` characters stays with the line (the piece is then empty)."""
+    cut = prefix.rfind("\n") + 1
+    at = cut + tok.last_piece(prefix[cut:])
+    if len(prefix) - at > HEAL_CHARS:
+        at = len(prefix)
+    return prefix[:cut], prefix[cut:at], prefix[at:]
+
+
 def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = None,
-              block_size: int | None = None) -> PromptFormat:
+              block_size: int | None = None, heal: bool = False) -> PromptFormat:
     """The format of a loaded model: its registry entry's (``meta["registry"]``, set by the HF
     loader for known models), else our native layout. ``name`` forces one (``native``, ``infill``,
     ``dreamon``, ``chat``). ``block_size``: the model's (``ModelArgs.block_size``), which the native
-    layout's edit canvas is rounded to when the call names none."""
+    layout's edit canvas is rounded to when the call names none. ``heal``: the model can heal a prompt's
+    last piece (`engine.decoding.heal.supported`); our native layout then leaves the cursor line's last piece
+    out for it (Qwen's format always does: its models are left to right)."""
     from engine.registry import lookup
 
     meta = dict(meta or {})
@@ -90,7 +107,7 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
     if kind == "native":
         from engine.formats.native import NativeFormat
 
-        return NativeFormat(tok, block_size, meta.get("fim_layout"), meta.get("edit_layout"))
+        return NativeFormat(tok, block_size, meta.get("fim_layout"), meta.get("edit_layout"), heal=heal)
     if entry is None:
         raise FormatNotSupported(f"format {kind!r} needs a registry model (engine.registry); got {meta!r}")
     if kind in ("infill", "dreamon"):
@@ -108,4 +125,4 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
     raise FormatNotSupported(f"unknown prompt format {kind!r}")
 
 
-__all__ = ["FormatNotSupported", "Layout", "PromptFormat", "for_model", "stop_ids", "token_id"]
+__all__ = ["FormatNotSupported", "Layout", "PromptFormat", "for_model", "split_typed", "stop_ids", "token_id"]

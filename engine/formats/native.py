@@ -1,11 +1,19 @@
-"""Our own layout (the shipped adapter and models trained with `engine.train`): `engine.templates`."""
+"""Our own layout (the shipped adapter and models trained with `engine.train`): `engine.templates`.
+
+A model that can heal (block-causal, blocks from the canvas, shifted logits: `engine.decoding.heal.supported`) gets
+its FIM prompt without the cursor line's last pre-tokenizer piece, which the model then spells again with tokens
+of its choosing (`engine.decoding.heal`): a prompt ending inside a word (``    retu``, ``c =``, ``.append``)
+made the shipped bd3 tier write ``False`` for `` False``, ``'('`` for ``= '('``. A middle that starts where the
+piece starts is one training drew (`engine.train.tasks`: spans start at any character), so the healed prompt
+asks nothing new. A request at a line start is unchanged. docs/QUALITY.md, session 25.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from engine.formats import Layout
+from engine.formats import Layout, split_typed
 from engine.templates import (
     DEFAULT_EDIT_LAYOUT,
     DEFAULT_FIM_LAYOUT,
@@ -21,20 +29,26 @@ class NativeFormat:
     name = "native"
 
     def __init__(self, tok: Any, block_size: int | None = None, fim_layout: str | None = None,
-                 edit_layout: str | None = None) -> None:
+                 edit_layout: str | None = None, heal: bool = False) -> None:
         """``block_size``: the model's (``ModelArgs.block_size``); an ``edit`` call may name its own.
         ``fim_layout``: the FIM prompt order the adapter was trained on (its metadata's ``fim_layout``;
         None = ``DEFAULT_FIM_LAYOUT``). It replaces the default order of a prompt; a prompt that names
         another order explicitly keeps it. ``edit_layout``: the same for next edits (``edit_layout``;
-        None = ``DEFAULT_EDIT_LAYOUT``, history before the file)."""
+        None = ``DEFAULT_EDIT_LAYOUT``, history before the file). ``heal``: leave the cursor line's last piece
+        out of a FIM prompt for the engine to heal (the model can: `engine.decoding.heal.supported`)."""
         self.tok, self.block, self.fim_layout = tok, block_size, fim_layout
         self.edit_layout = edit_layout
+        self.heal = heal and hasattr(tok, "last_piece")
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
         if self.fim_layout and p.layout == DEFAULT_FIM_LAYOUT and self.fim_layout != p.layout:
             p = replace(p, layout=self.fim_layout)  # type: ignore[arg-type]
+        piece = split_typed(self.tok, p.prefix)[2] if self.heal else ""
+        if piece:  # the prefix ends earlier; a piece that was all of its line leaves a line start (spml: the
+            # line's rest then goes with the suffix, as for a training span starting there)
+            p = replace(p, prefix=p.prefix[: len(p.prefix) - len(piece)])
         r = render_fim(self.tok, p)
-        return Layout(r.ids, max_tokens, parts=r.parts)
+        return Layout(r.ids, max_tokens, parts=r.parts, heal=piece)
 
     def edit(self, p: EditPrompt, block_size: int | None = None) -> Layout:
         b = block_size or self.block

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from engine.formats import FormatNotSupported, Layout, stop_ids, token_id
+from engine.formats import FormatNotSupported, Layout, split_typed, stop_ids, token_id
 from engine.registry import ModelEntry
 from engine.templates import EditPrompt, FimPrompt
 
@@ -39,15 +39,6 @@ def repo_name(path: str) -> str:
 
 
 MOVE_REST = 8  # non-space characters right of the cursor up to which its line goes after the middle token
-
-
-def split_typed(tok: Any, prefix: str) -> tuple[str, str, str]:
-    """``prefix`` as (the text before the cursor's line, that line's text up to its last pre-tokenizer piece, the
-    piece): ``'x = 1\\n    retur'`` → ``'x = 1\\n'``, ``'   '``, ``' retur'`` (no token crosses a piece's start, so
-    the piece is what token healing re-chooses: ``' return'``, not the ``' ret'``, ``'ur'`` the model never saw)."""
-    cut = prefix.rfind("\n") + 1
-    at = cut + tok.last_piece(prefix[cut:])
-    return prefix[:cut], prefix[cut:at], prefix[at:]
 
 
 class QwenFimFormat:

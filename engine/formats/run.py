@@ -1,8 +1,8 @@
 """Run a per-model `Layout` on an `Engine` through its public ``generate`` / ``generate_batch``
 (`Engine.infill` / `rewrite` / `complete` do the same from a call, `engine.calls`).
 
-Canvas-last layouts (``native``, ``chat``): the canvas is rounded up to whole blocks and the output
-is cut at the layout's stop tokens (``<|im_end|>`` …). In-place layouts (``infill``, ``dreamon``:
+Canvas-last layouts (``native``, ``chat``, ``qwen-fim``): the canvas is rounded up to whole blocks and the output
+is cut at the layout's stop tokens (``<|im_end|>`` …); a layout that heals its last piece runs as a request too. In-place layouts (``infill``, ``dreamon``:
 the suffix after the canvas) run as a `engine.calls.FormatRequest` on bidirectional models; the
 engine raises `FormatNotSupported` for them on block-causal ones.
 """
@@ -23,7 +23,7 @@ def cut_at_stops(engine: Engine, res: GenerateResult, stops: frozenset[int], sin
     for i, t in enumerate(res.tokens):
         if t in stops:
             res.tokens, res.confidences = res.tokens[:i], res.confidences[:i]
-            text = engine.tokenizer.decode_content(res.tokens)
+            text = res.lead + engine.tokenizer.decode_content(res.tokens)
             res.text = text.split("\n", 1)[0] if single_line else text
             res.finish_reason = "end"
             break
@@ -33,19 +33,22 @@ def cut_at_stops(engine: Engine, res: GenerateResult, stops: frozenset[int], sin
 def run_layout(engine: Engine, lay: Layout, *, max_tokens: int | None = None, single_line: bool = False,
                sampler: Any = None, cache_key: str | None = None, abort: Any = None,
                on_step: Any = None) -> GenerateResult:
-    if lay.in_place:
+    b = engine.block_size if engine.args.attention == "block_causal" else (sampler or SamplerConfig()).block_size
+    n = lay.canvas if lay.in_place else -(-lay.canvas // b) * b
+    if lay.in_place or lay.heal:  # the suffix after the canvas, or the prompt's last piece to heal: the request
         from engine.calls import FormatRequest
 
-        req = FormatRequest(lay.before, CanvasSpec(lay.canvas, single_line=single_line), sampler, cache_key, abort,
-                            after=list(lay.after), stop_ids=lay.stop_ids, expand_id=lay.expand_id)
-        return engine.generate_batch([req], [on_step])[0]
-    b = engine.block_size if engine.args.attention == "block_causal" else (sampler or SamplerConfig()).block_size
-    spec = CanvasSpec(-(-lay.canvas // b) * b, single_line=single_line)
-    res = engine.generate(lay.before, spec, sampler, cache_key, abort, on_step)
+        req = FormatRequest(lay.before, CanvasSpec(n, single_line=single_line), sampler, cache_key, abort,
+                            after=list(lay.after), stop_ids=lay.stop_ids, expand_id=lay.expand_id, heal=lay.heal)
+        res = engine.generate_batch([req], [on_step])[0]
+        if lay.in_place:
+            return res
+    else:
+        res = engine.generate(lay.before, CanvasSpec(n, single_line=single_line), sampler, cache_key, abort, on_step)
     res = cut_at_stops(engine, res, lay.stop_ids, single_line)
     if max_tokens is not None and len(res.tokens) > max_tokens:
         res.tokens, res.confidences = res.tokens[:max_tokens], res.confidences[:max_tokens]
-        text = engine.tokenizer.decode_content(res.tokens)
+        text = res.lead + engine.tokenizer.decode_content(res.tokens)
         res.text = text.split("\n", 1)[0] if single_line else text
         res.finish_reason = "length"
     return res

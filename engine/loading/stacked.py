@@ -249,3 +249,13 @@ class ReferencePrefill:
             j.kv.length = n
         j.forwards += 1
         j.last_hidden = j.slot.last_hidden = h[0, -1]
+
+    def extend(self, j: Job, ids: list[int], forward: Callable[[Job, list[int]], None]) -> None:
+        """Healed tokens after the prompt, encoded as a prompt's are: the prompt's last token (the policy's until
+        now) and all new ones but the last by the reference, the last by the policy — the KV the reward scorer
+        reads from the cached slot (`engine.reward`)."""
+        last = j.prompt.pop()
+        j.ctx -= 1
+        with self.eng.lora.use(False):
+            forward(j, [last, *ids[:-1]])
+        forward(j, ids[-1:])

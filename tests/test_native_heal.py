@@ -1,0 +1,113 @@
+"""Token healing in our own layout (`engine.formats.native`, `engine.decoding.heal`): a FIM prompt that ends inside
+a word leaves the cursor line's last pre-tokenizer piece out, and the model spells it again with tokens of its
+choosing after the middle token — where the model can heal (block-causal, canvas-aligned, shifted logits)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers
+
+from engine import Engine, FimPrompt
+from engine.api import InfillCall
+from engine.calls import call_request
+from engine.config import preset
+from engine.formats import HEAL_CHARS
+from engine.model import Transformer
+from engine.templates import render_fim
+from engine.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+WORD = "return"
+
+
+def merge_tokenizer() -> Tokenizer:
+    """Byte-level BPE with GPT-2's pre-tokenizer and the merges that spell `` return`` one letter at a time, so
+    ``' retu'`` has choices: the tokens starting with it (`` retu``, `` retur``, `` return``) and its prefixes."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    merges, word = [], "Ġ"
+    for ch in WORD:
+        merges.append((word, ch))
+        word += ch
+        vocab[word] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(["<|endoftext|>"])
+    return Tokenizer.with_special_tokens(hf, eos_token="<|endoftext|>")
+
+
+def engine(tok: Tokenizer, seed: int = 3, **kw: object) -> Engine:
+    args = preset("tiny", vocab_size=tok.vocab_size, special_tokens=tok.special.as_dict(), **kw)
+    return Engine(Transformer(args, init=False).init_random(seed), tok, name="tiny-heal", fast_cpu=False)
+
+
+TOK = merge_tokenizer()
+TYPED = FimPrompt("def f(x):\n    y = x\n    retu", "\n\nprint(f(1))\n", path="m.py")
+
+
+def test_the_layout_leaves_the_last_piece_out_where_the_model_can_heal() -> None:
+    eng = engine(TOK)
+    assert TOK.encode("    retu")[-1] == TOK.hf.token_to_id("Ġretu")  # the typed word is one token
+    lay = eng.format.fim(TYPED, 8)
+    assert lay.heal == " retu" and lay.before == render_fim(TOK, replace(TYPED, prefix=TYPED.prefix[:-5])).ids
+    # the rest of the line stays marked behind the prefix (spml); only the prefix ends earlier
+    mid = FimPrompt("x = f(ab", ", c)\ny = 2\n", path="m.py")
+    lay = eng.format.fim(mid, 8)
+    assert lay.heal == "ab" and lay.before == render_fim(TOK, replace(mid, prefix="x = f(")).ids
+    assert [label for label, _, _ in lay.parts][-2:] == ["rest", "middle"]
+    # a line start (every whole-line hole) renders exactly as before; a too long piece is left as typed
+    for prompt in (FimPrompt("def f(x):\n", "    return x\n"), FimPrompt("# " + "=" * (HEAL_CHARS + 1), "\n")):
+        lay = eng.format.fim(prompt, 8)
+        assert lay.heal == "" and lay.before == render_fim(TOK, prompt).ids
+    # a model that cannot heal (logits not shifted, blocks tiling the prompt, bidirectional) keeps the prompt
+    for kw in ({"shifted_logits": False}, {"block_align": "absolute"}, {"attention": "bidirectional"}):
+        other = engine(TOK, **kw)
+        lay = other.format.fim(TYPED, 8)
+        assert lay.heal == "" and lay.before == render_fim(TOK, TYPED).ids
+
+
+def _allowed(tok: Tokenizer, rest: str) -> list[int]:
+    """Healing's choices, found here by decoding every id alone: text starting with ``rest`` (no line break) or
+    a proper prefix of it."""
+    out = []
+    for i in range(tok.hf.get_vocab_size(with_added_tokens=False)):
+        t = tok.decode([i])
+        if (t.startswith(rest) and "\n" not in t) or (t and len(t) < len(rest) and rest.startswith(t)):
+            out.append(i)
+    return out
+
+
+def test_the_engine_heals_with_the_models_choice_then_decodes_as_from_that_prompt() -> None:
+    eng = engine(TOK)
+    req = call_request(eng, InfillCall(TYPED, 8))
+    assert req.heal == " retu"
+    # the reference: the model's own greedy choice among the allowed tokens, one full forward per choice
+    ids, rest, picks = list(req.prompt_tokens), req.heal, []
+    with torch.no_grad():
+        while rest:
+            logits = eng.model(torch.tensor([ids + picks]))[0, -1]
+            allowed = _allowed(TOK, rest)
+            pick = max(allowed, key=lambda i: float(logits[i]))
+            if not picks:  # the constraint matters here: the unconstrained choice is another token
+                assert int(logits.argmax()) not in allowed
+            picks.append(pick)
+            text = TOK.decode([pick])
+            rest = rest[len(text):] if len(text) < len(rest) else ""
+    lead = TOK.decode(picks)[len(" retu"):]
+    res = eng.generate_batch([req])[0]
+    assert res.lead_tokens == picks and res.lead == lead and res.text.startswith(lead)
+    # ... and the canvas decodes as it would after a prompt that ended with those tokens
+    plain = eng.generate_batch([replace(req, prompt_tokens=ids + picks, heal="", cache_key=None)])[0]
+    assert res.tokens == plain.tokens and res.text == lead + plain.text and plain.lead == ""
+    assert res.prompt_tokens == len(ids) + len(picks)
+    # a keystroke later (``retur``) the prompt before the piece is the same: its KV is reused
+    again = eng.infill(replace(TYPED, prefix=TYPED.prefix + "r"), max_tokens=8, cache_key="doc")
+    typed = eng.infill(TYPED, max_tokens=8, cache_key="doc")
+    assert again.cached_tokens == 0 and typed.cached_tokens == len(ids) - 1  # all but the last, recomputed
