@@ -62,8 +62,15 @@ def test_the_layout_leaves_the_last_piece_out_where_the_model_can_heal() -> None
     lay = eng.format.fim(mid, 8)
     assert lay.heal == "ab" and lay.before == render_fim(TOK, replace(mid, prefix="x = f(")).ids
     assert [label for label, _, _ in lay.parts][-2:] == ["rest", "middle"]
-    # a line start (every whole-line hole) renders exactly as before; a too long piece is left as typed
-    for prompt in (FimPrompt("def f(x):\n", "    return x\n"), FimPrompt("# " + "=" * (HEAL_CHARS + 1), "\n")):
+    # an indented empty line: its indentation is healed (the prompt then ends at the line start)
+    indent = FimPrompt("def f(x):\n    ", "\n", path="m.py")
+    lay = eng.format.fim(indent, 8)
+    assert lay.heal == "    " and lay.before == render_fim(TOK, replace(indent, prefix="def f(x):\n")).ids
+    # left as typed: a line start (every whole-line hole), a too long piece, and all of the line left of the
+    # cursor with text right of it (without it the prefix would end at a line start, where spml renders that text
+    # as the suffix's start: the suffix, first in the prompt, prefilled again)
+    for prompt in (FimPrompt("def f(x):\n", "    return x\n"), FimPrompt("# " + "=" * (HEAL_CHARS + 1), "\n"),
+                   FimPrompt("def f(x):\n    ", "return x\n"), FimPrompt("def f(x):\nre", "turn x\n")):
         lay = eng.format.fim(prompt, 8)
         assert lay.heal == "" and lay.before == render_fim(TOK, prompt).ids
     # a model that cannot heal (logits not shifted, blocks tiling the prompt, bidirectional) keeps the prompt

@@ -20,6 +20,7 @@ from engine.templates import (
     EditPrompt,
     FimPrompt,
     edit_canvas_length,
+    fim_rest,
     render_edit,
     render_fim,
 )
@@ -43,9 +44,11 @@ class NativeFormat:
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
         if self.fim_layout and p.layout == DEFAULT_FIM_LAYOUT and self.fim_layout != p.layout:
             p = replace(p, layout=self.fim_layout)  # type: ignore[arg-type]
-        piece = split_typed(self.tok, p.prefix)[2] if self.heal else ""
-        if piece:  # the prefix ends earlier; a piece that was all of its line leaves a line start (spml: the
-            # line's rest then goes with the suffix, as for a training span starting there)
+        _, typed, piece = split_typed(self.tok, p.prefix) if self.heal else ("", "", "")
+        if piece and not typed and fim_rest(p)[0]:
+            piece = ""  # all of the line left of the cursor, text right of it: without the piece the prefix
+            # would end at a line start, where spml renders that text as the suffix's start — a re-prefill
+        if piece:
             p = replace(p, prefix=p.prefix[: len(p.prefix) - len(piece)])
         r = render_fim(self.tok, p)
         return Layout(r.ids, max_tokens, parts=r.parts, heal=piece)
