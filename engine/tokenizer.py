@@ -63,7 +63,7 @@ class Tokenizer:
         vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
         vocab["<|endoftext|>"] = len(vocab)
         hf = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # no merges: ids are bytes; pieces as GPT-2
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # ids: bytes (no merges); pieces: GPT-2's
         hf.decoder = decoders.ByteLevel()
         hf.add_special_tokens(["<|endoftext|>"])
         return cls.with_special_tokens(hf, eos_token="<|endoftext|>")

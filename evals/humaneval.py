@@ -224,8 +224,9 @@ async def _generate_lsp(tasks: list[InfillTask], scorer: Scorer, *, model: str, 
                 rec = await _one_lsp(client, i, task, split, root, timeout, trigger)
             except Exception as e:  # noqa: BLE001 - recorded; the run goes on with a fresh server
                 log.warning("task %s failed: %s", task.task_id, e)
-                rec = {"id": task.task_id, "middle": fix_middle(split, "", task.prompt), "latency_ms": None, "shown": False,
-                       "error": f"{type(e).__name__}: {e}", "score": None, "edited_outside_hole": False}
+                rec = {"id": task.task_id, "middle": fix_middle(split, "", task.prompt), "latency_ms": None,
+                       "shown": False, "error": f"{type(e).__name__}: {e}", "score": None,
+                       "edited_outside_hole": False}
                 try:
                     await client.stop()
                 except Exception:  # noqa: BLE001 - replaced anyway

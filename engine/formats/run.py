@@ -1,10 +1,10 @@
 """Run a per-model `Layout` on an `Engine` through its public ``generate`` / ``generate_batch``
 (`Engine.infill` / `rewrite` / `complete` do the same from a call, `engine.calls`).
 
-Canvas-last layouts (``native``, ``chat``, ``qwen-fim``): the canvas is rounded up to whole blocks and the output
-is cut at the layout's stop tokens (``<|im_end|>`` …); a layout that heals its last piece runs as a request too. In-place layouts (``infill``, ``dreamon``:
-the suffix after the canvas) run as a `engine.calls.FormatRequest` on bidirectional models; the
-engine raises `FormatNotSupported` for them on block-causal ones.
+Canvas-last layouts (``native``, ``chat``, ``qwen-fim``): the canvas is rounded up to whole blocks and the
+output is cut at the layout's stop tokens (``<|im_end|>`` …); one that leaves its last piece to token healing
+runs as a `engine.calls.FormatRequest`. In-place layouts (``infill``, ``dreamon``: the suffix after the canvas)
+run as one on bidirectional models; the engine raises `FormatNotSupported` for them on block-causal ones.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def run_layout(engine: Engine, lay: Layout, *, max_tokens: int | None = None, si
         if lay.in_place:
             return res
     else:
-        res = engine.generate(lay.before, CanvasSpec(n, single_line=single_line), sampler, cache_key, abort, on_step)
+        spec = CanvasSpec(n, single_line=single_line)
+        res = engine.generate(lay.before, spec, sampler, cache_key, abort, on_step)
     res = cut_at_stops(engine, res, lay.stop_ids, single_line)
     if max_tokens is not None and len(res.tokens) > max_tokens:
         res.tokens, res.confidences = res.tokens[:max_tokens], res.confidences[:max_tokens]
