@@ -114,7 +114,11 @@ def test_the_engine_heals_with_the_models_choice_then_decodes_as_from_that_promp
     plain = eng.generate_batch([replace(req, prompt_tokens=ids + picks, heal="", cache_key=None)])[0]
     assert res.tokens == plain.tokens and res.text == lead + plain.text and plain.lead == ""
     assert res.prompt_tokens == len(ids) + len(picks)
-    # a keystroke later (``retur``) the prompt before the piece is the same: its KV is reused
+    # another keystroke in the same word (``retur`` → ``retu``, a backspace) leaves the prompt before the piece as it
+    # was: its KV and the hidden state healing started from are kept (`Slot.heal_from`), nothing is prefilled
+    # again, and the answer is the one computed from scratch
     again = eng.infill(replace(TYPED, prefix=TYPED.prefix + "r"), max_tokens=8, cache_key="doc")
     typed = eng.infill(TYPED, max_tokens=8, cache_key="doc")
-    assert again.cached_tokens == 0 and typed.cached_tokens == len(ids) - 1  # all but the last, recomputed
+    assert again.cached_tokens == 0 and typed.cached_tokens == len(ids)
+    assert (typed.tokens, typed.lead, typed.lead_tokens) == (res.tokens, res.lead, res.lead_tokens)
+    assert typed.forwards == res.forwards - 1  # the prompt's last token: not run again

@@ -150,6 +150,9 @@ class Slot:
     kv: KVCache
     last_hidden: Tensor | None = None
     hits: int = field(default=0)
+    # token healing's starting point: the prompt before the healed tokens and the hidden state after it (the
+    # next keystroke inside the same word asks from there again: `engine.decoding.blocks.prefill`)
+    heal_from: tuple[list[int], Tensor] | None = None
 
 
 class PrefixCache:

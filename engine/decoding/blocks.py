@@ -60,14 +60,16 @@ def prefill(eng: StepRunner, j: Job, chunk: int = 2048) -> None:
     j.base, j.lead = base, list(j.prompt[base:])
     slot = eng.take_slot(j, n + j.den.spec.length + B)
     lcp = common_prefix(slot.tokens, j.prompt[:base])
-    full_hit = lcp == base == len(slot.tokens) and (base == 0 or slot.last_hidden is not None)
-    if full_hit:
-        reuse = base
+    healed = slot.heal_from  # the prompt a healed one started from (a keystroke inside the same word)
+    last = None
+    if lcp == base == len(slot.tokens) and (base == 0 or slot.last_hidden is not None):
+        reuse, last = base, slot.last_hidden
+    elif healed is not None and lcp == base and healed[0] == j.prompt[:base]:
+        reuse, last = base, healed[1]  # its KV is the slot's up to there, its hidden state kept
     else:  # recompute at least the last token (canvas) / block (absolute): its hidden state is needed
         reuse = min(lcp, base - 1)
         reuse = max(0, reuse // B * B) if absolute else reuse
     kv = slot.kv
-    last = slot.last_hidden if full_hit else None
     if reuse < base:
         ids = torch.tensor([j.prompt[:base]], device=eng.device)
         chunk = max(B, chunk // B * B)

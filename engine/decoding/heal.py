@@ -46,8 +46,9 @@ def heal(eng: StepRunner, j: Job) -> None:
     without a choice (one token spells what is left) costs no logits; the picks go in with one forward per choice
     made after them, plus one."""
     t0 = time.perf_counter()
-    assert j.last_hidden is not None
+    assert j.last_hidden is not None and j.slot is not None
     n0 = len(j.prompt)
+    j.slot.heal_from = (list(j.prompt), j.last_hidden)  # where the next keystroke in this word starts again
     rest, pending = j.heal, []  # picks not committed yet: a choice needs the logits after them, a forced pick not
     while rest:
         ids = choices(eng, rest)
