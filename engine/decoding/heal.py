@@ -48,7 +48,7 @@ def heal(eng: StepRunner, j: Job) -> None:
     t0 = time.perf_counter()
     assert j.last_hidden is not None and j.slot is not None
     n0 = len(j.prompt)
-    j.slot.heal_from = (list(j.prompt), j.last_hidden)  # where the next keystroke in this word starts again
+    j.slot.heal_from = (list(j.prompt), j.last_hidden.clone())  # where the next keystroke in this word starts
     rest, pending = j.heal, []  # picks not committed yet: a choice needs the logits after them, a forced pick not
     while rest:
         ids = choices(eng, rest)

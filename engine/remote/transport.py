@@ -118,8 +118,15 @@ class Transport:
         """Send ``reqs`` concurrently; per request its JSON answer, a :class:`RemoteError` or
         :class:`Aborted` (its abort signal fired: the request was cancelled, the connection closed)."""
         loop = self._ensure_loop()
-        futs = [asyncio.run_coroutine_threadsafe(self._post(r), loop) for r in reqs]
-        aborted: set[int] = set()
+        # one aborted before it is sent is not sent (a fast server's answer could otherwise beat the first poll)
+        aborted = {i for i, r in enumerate(reqs) if r.abort is not None and r.abort.aborted}
+        futs: list[concurrent.futures.Future[dict[str, Any]]] = []
+        for i, r in enumerate(reqs):
+            if i in aborted:
+                futs.append(concurrent.futures.Future())
+                futs[-1].cancel()
+            else:
+                futs.append(asyncio.run_coroutine_threadsafe(self._post(r), loop))
         while True:
             for i, (r, f) in enumerate(zip(reqs, futs, strict=True)):
                 if i not in aborted and not f.done() and r.abort is not None and r.abort.aborted:
