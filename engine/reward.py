@@ -118,9 +118,8 @@ class RewardScorer:
         """``result``'s tokens after the prompt that generated them: where the engine healed the prompt's last
         piece (`engine.decoding.heal`), the layout without it and the tokens the model chose for it (the
         engine's cached slot; the trainer's layout otherwise)."""
-        ids = render_fim(self.eng.tokenizer, prompt).ids
-        if result.lead_tokens:
-            ids = self.eng.format.fim(prompt).before + result.lead_tokens
+        ids = (self.eng.format.fim(prompt).before + result.lead_tokens if result.lead_tokens
+               else render_fim(self.eng.tokenizer, prompt).ids)
         return self.score_ids(ids, result.tokens, cache_key)
 
     def score_edit(self, prompt: EditPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:

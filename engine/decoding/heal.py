@@ -4,12 +4,13 @@ A prompt that ends inside what the tokenizer would make one token (``    retu`` 
 ``foo``) asks the model to continue from a split it never saw in training: ``    return`` is always
 ``'   ', ' return'``, never ``'   ', ' ret', 'urn'``. A layout that ends in text the user typed (Qwen's FIM: the
 cursor's line, `engine.formats.qwen`; our own layout's prefix, `engine.formats.native`) leaves out the line's
-last pre-tokenizer piece (no token crosses a piece's start) and names its text (`engine.formats.Layout.heal`). After the prefill the model picks, greedily, among the
-tokens whose text starts with the piece or is a proper prefix of it (then again for what is left), the picks are
-committed like prompt tokens, and the output's text starts with what they add past the piece (``rn``). A token
-that would add a line break is not a choice: the canvas starts on the cursor's line, where its stop rules expect
-it. A piece no whole token spells (a character the vocabulary holds only as bytes) goes in as typed. (Guidance
-calls this token healing; llama.cpp's ``/infill`` does without it.)
+last pre-tokenizer piece (no token crosses a piece's start) and names its text (`engine.formats.Layout.heal`).
+After the prefill the model picks, greedily, among the tokens whose text starts with the piece or is a proper
+prefix of it (then again for what is left), the picks are committed like prompt tokens, and the output's text
+starts with what they add past the piece (``rn``). A token that would add a line break is not a choice: the
+canvas starts on the cursor's line, where its stop rules expect it. A piece no whole token spells (a character
+the vocabulary holds only as bytes) goes in as typed. (Guidance calls this token healing; llama.cpp's
+``/infill`` does without it.)
 """
 
 from __future__ import annotations
