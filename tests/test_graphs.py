@@ -209,3 +209,40 @@ def test_a_capture_that_fails_leaves_the_steps_uncaptured_and_right(caplog: pyte
         assert [eng.generate(p, spec, cfg).tokens for p in PROMPTS] == want
     assert g.capture is False and g.stats["captured"] == 0 and g.stats["replayed"] > 10
     assert sum("capturing the decode step failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_captures_after_every_graph_was_dropped_take_a_new_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private pool whose graphs were all destroyed cannot be captured into again (the allocator's
+    ``use_count > 0`` assert: the H200 window of session 26 lost every capture after the rope table
+    regrew). Once no captured step is left, the next captures take a new pool; while one lives, the pool
+    stays. On the CPU the capture is faked: it records which pool it was given."""
+    handles = iter(range(100, 200))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, next(handles)))
+    eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=3)
+    g = StepGraphs(eng.model, eng.kv_dtype, eng.device, capture=False)
+    g.capture, g.pool, g.stats["pools"] = True, torch.cuda.graph_pool_handle(), 1  # as on CUDA
+    eng.graphs = g
+    used: list[object] = []
+
+    class FakeGraph:
+        def __init__(self, fwd: object) -> None:
+            self.fwd = fwd
+
+        def replay(self) -> None:
+            self.fwd()  # type: ignore[operator]
+
+    def capture(arena: object, st: object, cap: int) -> None:
+        used.append(g.pool)
+        st.out = g._forward(arena, st, cap)  # type: ignore[attr-defined, arg-type]
+        st.graph = FakeGraph(lambda: setattr(st, "out", g._forward(arena, st, cap)))  # type: ignore[arg-type]
+
+    g._capture = capture  # type: ignore[method-assign]
+    cfg = SamplerConfig(window="block")
+    spec = CanvasSpec(8, stop_at_end=False)
+    eng.generate(PROMPTS[0], spec, cfg)
+    eng.generate(PROMPTS[1], spec, cfg)
+    assert used and set(used) == {(0, 100)} and g.stats["pools"] == 1  # graphs live: one pool
+    long_prompt = [40 + i % 50 for i in range(eng.model.rope_current().shape[0] + 30)]
+    eng.generate(long_prompt, spec, cfg)  # the rope table regrows: every captured step is dropped
+    assert g.stats["stale_dropped"] >= 1 and g.stats["pools"] == 2
+    assert used[-1] == (0, 101) and g.pool == (0, 101)  # captured again, into the new pool

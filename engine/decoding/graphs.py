@@ -104,7 +104,7 @@ class StepGraphs:
         self.steps: dict[tuple[int, int, int], _Step] = {}
         self.pool: Any = torch.cuda.graph_pool_handle() if self.capture else None
         self.rope: Tensor | None = None  # the rope table the captured steps read (the model's, at capture)
-        self.stats = {"captured": 0, "replayed": 0, "arena_copies": 0, "stale_dropped": 0}
+        self.stats = {"captured": 0, "replayed": 0, "arena_copies": 0, "stale_dropped": 0, "pools": 1 if self.capture else 0}
 
     # ---- arenas ------------------------------------------------------------------------------
     def arena(self, parts: Sequence[tuple[KVCache, int]], need: int, rows: int | None = None) -> KVCache:
@@ -134,6 +134,17 @@ class StepGraphs:
         self.arenas.pop(key)
         for k in [k for k in self.steps if k[:2] == key]:
             del self.steps[k]
+        self._fresh_pool_if_empty()
+
+    def _fresh_pool_if_empty(self) -> None:
+        """A private pool whose graphs are all destroyed has a use count of 0 while blocks allocated in it
+        may still live, and capturing into it again trips the caching allocator's ``use_count > 0``
+        assert (the H200 window of session 26: every capture after the rope table regrew failed, and the
+        engine bench ran uncaptured; vLLM hit the same with a reused global pool). Later captures take a
+        new pool; the old one is freed with its last block."""
+        if self.capture and not any(st.graph is not None for st in self.steps.values()):
+            self.pool = torch.cuda.graph_pool_handle()
+            self.stats["pools"] += 1
 
     def _find(self, kv: KVCache) -> tuple[tuple[int, int], KVCache] | None:
         ptr = kv.k[0].data_ptr()
@@ -208,6 +219,7 @@ class StepGraphs:
         log.info("rope table regrown: %d captured decode steps dropped (captured again on use)", len(self.steps))
         self.stats["stale_dropped"] += len(self.steps)
         self.steps.clear()
+        self._fresh_pool_if_empty()
 
     def _forward(self, arena: KVCache, st: _Step, cap: int) -> Tensor:
         keys = torch.arange(cap, device=self.device)

@@ -251,7 +251,8 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
                     continue
                 d = bench_decoding(eng, n, a.tokens, a.threshold)
                 rep.add({"shape": shape, "what": "decode", "cuda_graphs": eng.graphs is not None,
-                         "graphs_asked": g, "prompt": n, **d})
+                         "graphs_asked": g, "prompt": n, **d,
+                         **({"graphs": eng.graphs.info()} if eng.graphs is not None else {})})
                 eng.cache.clear()
             if g == graphs[0]:
                 ctx = [n for n in prompts if rep.elapsed() < a.budget_s]
