@@ -359,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--prompts", default="2048,32768")
     e.add_argument("--tokens", type=int, default=64)
     e.add_argument("--threshold", type=float, default=0.9)
-    e.add_argument("--graphs", default="on,off")
+    # off first (session 26): in three H200 runs AR over the same weights was 2.7-3.4x slower in the first
+    # engine's rows (graphs on) than in the second's, the host idle in the last; off first tells order from graphs
+    e.add_argument("--graphs", default="off,on")
     e.add_argument("--profile", type=int, default=16,
                    help="tokens decoded under torch.profiler per shape (AR, block, width 1; 0: none)")
     e.add_argument("--job-phase", type=Path, help="the window job's phase.json: wait out its corpus build, record "
