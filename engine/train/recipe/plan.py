@@ -267,19 +267,23 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
             "commands": [s.__dict__ for s in steps]}
 
 
-# a self-play sample on an H200 at width 1 (session 14's `bench_gpu latency` on the Qwen tier: a single line
-# p50 179 ms, a next edit 858 ms; in the trained block it was 83 / 330 ms, when this was 0.15 s)
-SELFPLAY_S = 0.4
+# a self-play sample on an H200 (session 26's KTO window: 606 + 151 samples and `align data` in 81 s, 0.11 s
+# each; session 14's guess from `bench_gpu latency` was 0.4 s)
+SELFPLAY_S = 0.13
+KTO_STEP_S = 0.18  # a KTO step of 16 on an H200, rank 8 on the top 8 layers (session 26: 606 steps in 109 s)
+KTO_PASSES = 3  # session 26 ran ~15 passes over its 633 examples and overfit (margin 27, z0 0; QUALITY.md)
 
 
 def kto_sets(seconds: float) -> str:
-    """`align-start --set` values that fit the KTO stage into ``seconds`` (estimates: self-play ≈ `SELFPLAY_S` a
-    sample, a KTO step of 16 ≈ 0.4 s on an H200, model loads ≈ 20 s; then `align measure`: the reward gate's
-    precision vs the confidence gate's at equal coverage on held-out HumanEval + self-play)."""
+    """`align-start --set` values that fit the KTO stage into ``seconds`` (self-play ≈ `SELFPLAY_S` a sample,
+    a KTO step of 16 ≈ `KTO_STEP_S`, model loads ≈ 20 s; then `align measure`: the reward gate's precision vs
+    the confidence gate's at equal coverage on held-out HumanEval + self-play). The steps stop at
+    `KTO_PASSES` passes over the examples self-play makes (about one per sample), so the time left goes to
+    more self-play, not to more passes over the same examples."""
     usable = max(0.0, seconds - 40)
-    selfplay = int(max(48, usable * 0.45 / SELFPLAY_S))
+    selfplay = int(max(48, usable * 0.5 / (1.25 * SELFPLAY_S)))  # half the time: training + held-out samples
     held = max(16, selfplay // 4)
-    steps = int(max(10, usable * 0.45 / 0.4))
+    steps = int(max(10, min(usable * 0.2 / KTO_STEP_S, KTO_PASSES * selfplay / 16)))
     measure = int(min(50, max(10, usable * 0.1 / 0.6)))  # HumanEval tasks for the gate report (≈ 0.6 s each)
     return (f"selfplay={selfplay} heldout_selfplay={held} kto.steps={steps} kto.save-every={max(5, steps // 4)} "
             f"kto.eval-every={max(5, steps // 2)} kto.max-minutes={max(1.0, usable * 0.4 / 60):.1f} "
