@@ -137,7 +137,7 @@ def bench_decoding(eng: Engine, n_prompt: int, n_tokens: int, threshold: float) 
     return {"ar": {"tokens": n_tokens, "decode_ms": round(ar, 2), "tokens_per_s": round(n_tokens / ar * 1e3, 1)},
             "width1": {"tokens": len(w1.tokens), "forwards": w1.forwards, "decode_ms": round(w1ms, 2),
                        "drafted": w1.timings.get("decode_drafted", 0.0),  # prompt-lookup drafts, as served
-                       "ms_per_forward": round(w1ms / max(1.0, w1.timings.get("decode_forwards", 0.0)), 3)},
+                       "ms_per_forward": round(w1ms / max(1.0, w1.timings.get("decode_forwards") or w1.forwards), 3)},
             "diffusion": {"threshold": threshold, "tokens": len(r.tokens), "steps": r.steps, "forwards": r.forwards,
                           "tokens_per_step": round(len(r.tokens) / max(1, r.steps), 3), "decode_ms": round(dec, 2),
                           "tokens_per_s": round(len(r.tokens) / dec * 1e3, 1), "speedup_vs_ar": round(ar / dec, 3)}}
