@@ -27,7 +27,7 @@ from torch import Tensor
 from engine.attention import bd3lm_layout, bd3lm_logit_index
 from engine.caches.prefix import KVCache
 from engine.loading.stacked import AlignedEngine
-from engine.templates import EditPrompt, FimPrompt, render_edit, render_fim
+from engine.templates import EditPrompt, FimPrompt, in_trained_order, render_edit, render_fim
 from engine.types import GenerateResult
 
 T_MIN = 0.1  # mask rates are drawn from U(t_min, 1): bounded 1/t weights (lower-variance rewards)
@@ -119,16 +119,21 @@ class RewardScorer:
         piece (`engine.decoding.heal`), the layout without it and the tokens the model chose for it (the
         engine's cached slot; the trainer's layout otherwise)."""
         ids = (self.eng.format.fim(prompt).before + result.lead_tokens if result.lead_tokens
-               else render_fim(self.eng.tokenizer, prompt).ids)
+               else self.render(prompt))
         return self.score_ids(ids, result.tokens, cache_key)
 
     def score_edit(self, prompt: EditPrompt, result: GenerateResult, cache_key: str | None = None) -> Reward:
-        return self.score_ids(render_edit(self.eng.tokenizer, prompt).ids, result.tokens, cache_key)
+        return self.score_ids(self.render(prompt), result.tokens, cache_key)
 
     def score_text(self, prompt: FimPrompt | EditPrompt, completion: str) -> Reward:
-        tok = self.eng.tokenizer
-        ids = render_fim(tok, prompt).ids if isinstance(prompt, FimPrompt) else render_edit(tok, prompt).ids
-        return self.score_ids(ids, tok.encode(completion))
+        return self.score_ids(self.render(prompt), self.eng.tokenizer.encode(completion))
+
+    def render(self, prompt: FimPrompt | EditPrompt) -> list[int]:
+        """The prompt's ids in the order the model was trained on and generates from (the adapter's
+        ``fim_layout`` / ``edit_layout``), as the KTO trainer renders its examples."""
+        meta, tok = self.eng.meta, self.eng.tokenizer
+        p = in_trained_order(prompt, meta.get("fim_layout"), meta.get("edit_layout"))
+        return render_fim(tok, p).ids if isinstance(p, FimPrompt) else render_edit(tok, p).ids
 
     # ---- the forward pair --------------------------------------------------------------------
     @torch.no_grad()

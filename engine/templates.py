@@ -153,6 +153,23 @@ def fim_specials(p: FimPrompt) -> int:
     return 4 if fim_rest(p)[0] else 3
 
 
+def in_trained_order(p: FimPrompt | EditPrompt, fim_layout: str | None = None,
+                     edit_layout: str | None = None) -> FimPrompt | EditPrompt:
+    """``p`` in the order an adapter was trained on (its metadata's ``fim_layout`` / ``edit_layout``; None: the
+    default): a prompt in the default order takes the adapter's, one that names another order keeps it. Every
+    renderer of a model's prompts goes through it — the engine's format, the KTO trainer, the reward scorer — so
+    a reward is scored on the prompt the model generated from (session 26: edits were scored history-first on a
+    tier trained file-first)."""
+    from dataclasses import replace
+
+    if isinstance(p, EditPrompt):
+        if edit_layout and p.layout == DEFAULT_EDIT_LAYOUT and edit_layout != p.layout:
+            return replace(p, layout=edit_layout)  # type: ignore[arg-type]
+    elif fim_layout and p.layout == DEFAULT_FIM_LAYOUT and fim_layout != p.layout:
+        return replace(p, layout=fim_layout)  # type: ignore[arg-type]
+    return p
+
+
 def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:
     if not 0 <= p.cursor <= len(p.region):
         raise ValueError(f"cursor {p.cursor} outside the editable region (length {len(p.region)})")

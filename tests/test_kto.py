@@ -339,3 +339,35 @@ def test_tiny_kto_run_lowers_the_loss_raises_the_margin_and_resumes(tmp_path: Pa
 def test_reference_loader_freezes_the_model() -> None:
     model, tok, info = load_reference(KtoConfig(model="tiny-random", device="cpu"))
     assert not any(p.requires_grad for p in model.parameters()) and info["spec"] == "tiny-random"
+
+
+def test_reward_and_trainer_render_edits_in_the_adapters_order(tmp_path: Path) -> None:
+    """A tier trained with the history after the file (`edit_layout: file-history`, the Qwen tier) generates
+    from that order; the scorer must score the same prompt — the engine's cached slot, not a re-prefill of
+    the history-first order it never saw (session 26: 0 of 60 held-out edits reused the cache, the reward
+    cost 83 % of the generation) — and the KTO trainer must train on it."""
+    from dataclasses import replace
+
+    from engine.templates import EditPrompt, render_edit
+    from engine.train.kto.records import to_example
+
+    ck = random_checkpoint("tiny")
+    ck.meta["edit_layout"] = "file-history"
+    eng = AlignedEngine.from_engine(Engine.from_checkpoint(ck, device="cpu"), write_stacked(tmp_path))
+    scorer = RewardScorer(eng)
+    prompt = EditPrompt("import os\n", "x = 1\ny = x + 1\n", "print(y)\n", 6, path="a.py",
+                        history=("--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-z = 1\n+x = 1\n",))
+    assert prompt.layout == "history-file"  # what the server sends; the adapter's order replaces it
+    file_first = render_edit(eng.tokenizer, replace(prompt, layout="file-history")).ids
+    assert file_first != render_edit(eng.tokenizer, prompt).ids
+    assert eng.format.edit(prompt).before == file_first == scorer.render(prompt)
+    res = eng.rewrite(prompt, cache_key="doc")
+    got = scorer.score_edit(prompt, res, cache_key="doc")
+    cold = scorer.score_ids(file_first, res.tokens)
+    assert got.cached and not cold.cached and got.r == pytest.approx(cold.r, abs=1e-4)
+    rec = Record(id="r1", kind="edit", prompt=prompt_to_dict(prompt), completion="x = 2\ny = x + 1\n", label=True,
+                 source="test", group="a.py", split="train")
+    ex = to_example(eng.tokenizer, rec, 8, 4096, 256, order=(None, "file-history"))
+    assert ex is not None and ex[0] == file_first
+    plain = to_example(eng.tokenizer, rec, 8, 4096, 256)
+    assert plain is not None and plain[0] == render_edit(eng.tokenizer, prompt).ids

@@ -15,12 +15,11 @@ from typing import Any
 
 from engine.formats import Layout, split_typed
 from engine.templates import (
-    DEFAULT_EDIT_LAYOUT,
-    DEFAULT_FIM_LAYOUT,
     EditPrompt,
     FimPrompt,
     edit_canvas_length,
     fim_rest,
+    in_trained_order,
     render_edit,
     render_fim,
 )
@@ -42,8 +41,7 @@ class NativeFormat:
         self.heal = heal and hasattr(tok, "last_piece")
 
     def fim(self, p: FimPrompt, max_tokens: int = 64) -> Layout:
-        if self.fim_layout and p.layout == DEFAULT_FIM_LAYOUT and self.fim_layout != p.layout:
-            p = replace(p, layout=self.fim_layout)  # type: ignore[arg-type]
+        p = in_trained_order(p, fim_layout=self.fim_layout)  # type: ignore[assignment]
         _, typed, piece = split_typed(self.tok, p.prefix) if self.heal else ("", "", "")
         if piece and not typed and fim_rest(p)[0]:
             piece = ""  # all of the line left of the cursor, text right of it: without the piece the prefix
@@ -57,8 +55,7 @@ class NativeFormat:
         b = block_size or self.block
         if not b:
             raise ValueError("native edit layout: no block size (give the model's ModelArgs.block_size)")
-        if self.edit_layout and p.layout == DEFAULT_EDIT_LAYOUT and self.edit_layout != p.layout:
-            p = replace(p, layout=self.edit_layout)  # type: ignore[arg-type]
+        p = in_trained_order(p, edit_layout=self.edit_layout)  # type: ignore[assignment]
         r = render_edit(self.tok, p)
         n = edit_canvas_length(len(self.tok.encode(p.region)), block_size=b)
         return Layout(r.ids, n, parts=r.parts)

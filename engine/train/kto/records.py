@@ -16,7 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.templates import EditPrompt, FimPrompt, Section, canvas_target, render_edit, render_fim
+from engine.templates import (
+    EditPrompt,
+    FimPrompt,
+    Section,
+    canvas_target,
+    in_trained_order,
+    render_edit,
+    render_fim,
+)
 from engine.tokens import TokenizerLike
 
 KINDS = ("fim", "edit", "noedit")
@@ -113,7 +121,9 @@ def read_set(data: Path, split: str = "train") -> list[Record]:
 
 
 # ---- tokens ------------------------------------------------------------------------------------
-def _render(tok: TokenizerLike, p: FimPrompt | EditPrompt) -> list[int]:
+def _render(tok: TokenizerLike, p: FimPrompt | EditPrompt, order: tuple[str | None, str | None] = (None, None)
+            ) -> list[int]:
+    p = in_trained_order(p, *order)
     return render_fim(tok, p).ids if isinstance(p, FimPrompt) else render_edit(tok, p).ids
 
 
@@ -145,9 +155,11 @@ def fit_prompt(tok: TokenizerLike, p: FimPrompt | EditPrompt, max_tokens: int) -
 
 
 def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int, max_canvas: int,
-               pad_to_block: bool = False) -> tuple[list[int], list[int]] | None:
+               pad_to_block: bool = False, order: tuple[str | None, str | None] = (None, None)
+               ) -> tuple[list[int], list[int]] | None:
     """(prompt ids, canvas target ids) of a record, or None when it does not fit; the canvas is the
-    one the gate scores (`engine.reward.canvas_for`)."""
+    one the gate scores (`engine.reward.canvas_for`). ``order``: the reference adapter's (``fim_layout``,
+    ``edit_layout``), the order its prompts are rendered in when it generates and when the gate scores."""
     p = fit_prompt(tok, prompt_from_dict(rec.prompt), max_prompt)
     if p is None:
         return None
@@ -155,4 +167,4 @@ def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int
     c = -(-(len(comp) + 1) // block_size) * block_size if pad_to_block else len(comp) + 1
     if c > max_canvas:
         return None
-    return _render(tok, p), canvas_target(tok, rec.completion, c)
+    return _render(tok, p, order), canvas_target(tok, rec.completion, c)

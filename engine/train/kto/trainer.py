@@ -89,7 +89,7 @@ def load_reference(cfg: KtoConfig) -> tuple[nn.Module, Any, dict[str, Any]]:
 
     model, ck = load_frozen(cfg.model, cfg.device, cfg.dtype)
     info = {"label": ck.meta.get("label", ck.name), "name": ck.name, "sha256": base_adapter_sha(ck.meta),
-            "spec": cfg.model}
+            "spec": cfg.model, "fim_layout": ck.meta.get("fim_layout"), "edit_layout": ck.meta.get("edit_layout")}
     return model, ck.tokenizer, info
 
 
@@ -163,10 +163,12 @@ def _lr(step: int, cfg: KtoConfig) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
 
 
-def load_pairs(cfg: KtoConfig, tok: Any, block_size: int, split: str = "train") -> tuple[list[Pair], list[bool]]:
+def load_pairs(cfg: KtoConfig, tok: Any, block_size: int, split: str = "train",
+               order: tuple[str | None, str | None] = (None, None)) -> tuple[list[Pair], list[bool]]:
+    """The split's examples, their prompts in ``order`` (the reference adapter's FIM / edit layouts)."""
     pairs, labels = [], []
     for rec in read_set(Path(cfg.data), split):
-        ex = to_example(tok, rec, block_size, cfg.max_prompt, cfg.max_canvas, cfg.pad_to_block)
+        ex = to_example(tok, rec, block_size, cfg.max_prompt, cfg.max_canvas, cfg.pad_to_block, order)
         if ex is not None:
             pairs.append(ex)
             labels.append(rec.label)
@@ -182,7 +184,7 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     model, tok, base = reference or load_reference(cfg)
     attention_for_training(next(model.parameters()).device)
     bs = model.args.block_size  # type: ignore[union-attr]
-    pairs, labels = load_pairs(cfg, tok, bs)
+    pairs, labels = load_pairs(cfg, tok, bs, order=(base.get("fim_layout"), base.get("edit_layout")))
     n_d, n_u = sum(labels), len(labels) - sum(labels)
     if len(pairs) < 2:
         raise ValueError(f"{cfg.data}: {len(pairs)} usable training records (need >= 2)")
