@@ -371,3 +371,28 @@ def test_reward_and_trainer_render_edits_in_the_adapters_order(tmp_path: Path) -
     assert ex is not None and ex[0] == file_first
     plain = to_example(eng.tokenizer, rec, 8, 4096, 256)
     assert plain is not None and plain[0] == render_edit(eng.tokenizer, prompt).ids
+
+
+def test_kto_keeps_the_step_with_the_lowest_held_out_loss(tmp_path: Path) -> None:
+    """The monitor reports the data's held-out split beside the training sample, and the adapter written is
+    the monitored step with the lowest held-out loss (session 26's H200 run overfit: its train monitor fell
+    to 0.13 while the reward inverted on new outputs). That step's adapter is what a run stopped there writes;
+    `keep_best=False` writes the last step's."""
+    from safetensors.torch import load_file
+
+    data = synthetic_set(tmp_path / "data")
+    base = dict(model="tiny-random", data=str(data), steps=24, batch_size=4, lr=3e-2, beta=1.0, rank=4, alpha=8.0,
+                max_prompt=64, max_canvas=16, eval_every=4, save_every=4, threads=1, device="cpu",
+                eval_examples=24)
+    s = train_kto(KtoConfig(**base, out=str(tmp_path / "a" / "kto")), progress=False)
+    monitored = s["monitor"][1:]
+    assert [v["step"] for v in monitored] == [4, 8, 12, 16, 20, 24] and all("heldout" in v for v in s["monitor"])
+    want = min(monitored, key=lambda v: v["heldout"]["loss"])
+    meta = json.loads((tmp_path / "a" / "kto.json").read_text())
+    assert s["chosen"]["step"] == want["step"] == meta["monitor"]["chosen"]["step"]
+    stopped = train_kto(KtoConfig(**base, out=str(tmp_path / "b" / "kto"), stop_at=want["step"]), progress=False)
+    last = train_kto(KtoConfig(**base, out=str(tmp_path / "c" / "kto"), keep_best=False), progress=False)
+    w, w_stop, w_last = (load_file(x["adapter"]) for x in (s, stopped, last))
+    assert all(torch.allclose(w[k], w_stop[k], atol=1e-6) for k in w)
+    assert last["chosen"] == {"step": 24, "by": "the last step"}
+    assert (want["step"] == 24) == all(torch.allclose(w[k], w_last[k], atol=1e-6) for k in w)

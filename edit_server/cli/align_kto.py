@@ -48,6 +48,9 @@ def register_cli(a: argparse._SubParsersAction) -> None:
     k.add_argument("--top-layers", type=int, default=TOP_LAYERS,
                    help="LoRA on the last N decoder layers only (default %(default)s: the reward's pair then runs "
                         "the layers below once; 0 = every layer)")
+    k.add_argument("--keep-last", action="store_true",
+                   help="write the last step's adapter (default: the monitored step with the lowest loss on the "
+                        "data's held-out split)")
     k.add_argument("--resume", action="store_true", help="continue from ADAPTER.ckpt/")
     k.add_argument("--calibrate-only", action="store_true",
                    help="no training: (re)fit ADAPTER.gate.json of an existing adapter on --data's held-out set")
@@ -144,7 +147,7 @@ def run_kto(args: argparse.Namespace) -> int:
                     samples=args.samples, max_prompt=args.max_prompt, max_canvas=args.max_canvas,
                     seed=args.seed, threads=args.threads, device=args.device, eval_every=args.eval_every,
                     save_every=args.save_every, top_layers=args.top_layers, z0_pairs=args.z0_pairs,
-                    eval_examples=args.eval_examples, max_minutes=args.max_minutes)
+                    eval_examples=args.eval_examples, max_minutes=args.max_minutes, keep_best=not args.keep_last)
     summary = train_kto(cfg, resume=args.resume, progress=not args.no_progress)
     cal = calibrate(out, Path(data), model=args.model, device=args.device, target=args.target_precision,
                     min_count=args.min_count)

@@ -74,6 +74,10 @@ class KtoConfig:
     label: str = ""
     max_minutes: float = 0.0  # > 0: checkpoint and stop when spent (resume later with the same config)
     stop_at: int = 0  # > 0: checkpoint and stop after this step (an interruption, for tests)
+    # the adapter written is the one of the monitored step with the lowest loss on held-out examples (the
+    # data's held-out split), not the last: session 26's H200 run overfit (train monitor 0.44 -> 0.13, margin
+    # 26.6) and its reward inverted on the aligned model's own outputs; False: the last step's
+    keep_best: bool = True
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KtoConfig:
@@ -175,6 +179,41 @@ def load_pairs(cfg: KtoConfig, tok: Any, block_size: int, split: str = "train",
     return pairs, labels
 
 
+def heldout_monitor(cfg: KtoConfig, tok: Any, block_size: int, order: tuple[str | None, str | None]
+                    ) -> tuple[list[Pair], list[bool]] | None:
+    """A fixed sample (``eval_examples``) of the data's held-out split, both labels present: what the
+    monitor reports beside the training sample and `BestStep` chooses by; None when there is none."""
+    try:
+        pairs, labels = load_pairs(cfg, tok, block_size, split="heldout", order=order)
+    except FileNotFoundError:
+        return None
+    idx = random.Random(cfg.seed + 11).sample(range(len(pairs)), min(cfg.eval_examples, len(pairs)))
+    sample = ([pairs[i] for i in idx], [labels[i] for i in idx])
+    return sample if len(idx) >= 2 and 0 < sum(sample[1]) < len(idx) else None
+
+
+class BestStep:
+    """The LoRA weights (and z0) of the monitored step with the lowest held-out loss, kept in memory."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.monitor: dict[str, float] = {}
+        self.weights: list[torch.Tensor] = []
+        self.z0: float | None = None
+
+    def offer(self, step: int, monitor: dict[str, float], params: list[nn.Parameter], z0: float | None) -> None:
+        loss = monitor.get("loss", float("nan"))
+        if loss == loss and (self.step is None or loss < self.monitor["loss"]):
+            self.step, self.monitor, self.z0 = step, dict(monitor), z0
+            self.weights = [p.detach().clone() for p in params]
+
+    def restore(self, params: list[nn.Parameter]) -> float | None:
+        with torch.no_grad():
+            for p, w in zip(params, self.weights, strict=True):
+                p.copy_(w)
+        return self.z0
+
+
 def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
               reference: tuple[nn.Module, Any, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train; returns a summary (history, monitor first/last, z0, adapter path)."""
@@ -184,7 +223,9 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     model, tok, base = reference or load_reference(cfg)
     attention_for_training(next(model.parameters()).device)
     bs = model.args.block_size  # type: ignore[union-attr]
-    pairs, labels = load_pairs(cfg, tok, bs, order=(base.get("fim_layout"), base.get("edit_layout")))
+    order = (base.get("fim_layout"), base.get("edit_layout"))
+    pairs, labels = load_pairs(cfg, tok, bs, order=order)
+    held = heldout_monitor(cfg, tok, bs, order)
     n_d, n_u = sum(labels), len(labels) - sum(labels)
     if len(pairs) < 2:
         raise ValueError(f"{cfg.data}: {len(pairs)} usable training records (need >= 2)")
@@ -203,7 +244,8 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     mon_idx = random.Random(cfg.seed + 7).sample(range(len(pairs)), min(cfg.eval_examples, len(pairs)))
     mon = ([pairs[i] for i in mon_idx], [labels[i] for i in mon_idx])
     first = kto.monitor(*mon, lam)
-    vals = [{"step": start, **first}]
+    vals = [{"step": start, **first, **({"heldout": kto.monitor(*held, lam)} if held else {})}]
+    best = BestStep()
     from tqdm import tqdm
 
     bar = tqdm(total=cfg.steps, initial=start, file=sys.stderr, disable=not progress, desc="kto", unit="step")
@@ -229,6 +271,9 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
         bar.set_postfix(loss=f"{m['loss']:.4f}", z0=f"{m['z0']:.3f}")
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             vals.append({"step": step + 1, **kto.monitor(*mon, lam)})
+            if held:
+                vals[-1]["heldout"] = kto.monitor(*held, lam)
+                best.offer(step + 1, vals[-1]["heldout"], params, z0_ema)
             bar.write(f"step {step + 1} monitor {json.dumps(vals[-1])}", file=sys.stderr)
         stop = cfg.stop_at == step + 1 or (cfg.max_minutes > 0 and time.perf_counter() - t0 > cfg.max_minutes * 60)
         stop = stop or stop_file.is_file() or guard.diverged
@@ -244,6 +289,13 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
     bar.close()
     if len(vals) == 1:
         vals.append({"step": cfg.steps, **kto.monitor(*mon, lam)})
+    last = history[-1]["step"] if history else start
+    chosen = {"step": last, "by": "the last step"}
+    if cfg.keep_best and best.step is not None and best.step != last:
+        z0_ema = best.restore(params)
+        chosen = {"step": best.step, "by": "the lowest held-out monitor loss", "heldout": best.monitor}
+        log.info("KTO: the adapter of step %d (held-out monitor loss %.4f), not the last step's %d",
+                 best.step, best.monitor["loss"], last)
     z0 = max(0.0, float(z0_ema if z0_ema is not None else vals[-1]["z0"]))
     meta = {"lora": {"rank": cfg.rank, "alpha": cfg.alpha, "targets": list(cfg.targets), "layers": layers},
             "special_tokens": tok.special.as_dict(), "stacks_on": base, "z0": z0, "beta": cfg.beta,
@@ -251,10 +303,9 @@ def train_kto(cfg: KtoConfig, *, resume: bool = False, progress: bool = True,
             "label": cfg.label or f"KTO adapter ({cfg.steps} steps, {n_d}+/{n_u}- examples)",
             "trained_on": str(next(model.parameters()).device), "training": asdict(cfg),
             "data": {"desirable": n_d, "undesirable": n_u, "lambda_d": lam[0], "lambda_u": lam[1]},
-            "monitor": {"first": vals[0], "last": vals[-1]}}
+            "monitor": {"first": vals[0], "last": vals[-1], "chosen": chosen}}
     path = save_stacked(out, model, meta)
-    done = history[-1]["step"] if history else start
-    summary = {"steps": done, "seconds": time.perf_counter() - t0, "monitor": vals, "z0": z0,
+    summary = {"steps": last, "chosen": chosen, "seconds": time.perf_counter() - t0, "monitor": vals, "z0": z0,
                "lambda": lam, "desirable": n_d, "undesirable": n_u, "adapter": str(path), "history": history}
     return summary
 
