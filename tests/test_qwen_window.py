@@ -84,6 +84,12 @@ def test_tied_copy_drops_only_the_output(pinned: tuple[Path, base.PartedBase]) -
     assert base_file(NAME, tied=True) == cache / spec.file
     (cache / spec.file).unlink()
     assert base_file(NAME, tied=True) == tied
+    # the autoregressive tier loads from the tied copy too where it is the only one (a GPU window's machine)
+    from engine.loading.ar_base import load_ar_base
+
+    ar = load_ar_base(NAME, cache, use_cache=False)
+    assert ar.meta["tied_output"] is True and "output tied to the embedding" in ar.meta["label"]
+    assert ar.args.tie_embeddings and sorted(ar.state_dict) == sorted(b.state_dict)
 
 
 def _fake_tree(root: Path, sizes: dict[str, int]) -> Path:

@@ -44,10 +44,13 @@ def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bo
     """``fast_cpu``: in the `engine.fastcpu` int8 layout. ``use_cache``: through the merged-model cache."""
     from engine.caches import merged as merged_cache
     from engine.cpu import fastcpu
-    from engine.loading.base import fetch_parted, parted_base
+    from engine.loading.base import parted_base
+    from engine.loading.tied import base_file
 
     spec = parted_base(name.strip().lower())
-    path = fetch_parted(spec, cache_dir)
+    # the pinned file; where only the tied-output copy is cached (a GPU window uploads that one: session 26
+    # could not time this tier there), that copy — its output is the embedding, as the model's config ties them
+    path = base_file(spec, tied=True, cache_dir=cache_dir)
     tag = f"{spec.name}.{'int8' if fast_cpu else 'fp32'}"
     k = merged_cache.key([path], fastcpu.FORMAT if fast_cpu else "gguf-float32")
     if use_cache:
@@ -88,7 +91,9 @@ def _from_gguf(spec: Any, path: Path) -> LoadedCheckpoint:
     args.attention, args.shifted_logits = entry.attention, entry.shifted_logits  # causal prompt, AR canvas
     args.block_size, args.block_align = entry.block_size, entry.block_align
     # provenance ("base": package, file, sha256) comes from load_gguf, which recognises the pinned file
-    ck.meta = {**ck.meta, "registry": entry.name, "decode": AR_DECODE, "label": f"{spec.label}, autoregressive"}
+    tied = " (output tied to the embedding: the tied-output copy)" if ck.meta.get("tied_output") else ""
+    ck.meta = {**ck.meta, "registry": entry.name, "decode": AR_DECODE,
+               "label": f"{spec.label}, autoregressive{tied}"}
     ck.name = entry.name
     log.info("%s: %s, %.0f M parameters", entry.name, path, args.param_count() / 1e6)
     return ck
