@@ -260,3 +260,37 @@ def test_held_out_sessions_for_the_pack_are_a_deterministic_file(repo: Path, tmp
     b = build_heldout_sessions([repo, repo], tmp_path / "b.jsonl.gz", per_repo=5)
     assert read_sessions(a) == extract_sessions(repo) * 2 and a.read_bytes() == b.read_bytes()
     assert read_sessions(build_heldout_sessions([repo], tmp_path / "c.jsonl.gz", per_repo=0)) == extract_sessions(repo)
+
+
+def test_the_budget_sets_how_many_session_examples_are_drawn_after_any_hunk(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Budget.git_noedit_share` (TrainConfig's, a warm restart takes it): that share of the draws takes any hunk
+    (mostly no-edit examples), the rest a hunk whose next one is near the cursor; an explicit argument wins."""
+    from dataclasses import replace
+
+    from engine.train import git_sessions
+
+    s = extract_sessions(repo)[0]
+    near: list[int] = []
+    real = git_sessions.near_ks
+
+    def counted(sess: object) -> list[int]:
+        near.append(1)
+        return real(sess)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(git_sessions, "near_ks", counted)
+
+    def draws(budget: Budget, **kw: float) -> int:
+        near.clear()
+        for seed in range(40):
+            git_sessions.git_example(TOK, s, random.Random(seed), budget, **kw)
+        return len(near)
+
+    assert draws(replace(BUDGET, git_noedit_share=1.0)) == 0  # every draw after any hunk
+    assert draws(replace(BUDGET, git_noedit_share=0.0)) == 40  # every draw near the next hunk
+    assert 15 <= draws(replace(BUDGET, git_noedit_share=0.3)) <= 38
+    assert draws(replace(BUDGET, git_noedit_share=1.0), noedit_share=0.0) == 40
+    from engine.train.recipe.window import EXTEND_KEYS
+    from engine.train.train_state import TRAJECTORY
+
+    assert "git_noedit_share" in EXTEND_KEYS and "git_noedit_share" in TRAJECTORY

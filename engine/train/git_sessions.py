@@ -56,11 +56,12 @@ def session_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budge
 
 
 def git_example(tok: TokenizerLike, s: GitSession, rng: random.Random, budget: Budget,
-                noedit_share: float = 0.3, layout: str | None = None) -> Example | None:
-    """A session example: with probability 1 - ``noedit_share`` after a hunk whose next one is near the
-    cursor (after most hunks the next one is elsewhere: a no-edit region), else after any hunk."""
+                noedit_share: float | None = None, layout: str | None = None) -> Example | None:
+    """A session example: with probability 1 - ``noedit_share`` (default: the budget's ``git_noedit_share``)
+    after a hunk whose next one is near the cursor, else after any hunk (after most hunks the next one is
+    elsewhere: a no-edit region)."""
     k = None
-    if rng.random() >= noedit_share:
+    if rng.random() >= (budget.git_noedit_share if noedit_share is None else noedit_share):
         ks = near_ks(s)
         if not ks:
             return None  # the caller draws another session

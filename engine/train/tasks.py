@@ -45,6 +45,9 @@ class Budget:
     # of the FIM examples, the share whose prompt carries context sections from neighbouring files, as the
     # server's do (engine.train.sections); at most a quarter of ``max_len``
     sections_share: float = 0.0
+    # of the git-session examples, the share drawn after any hunk (mostly no-edit: after most real hunks the next
+    # one is elsewhere); the rest after a hunk whose next one is near the cursor (`git_sessions.git_example`)
+    git_noedit_share: float = 0.3
 
     @property
     def edit_canvas(self) -> int:

@@ -191,7 +191,7 @@ def restore(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[d
 # one of them is not a continuation (``strict_resume=false`` allows it, e.g. to extend ``steps``)
 TRAJECTORY = ("model", "seq_len", "block_size", "max_canvas", "max_edit_canvas", "sections_share", "chars_per_token", "batch_size", "grad_accum",
               "steps", "lr", "embed_lr", "warmup", "min_lr_ratio", "rank", "alpha", "targets", "seed", "mix",
-              "git_repos", "schedule_start", "edit_emphasis")
+              "git_repos", "schedule_start", "edit_emphasis", "git_noedit_share")
 
 
 def corpus_info(corpus: Any) -> dict[str, Any]:

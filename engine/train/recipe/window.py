@@ -37,7 +37,7 @@ from engine.train.recipe.throughput import load_seconds, seconds_per_step
 WINDOW = "window.json"
 # what a warm restart takes from the recipe's config (the rest is the checkpoint's: shapes, LoRA, seed, ...)
 EXTEND_KEYS = ("mix", "max_canvas", "max_edit_canvas", "sections_share", "fim_layout", "val_examples", "save_every", "save_minutes", "label",
-               "max_minutes", "ckpt_moments", "edit_emphasis")
+               "max_minutes", "ckpt_moments", "edit_emphasis", "git_noedit_share")
 WARM_RESTART = {"warmup": 30, "lr": 5e-4, "embed_lr": 1e-3, "min_lr_ratio": 0.1}
 
 
