@@ -27,7 +27,7 @@ from torch import Tensor
 from engine.attention import bd3lm_layout, bd3lm_logit_index
 from engine.caches.prefix import KVCache
 from engine.loading.stacked import AlignedEngine
-from engine.templates import EditPrompt, FimPrompt, in_trained_order, render_edit, render_fim
+from engine.templates import EditPrompt, FimPrompt, render_trained
 from engine.types import GenerateResult
 
 T_MIN = 0.1  # mask rates are drawn from U(t_min, 1): bounded 1/t weights (lower-variance rewards)
@@ -131,9 +131,8 @@ class RewardScorer:
     def render(self, prompt: FimPrompt | EditPrompt) -> list[int]:
         """The prompt's ids in the order the model was trained on and generates from (the adapter's
         ``fim_layout`` / ``edit_layout``), as the KTO trainer renders its examples."""
-        meta, tok = self.eng.meta, self.eng.tokenizer
-        p = in_trained_order(prompt, meta.get("fim_layout"), meta.get("edit_layout"))
-        return render_fim(tok, p).ids if isinstance(p, FimPrompt) else render_edit(tok, p).ids
+        meta = self.eng.meta
+        return render_trained(self.eng.tokenizer, prompt, meta.get("fim_layout"), meta.get("edit_layout"))
 
     # ---- the forward pair --------------------------------------------------------------------
     @torch.no_grad()

@@ -170,6 +170,14 @@ def in_trained_order(p: FimPrompt | EditPrompt, fim_layout: str | None = None,
     return p
 
 
+def render_trained(tok: TokenizerLike, p: FimPrompt | EditPrompt, fim_layout: str | None = None,
+                   edit_layout: str | None = None) -> list[int]:
+    """The ids of ``p`` in the adapter's trained order (`in_trained_order`): how the KTO trainer renders its
+    examples and the reward scorer the prompts it scores."""
+    p = in_trained_order(p, fim_layout, edit_layout)
+    return render_fim(tok, p).ids if isinstance(p, FimPrompt) else render_edit(tok, p).ids
+
+
 def render_edit(tok: TokenizerLike, p: EditPrompt) -> Rendered:
     if not 0 <= p.cursor <= len(p.region):
         raise ValueError(f"cursor {p.cursor} outside the editable region (length {len(p.region)})")

@@ -16,15 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.templates import (
-    EditPrompt,
-    FimPrompt,
-    Section,
-    canvas_target,
-    in_trained_order,
-    render_edit,
-    render_fim,
-)
+from engine.templates import EditPrompt, FimPrompt, Section, canvas_target, render_trained
 from engine.tokens import TokenizerLike
 
 KINDS = ("fim", "edit", "noedit")
@@ -121,19 +113,13 @@ def read_set(data: Path, split: str = "train") -> list[Record]:
 
 
 # ---- tokens ------------------------------------------------------------------------------------
-def _render(tok: TokenizerLike, p: FimPrompt | EditPrompt, order: tuple[str | None, str | None] = (None, None)
-            ) -> list[int]:
-    p = in_trained_order(p, *order)
-    return render_fim(tok, p).ids if isinstance(p, FimPrompt) else render_edit(tok, p).ids
-
-
 def fit_prompt(tok: TokenizerLike, p: FimPrompt | EditPrompt, max_tokens: int) -> FimPrompt | EditPrompt | None:
     """Shrink a prompt to ``max_tokens``: drop extra sections, then old history, then trim the text
     far from the cursor (prefix / before from the head, suffix / after from the tail)."""
     from dataclasses import replace
 
     for _ in range(12):
-        n = len(_render(tok, p))
+        n = len(render_trained(tok, p))
         if n <= max_tokens:
             return p
         if p.sections:
@@ -151,7 +137,7 @@ def fit_prompt(tok: TokenizerLike, p: FimPrompt | EditPrompt, max_tokens: int) -
             if not b and not a:
                 p = replace(p, history=())
             p = replace(p, before=b[len(b) - int(len(b) * keep):], after=a[: int(len(a) * keep)])
-    return p if len(_render(tok, p)) <= max_tokens else None
+    return p if len(render_trained(tok, p)) <= max_tokens else None
 
 
 def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int, max_canvas: int,
@@ -167,4 +153,4 @@ def to_example(tok: TokenizerLike, rec: Record, block_size: int, max_prompt: int
     c = -(-(len(comp) + 1) // block_size) * block_size if pad_to_block else len(comp) + 1
     if c > max_canvas:
         return None
-    return _render(tok, p, order), canvas_target(tok, rec.completion, c)
+    return render_trained(tok, p, *order), canvas_target(tok, rec.completion, c)
