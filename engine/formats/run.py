@@ -18,14 +18,19 @@ if TYPE_CHECKING:
     from engine.engine import Engine
 
 
+def _cut(engine: Engine, res: GenerateResult, n: int, single_line: bool, reason: str) -> None:
+    """Keep ``res``'s first ``n`` tokens and make its text theirs again (after the healed ``lead``)."""
+    res.tokens, res.confidences = res.tokens[:n], res.confidences[:n]
+    text = res.lead + engine.tokenizer.decode_content(res.tokens)
+    res.text = text.split("\n", 1)[0] if single_line else text
+    res.finish_reason = reason
+
+
 def cut_at_stops(engine: Engine, res: GenerateResult, stops: frozenset[int], single_line: bool) -> GenerateResult:
     """Truncate ``res`` before the first stop token (finish reason "end")."""
     for i, t in enumerate(res.tokens):
         if t in stops:
-            res.tokens, res.confidences = res.tokens[:i], res.confidences[:i]
-            text = res.lead + engine.tokenizer.decode_content(res.tokens)
-            res.text = text.split("\n", 1)[0] if single_line else text
-            res.finish_reason = "end"
+            _cut(engine, res, i, single_line, "end")
             break
     return res
 
@@ -48,8 +53,5 @@ def run_layout(engine: Engine, lay: Layout, *, max_tokens: int | None = None, si
         res = engine.generate(lay.before, spec, sampler, cache_key, abort, on_step)
     res = cut_at_stops(engine, res, lay.stop_ids, single_line)
     if max_tokens is not None and len(res.tokens) > max_tokens:
-        res.tokens, res.confidences = res.tokens[:max_tokens], res.confidences[:max_tokens]
-        text = res.lead + engine.tokenizer.decode_content(res.tokens)
-        res.text = text.split("\n", 1)[0] if single_line else text
-        res.finish_reason = "length"
+        _cut(engine, res, max_tokens, single_line, "length")
     return res
