@@ -411,6 +411,16 @@ def test_the_model_is_not_asked_for_a_rewrite_no_threshold_would_show(eng: Any) 
     finally:
         w.stop()
         w.join(5)
+    echoes = CountingEngine(eng, {"edit": {"threshold": float("inf")}, "edit:echo": {"threshold": 0.7}})
+    w = EngineWorker(lambda s, m: None)
+    try:
+        w.load("tiny-random", "cpu", Settings(), echoes)
+        assert w.ready.wait(60)
+        w.submit(Job("u", EditRequest("u", "/w/a.py", "x = 1\n", 1, 3), Settings())).result(60)
+        assert echoes.calls == 1  # free rewrites never shown, echoes of the history may be: asked
+    finally:
+        w.stop()
+        w.join(5)
 
 
 def test_replay_table_rows(tmp_path) -> None:

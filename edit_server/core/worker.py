@@ -37,8 +37,9 @@ from edit_server.core.messages import (
 )
 from edit_server.core.requests import Built, EditBuilt, FimRequest
 from edit_server.core.settings import Settings
+from edit_server.selectivity import echo_edit
 from edit_server.selectivity.select import is_single_line
-from edit_server.selectivity.thresholds import gate_threshold, model_thresholds
+from edit_server.selectivity.thresholds import gate_kind, gate_threshold, model_thresholds
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import GenerateResult
@@ -308,12 +309,15 @@ class EngineWorker:
 
     def rewrite_hidden(self, job: Job) -> bool:
         """Whether a next edit's model rewrite could never be shown: the gate is on, no aligned adapter's
-        reward decides, and the show threshold of the model's rewrites is infinite (the model's own
-        ``show_thresholds.edit`` — measured never right on held-out histories — or the user's calibration).
-        Then the model is not asked: the rules' candidates (`select.RULES`) need only the region."""
+        reward decides, and the show thresholds of the model's rewrites are infinite — the free ones'
+        (``edit``) and those that echo the recent edits (``edit:echo``, `echo_edit`): the model's own
+        ``show_thresholds`` or the user's calibration. Then the model is not asked: the rules' candidates
+        (`select.RULES`) need only the region."""
         if job.kind != "edit" or not job.gated or not job.settings.gate.enabled or self.scorer is not None:
             return False
-        return gate_threshold(job.settings, "edit", model_thresholds(self.engine)) == float("inf")
+        model = model_thresholds(self.engine)
+        return all(gate_threshold(job.settings, gate_kind("edit", origin), model) == float("inf")
+                   for origin in ("model", echo_edit.ORIGIN))
 
     def _generate(self, built: list[tuple[Job, Built]]) -> None:
         run = []

@@ -82,7 +82,7 @@ def range_to_offsets(text: str, rng: lsp.Range, starts: list[int] | None = None)
 
 
 def accept_command(sid: str, kind: str, score: float, uri: str, version: int, origin: str = "model") -> lsp.Command:
-    """``origin``: who wrote a next edit ("model", "sampled", "repeat", "analog", "move", "import"), for clients and evals that calibrate
+    """``origin``: who wrote a next edit ("model", "sampled", "echo", "repeat", "analog", "move", "import"), for clients and evals that calibrate
     each source apart (`edit-server align gate`)."""
     return lsp.Command(
         title="Accept suggestion",

@@ -15,7 +15,8 @@ alternatives, the model-free rules' — settings ``nextEdit.candidates``, ``next
 takes each through the same stage and keeps the best — shown by the gate first, then without a syntax
 error introduced, then the highest score (the first candidate on ties) — or none. The ranking is the same
 with the gate off (the syntax check then only ranks), so a gate-off run shows the candidate the gate
-would have decided on."""
+would have decided on. A model rewrite whose every change the recent history made is gated as its own
+kind, ``edit:echo`` (`echo_edit`), against its own threshold."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from edit_server.core.settings import Settings
 from edit_server.selectivity import (
     analog_edit,
     candidates,
+    echo_edit,
     gate,
     import_edit,
     kto_gate,
@@ -37,7 +39,7 @@ from edit_server.selectivity import (
     repeat_edit,
     syntax_check,
 )
-from edit_server.selectivity.thresholds import gate_kind, gate_threshold
+from edit_server.selectivity.thresholds import MODEL_ORIGINS, gate_kind, gate_threshold
 from engine.decoding.stops import lines_cut
 
 
@@ -161,11 +163,14 @@ def _select(o: Output, settings: Settings, model: Mapping[str, float] | None = N
     enabled = settings.gate.enabled
     rule = syntax_check.introduced(o.path, o.document, [(e.start, e.end, e.text) for e in edits],
                                    fim=o.kind == "fim") if enabled or rank else None
-    threshold = gate_threshold(settings, gate_kind(o.kind, o.origin), model)
+    origin = o.origin  # the model's rewrite that carries on the user's recent edits is gated apart
+    if o.kind == "edit" and origin in MODEL_ORIGINS and echo_edit.echoes(o.document[o.start:o.end], new, o.history):
+        origin = echo_edit.ORIGIN
+    threshold = gate_threshold(settings, gate_kind(o.kind, origin), model)
     d = kto_gate.decide(o.kind, new, o.confidences, o.reward, enabled=enabled, threshold=threshold,
                         target_precision=settings.gate.kto_target_precision, rule=rule if enabled else None)
     return Suggestion(new_id(), o.kind, new, o.start, o.end, d.score, d.show, d.reason,
-                      threshold=threshold if enabled else None, origin=o.origin), edits, rule
+                      threshold=threshold if enabled else None, origin=origin), edits, rule
 
 
 def select(o: Output, settings: Settings, model: Mapping[str, float] | None = None

@@ -22,12 +22,15 @@ _CACHE: dict[tuple[str, float], dict[str, float]] = {}
 
 
 MODEL_ORIGINS = ("model", "sampled")  # next-edit candidates the model wrote (`select.Candidate.origin`)
+PARENT = {"edit:echo": "edit"}  # a kind with no threshold of its own takes its parent's (model output: fail closed)
 
 
 def gate_kind(kind: str, origin: str | None) -> str:
     """The kind a show threshold is kept and looked up for: the model's own outputs share their kind (the
-    thresholds a model ships were fitted on them); a rule's candidate has its own (``edit:repeat``, ``edit:analog``, ``edit:move``, ``edit:import``),
-    calibrated apart, else held against ``gate.threshold`` (never against the model's)."""
+    thresholds a model ships were fitted on them); a rule's candidate has its own (``edit:repeat``,
+    ``edit:analog``, ``edit:move``, ``edit:import``), calibrated apart, else held against ``gate.threshold``
+    (never against the model's). The model's rewrite that echoes the recent edits (``edit:echo``,
+    `echo_edit`) has its own too, else the model's rewrites' (`PARENT`)."""
     return kind if not origin or origin in MODEL_ORIGINS else f"{kind}:{origin}"
 
 
@@ -64,7 +67,7 @@ def gate_threshold(settings: Settings, kind: str, model: Mapping[str, float] | N
     where = settings.gate.calibration
     if where == "off":
         return settings.gate.threshold
-    fallback = (model or {}).get(kind, settings.gate.threshold) if not where else settings.gate.threshold
+    fallback = _lookup(model or {}, kind, settings.gate.threshold) if not where else settings.gate.threshold
     path = Path(where) if where else default_calibration_path()
     try:
         key = (str(path), path.stat().st_mtime)
@@ -76,7 +79,14 @@ def gate_threshold(settings: Settings, kind: str, model: Mapping[str, float] | N
         except ValueError:
             log.warning("ignoring gate calibration", exc_info=True)
             _CACHE[key] = {}
-    return _CACHE[key].get(kind, fallback)
+    return _lookup(_CACHE[key], kind, fallback)
+
+
+def _lookup(table: Mapping[str, float], kind: str, default: float) -> float:
+    """``kind``'s threshold in ``table``, else its `PARENT`'s, else ``default``."""
+    while kind not in table and kind in PARENT:
+        kind = PARENT[kind]
+    return table.get(kind, default)
 
 
 def threshold_for(curve: Sequence[Sequence[float]], target_precision: float) -> float:
