@@ -353,8 +353,10 @@ class Engine(ByComplete):
                 j.timings["total_ms"] = total
                 text = self.text(ids, j.den.spec.single_line)
                 cut = j.den.cut_chars  # a stop rule's exact character cut
+                # a single line past its time budget answers nothing: not even the healed piece of the word
+                lead = "" if j.den.finish == "budget" and j.den.spec.single_line else j.healed
                 out.append(GenerateResult(
-                    text=j.healed + (text if cut is None else text[:cut]), tokens=ids, confidences=confs,
+                    text=lead + (text if cut is None else text[:cut]), tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
                     cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings,
                     lead=j.healed, lead_tokens=list(j.healed_ids)))

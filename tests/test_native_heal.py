@@ -122,3 +122,24 @@ def test_the_engine_heals_with_the_models_choice_then_decodes_as_from_that_promp
     assert again.cached_tokens == 0 and typed.cached_tokens == len(ids)
     assert (typed.tokens, typed.lead, typed.lead_tokens) == (res.tokens, res.lead, res.lead_tokens)
     assert typed.forwards == res.forwards - 1  # the prompt's last token: not run again
+
+
+def test_a_healed_single_line_past_its_budget_answers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its budget a single line answers "" (finish "budget"): the healed piece of the word alone, with no
+    decoded token behind it, is not an answer (it had no confidence to gate on: score 0)."""
+    import engine.decoding.echo as echo
+    import engine.decoding.stops as stops
+
+    eng = engine(TOK)
+    whole = eng.complete([InfillCall(TYPED, 8, single_line=True, budget_ms=60_000)])[0]
+    assert whole.lead and whole.text.startswith(whole.lead) and whole.finish_reason != "budget"
+    clock = [0.0]
+
+    def tick() -> float:  # every look at the clock is 0.1 s later
+        clock[0] += 0.1
+        return clock[0]
+
+    monkeypatch.setattr(stops.time, "monotonic", tick)
+    monkeypatch.setattr(echo.time, "monotonic", tick)
+    cut = eng.complete([InfillCall(TYPED, 8, single_line=True, budget_ms=100)])[0]
+    assert cut.finish_reason == "budget" and cut.text == "" and cut.lead == whole.lead
