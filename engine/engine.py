@@ -352,11 +352,12 @@ class Engine(ByComplete):
                 ids, confs = j.den.output()
                 j.timings["total_ms"] = total
                 text = self.text(ids, j.den.spec.single_line)
-                cut = j.den.cut_chars  # a stop rule's exact character cut
-                # a single line past its time budget answers nothing: not even the healed piece of the word
-                lead = "" if j.den.finish == "budget" and j.den.spec.single_line else j.healed
+                text = text if j.den.cut_chars is None else text[:j.den.cut_chars]  # a stop rule's exact cut
+                # past its time budget with no line finished (a single line: always) the answer is nothing, not
+                # the healed piece of the word alone
+                lead = "" if j.den.finish == "budget" and not text else j.healed
                 out.append(GenerateResult(
-                    text=lead + (text if cut is None else text[:cut]), tokens=ids, confidences=confs,
+                    text=lead + text, tokens=ids, confidences=confs,
                     steps=j.den.steps, forwards=j.forwards, prompt_tokens=len(j.prompt),
                     cached_tokens=j.cached, finish_reason=j.den.finish or "length", timings=j.timings,
                     lead=j.healed, lead_tokens=list(j.healed_ids)))
