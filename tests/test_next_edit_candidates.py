@@ -118,6 +118,39 @@ def test_a_token_replaced_at_several_places_of_a_line_is_one_substitution() -> N
     assert sub("x = old + old\ny = other\n", "x = new + new\ny = changed\n") is None  # pairs disagree
 
 
+
+def test_a_change_that_kept_the_old_word_or_changed_a_value_is_local() -> None:
+    def sub(a: str, b: str) -> repeat_edit.Substitution | None:
+        return repeat_edit.hunk_substitution(unified_diff("m.py", a, b))
+
+    # the line the edit wrote still uses ``relative_url``: the argument changed, nothing was renamed
+    assert sub("relative_url = URL(relative_url)\n", "relative_url = URL(url)\n") is None
+    assert sub("exc.request = request\n", "exc._request = request\n") is None  # ``request`` kept
+    # a literal value is a choice for its place, not a rename
+    for a, b in (("f(eq=True)\n", "f(eq=None)\n"), ("v = '1.1'\n", "v = '2.0'\n"), ("n = 10\n", "n = 20\n"),
+                 ("x := nil\n", "x := y\n")):
+        assert sub(a, b) is None, a
+    assert sub("f(hash=True)\n", "f(unsafe_hash=True)\n") == repeat_edit.Substitution("hash", "unsafe_hash")
+
+
+def test_an_edit_made_in_code_is_not_repeated_in_comments() -> None:
+    before = "# the hash code is cached\nA = make(hash=True)\nB = make(hash=False)  # no hash\n"
+    now = before.replace("A = make(hash=True)", "A = make(unsafe_hash=True)")
+    req, built = _req(before, now, now.index("B"))
+    cand = rule_candidate("repeat", req, built)
+    assert cand is not None
+    assert cand.new == "# the hash code is cached\nA = make(unsafe_hash=True)\nB = make(unsafe_hash=False)  # no hash\n"
+    # a "#" inside a string does not start a comment
+    assert not repeat_edit.in_comment('x = "#hash"', 4, "#") and repeat_edit.in_comment("x = 1  # hash", 9, "#")
+    # an edit made in a comment is repeated in comments too
+    doc0 = "// initalizePath sets it\nfunc initalizePath() {}\n// see initalizePath\n"
+    doc1 = doc0.replace("// initalizePath sets", "// initializePath sets")
+    req, built = _req(doc0, doc1, doc1.index("func"), path="m.go")
+    cand = rule_candidate("repeat", req, built)
+    assert cand is not None and cand.new == doc0.replace("initalizePath", "initializePath")
+    # a language without a grammar: no comment syntax known, every occurrence
+    assert repeat_edit.comment_marker("notes.txt") is None and repeat_edit.comment_marker("a.lua") == "--"
+
 # -- the finished move ------------------------------------------------------------------------------------
 
 IMPORTS = "import os\nimport sys\n\nfrom warnings import warn\nfrom x import y\n"
@@ -155,6 +188,22 @@ def test_no_move_without_exactly_one_other_copy_or_from_other_edits() -> None:
     req, built = _req(three, three * 2, 3)
     assert rule_candidate("move", req, built) is None  # more than MAX_LINES pasted
 
+
+
+def test_a_copy_that_stood_alone_takes_one_blank_line_with_it() -> None:
+    before = "import os\n\nfrom random import seed\n\nx = 1\n"
+    now = "import os\nfrom random import seed\n\nfrom random import seed\n\nx = 1\n"
+    req, built = _req(before, now, len("import os\nfrom"))
+    cand = rule_candidate("move", req, built)
+    assert cand is not None and cand.new == "import os\nfrom random import seed\n\nx = 1\n"
+    # a blank line outside the region is not known: the copy goes, the blank above it stays
+    end = now.index("\nx = 1") + 1
+    req = EditRequest("file:///w/m.py", "m.py", now, 2, 12, [_hunk(before, now)])
+    built = EditBuilt(EditPrompt("", now[:end - 1], now[end - 1:], 12, path="m.py"), 0, end - 1)
+    cand = rule_candidate("move", req, built)
+    assert cand is not None and cand.new == "import os\nfrom random import seed\n\n"
+    assert candidates.stranded_blanks(["a\n", "\n", "b\n", "c\n", "\n"], {2, 3}) == {4}  # a two-line block
+    assert candidates.stranded_blanks(["a\n", "\n", "b\n", "c\n", "\n"], {2}) == set()  # "c" still follows
 
 def test_the_pasted_pair_goes_elsewhere_and_text_outside_the_region_stays() -> None:
     body = "    total = 0\n    count = len(xs)\n    return total / count\n"
@@ -216,6 +265,14 @@ def test_a_new_binding_takes_the_name_out_of_the_old_import() -> None:
     i, sug, _ = edit_results(req, built, [cand], Settings())
     assert i == 0 and sug is not None and sug.show
 
+
+
+def test_a_superseded_import_line_takes_its_stranded_blank_line_with_it() -> None:
+    before = "import sys\n\nimport attr\n\nfrom x import y\n"
+    now = "import sys\nfrom attrs import attr\n\nimport attr\n\nfrom x import y\n"
+    req, built = _req(before, now, 12)
+    cand = rule_candidate("import", req, built)
+    assert cand is not None and cand.new == "import sys\nfrom attrs import attr\n\nfrom x import y\n"
 
 def test_no_superseded_import_without_a_new_name() -> None:
     before = "from m import a\nfrom n import b\n"

@@ -162,3 +162,19 @@ def test_edit_result_drops_a_filtered_candidate() -> None:
     assert edit_result(req, built, before, [0.99] * 4, s) == (None, [])
     sug, edits = edit_result(req, built, now.replace("d = 4", "d = 40"), [0.99] * 4, s)
     assert sug is not None and edits
+
+
+def test_a_removed_line_that_starts_with_two_dashes_is_diff_body_not_a_header() -> None:
+    from edit_server.selectivity.echo_edit import history_changes
+    from edit_server.selectivity.repeat_edit import hunk_substitution
+
+    old = "x = 1\n-- keep this\ny = 2\n"
+    new = "x = 1\ny = 2\n"
+    diff = unified_diff("q.sql", old, new)
+    assert "\n--- keep this\n" in diff  # the removed line reads like a file header
+    rem, add, rows = diff_lines(diff)
+    assert rem == {"-- keep this": 1} and not add and not rows
+    assert history_changes([Hunk("q.sql", diff, 0.0, False)]) == ({"-", "keep", "this"}, set())
+    plus = unified_diff("q.sql", "++ a\nb\n", "++ c\nb\n")  # an added "++ c" line reads "+++ c"
+    assert hunk_substitution(plus) is None  # "a" is one letter: too short to repeat, but parsed as a pair
+    assert diff_lines(plus)[:2] == ({"++ a": 1}, {"++ c": 1})

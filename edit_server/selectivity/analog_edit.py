@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from edit_server.selectivity.candidates import HunkLike, diff_lines, tokens
+from edit_server.selectivity.candidates import HunkLike, diff_body, diff_lines, tokens
 
 SCORE = 0.94  # the candidate's score (`gate.score` of its confidences); the repeated edit's is 0.95
 MIN_SIMILARITY = 0.5  # token ratio of a target line with the pair's old line
@@ -58,10 +58,7 @@ def changed_pairs(diff: str) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     rem: list[str] = []
     add: list[str] = []
-    for line in [*diff.splitlines(), " "]:
-        if line.startswith(("--- ", "+++ ")):
-            continue
-        tag, body = line[:1], line[1:]
+    for tag, body in [*diff_body(diff), (" ", "")]:
         if tag == "-" and not add:
             rem.append(body)
             continue

@@ -46,22 +46,33 @@ def _changed(old: str, new: str) -> tuple[Counter[str], Counter[str]]:
     return rem, add
 
 
+def diff_body(diff: str) -> list[tuple[str, str]]:
+    """A unified diff's lines as (tag, body) from its first hunk on: ``"@@"`` with the whole hunk header
+    line, else the line's first character (``-`` removed, ``+`` added, `` `` context) and the rest. The file
+    header (``--- a/…`` / ``+++ b/…``) is what comes before the first hunk, so a removed ``-- comment`` line
+    inside a hunk (``--- comment`` in the diff) is a body line like any other."""
+    out: list[tuple[str, str]] = []
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            out.append(("@@", line))
+        elif out and line[:1] in ("-", "+", " "):
+            out.append((line[:1], line[1:]))
+    return out
+
+
 def diff_lines(diff: str) -> tuple[Counter[str], Counter[str], set[int]]:
     """(removed, added) non-blank lines of a unified diff, stripped, and the 0-based new-side line numbers
     of its added lines."""
     rem: Counter[str] = Counter()
     add: Counter[str] = Counter()
     rows: set[int] = set()
-    new_ln = None
-    for line in diff.splitlines():
-        m = _HUNK.match(line)
-        if m:
-            new_ln = int(m.group(1)) - 1 if m.group(2) != "0" else int(m.group(1))
-            continue
-        if new_ln is None or line.startswith(("--- ", "+++ ")) and not rows and not rem:
-            continue
-        tag, body = line[:1], line[1:]
-        if tag == "+":
+    new_ln = 0
+    for tag, body in diff_body(diff):
+        if tag == "@@":
+            m = _HUNK.match(body)
+            if m:
+                new_ln = int(m.group(1)) - 1 if m.group(2) != "0" else int(m.group(1))
+        elif tag == "+":
             rows.add(new_ln)
             if body.strip():
                 add[body.strip()] += 1
@@ -69,9 +80,26 @@ def diff_lines(diff: str) -> tuple[Counter[str], Counter[str], set[int]]:
         elif tag == "-":
             if body.strip():
                 rem[body.strip()] += 1
-        elif tag == " ":
+        else:
             new_ln += 1
     return rem, add, rows
+
+
+def stranded_blanks(lines: list[str], drop: set[int]) -> set[int]:
+    """The blank lines deleting rows ``drop`` (of the region's ``lines``) would leave doubled: lines that stood
+    between two blank lines (a block of their own) take one of them with them, as a person deleting them
+    would. Both neighbours must
+    be inside the region (what is outside it is not known to be blank)."""
+    out: set[int] = set()
+    for i in sorted(drop):
+        if i - 1 in drop:
+            continue  # not a block's first row
+        j = i
+        while j + 1 in drop:
+            j += 1
+        if i > 0 and j + 1 < len(lines) and not lines[i - 1].strip() and not lines[j + 1].strip():
+            out.add(j + 1)
+    return out
 
 
 def _line_of(text: str, offset: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 
-from edit_server.selectivity.candidates import HunkLike, tokens
+from edit_server.selectivity.candidates import HunkLike, diff_body, tokens
 
 ORIGIN = "echo"  # the origin (and gate kind ``edit:echo``) of a model rewrite that echoes the history
 
@@ -38,16 +38,9 @@ def changed_tokens(old: Sequence[str], new: Sequence[str]) -> tuple[set[str], se
 
 def _sides(diff: str) -> tuple[list[str], list[str]]:
     """The removed and added text of a unified diff, as tokens (each side's lines joined)."""
-    rem: list[str] = []
-    add: list[str] = []
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ", "@@")):
-            continue
-        if line.startswith("-"):
-            rem.append(line[1:])
-        elif line.startswith("+"):
-            add.append(line[1:])
-    return tokens("\n".join(rem)), tokens("\n".join(add))
+    body = diff_body(diff)
+    return (tokens("\n".join(b for tag, b in body if tag == "-")),
+            tokens("\n".join(b for tag, b in body if tag == "+")))
 
 
 def history_changes(history: Iterable[HunkLike]) -> tuple[set[str], set[str]]:

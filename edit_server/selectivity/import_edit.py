@@ -12,7 +12,8 @@ nothing else — is a likely next edit. `candidate` returns that region, or None
   anything else binds nothing here (never rewritten);
 * the names are those the last hunk's added import lines bind and its removed lines did not (a line
   re-typed with one more name brings only that name);
-* only import lines in the region the edit did not write change; text outside ``[start, end)`` never does.
+* only import lines in the region the edit did not write change (a line left binding nothing goes, with a
+  blank line it leaves doubled: `candidates.stranded_blanks`); text outside ``[start, end)`` never does.
 
 Chosen on the training repositories' sessions (docs/QUALITY.md), never on the held-out ones. Its score for
 the gate is `SCORE`, a fixed prior like the other rules'; it is gated as its own kind (``edit:import``).
@@ -24,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edit_server.selectivity.candidates import HunkLike, diff_lines
+from edit_server.selectivity.candidates import HunkLike, diff_body, diff_lines, stranded_blanks
 
 SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
 
@@ -123,12 +124,10 @@ def new_names(diff: str) -> set[str]:
     """Names the added import lines of a unified diff bind that its removed lines did not."""
     added: set[str] = set()
     removed: set[str] = set()
-    for line in diff.splitlines():
-        if line.startswith(("+++", "---")) or line[:1] not in "+-":
-            continue
-        imp = parse(line[1:])
+    for tag, body in diff_body(diff):
+        imp = parse(body) if tag in ("+", "-") else None
         if imp is not None:
-            (added if line[0] == "+" else removed).update(imp.bound)
+            (added if tag == "+" else removed).update(imp.bound)
     return added - removed
 
 
@@ -143,15 +142,18 @@ def candidate(text: str, start: int, end: int, path: str, history: Sequence[Hunk
         return None
     _, _, rows = diff_lines(last.diff)
     base = text.count("\n", 0, start)
-    out: list[str] = []
-    changed = False
-    for i, line in enumerate(text[start:end].splitlines(keepends=True)):
+    lines = text[start:end].splitlines(keepends=True)
+    out = list(lines)
+    drop: set[int] = set()
+    for i, line in enumerate(lines):
         imp = parse(line) if base + i not in rows else None
         if imp is None or not names & set(imp.bound):
-            out.append(line)
             continue
-        changed = True
         rest = imp.without(names)
-        if rest is not None:
-            out.append(rest + line[len(line.rstrip("\r\n")):])
-    return "".join(out) if changed else None
+        if rest is None:
+            drop.add(i)
+        else:
+            out[i] = rest + line[len(line.rstrip("\r\n")):]
+    if out == lines and not drop:
+        return None
+    return "".join(ln for i, ln in enumerate(out) if i not in drop | stranded_blanks(lines, drop))

@@ -11,10 +11,15 @@ change across lines). `candidate` returns that rewritten region, or None.
   words) — anything else (a line added or removed, two different changes) gives no candidate;
 * a wrap or extension — ``new`` holds ``old`` as a whole token (``x`` → ``x, y=1``, ``bool`` → ``str | bool``,
   ``foo`` → ``self.foo``) — is local to its place and is not repeated; a replacement is (``Decoder`` →
-  ``ContentDecoder`` is one: ``Decoder`` is not a whole token there). Chosen on the training repositories'
-  sessions (docs/QUALITY.md), never on the held-out ones;
+  ``ContentDecoder`` is one: ``Decoder`` is not a whole token there). These rules were chosen on the training
+  repositories' sessions (docs/QUALITY.md, sessions 10 and 28), never on the held-out ones;
+* a change that is local to its place is not repeated either: one whose lines still hold ``old`` after the
+  edit (``relative_url = URL(relative_url)`` → ``relative_url = URL(url)``: an argument changed, nothing was
+  renamed), and a changed literal value (``True`` → ``None``, ``1.1`` → ``2.0``: a choice for that flag, not
+  for every ``True`` in sight);
 * occurrences are matched at token boundaries (``old`` starting / ending with a word character is not
-  matched inside a longer word);
+  matched inside a longer word); an edit made in code is not repeated inside line comments (``hash`` →
+  ``unsafe_hash`` leaves "the cached hash code" alone), one made in a comment is (`in_comment`);
 * only the region changes: text outside ``[start, end)`` is never touched.
 
 Its score for the gate is `SCORE`, a fixed prior (there are no token confidences): above most of the
@@ -29,12 +34,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edit_server.selectivity.candidates import HunkLike, tokens
+from edit_server.context import languages
+from edit_server.selectivity.candidates import HunkLike, diff_body, tokens
 from engine.textdiff import changed_span
 
 SCORE = 0.95  # the candidate's score (`gate.score` of its confidences)
 MIN_OLD = 2  # characters of ``old`` (stripped) a substitution needs: one-letter tokens are too common
 _WORD = re.compile(r"\w")
+_NUMBER = re.compile(r"[-+]?(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\d+)?[jJlLuUfF]?|0[xXoObB][\da-fA-F_]+")
+VALUE_WORDS = frozenset({"True", "False", "None", "true", "false", "nil", "null", "undefined", "NULL", "nullptr"})
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ def hunk_substitution(diff: str) -> Substitution | None:
     found: list[Substitution] | None = None  # the substitutions every pair so far allows
     rem: list[str] = []
     add: list[str] = []
+    written: list[str] = []  # every added line
 
     def flush() -> bool:
         nonlocal found
@@ -107,30 +116,40 @@ def hunk_substitution(diff: str) -> Substitution | None:
         add.clear()
         return True
 
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ", "@@")):
+    for tag, body in diff_body(diff):
+        if tag == "@@":
             if not flush():
                 return None
             continue
-        tag, body = line[:1], line[1:]
         if tag == "-":
             if add:  # a removal after additions: not a run of pairs
                 return None
             rem.append(body)
         elif tag == "+":
             add.append(body)
+            written.append(body)
         elif not flush():
             return None
     if not flush() or not found:
         return None
-    return _repeatable(found[0])
+    sub = _repeatable(found[0])
+    if sub is not None and any(_occurrences(line, sub.old) for line in written):
+        return None  # the edit kept ``old`` on a line it wrote: a local change, not a rename
+    return sub
 
 
 def _repeatable(found: Substitution) -> Substitution | None:
     """``found``, unless it is too short to place, a no-op, or a wrap / extension (local to its place)."""
-    if len(found.old.strip()) < MIN_OLD or found.old.strip() == found.new.strip() or _occurrences(found.new, found.old):
+    old = found.old.strip()
+    if len(old) < MIN_OLD or old == found.new.strip() or _occurrences(found.new, found.old) or _is_value(old):
         return None
     return found
+
+
+def _is_value(token: str) -> bool:
+    """A literal value (``True``, ``nil``, ``0.01``): changing one is a choice made for its place (a flag, a
+    default), not a rename to carry to every other ``True`` in sight."""
+    return token in VALUE_WORDS or _NUMBER.fullmatch(token) is not None
 
 
 def _occurrences(text: str, old: str) -> list[int]:
@@ -147,15 +166,42 @@ def _occurrences(text: str, old: str) -> list[int]:
     return out
 
 
-def apply(text: str, start: int, end: int, sub: Substitution) -> str | None:
+def comment_marker(path: str) -> str | None:
+    """The line-comment marker of ``path``'s language, or None (a language without a grammar)."""
+    spec = languages.spec_for(path)
+    if spec is None:
+        return None
+    return "#" if spec.name == "python" else "--" if spec.name == "lua" else "//"
+
+
+def in_comment(text: str, i: int, marker: str) -> bool:
+    """Whether ``text[i]`` is in a line comment: after ``marker`` on its line, outside one-line strings."""
+    j = text.rfind("\n", 0, i) + 1
+    quote = ""
+    while j < i:
+        ch = text[j]
+        if quote:
+            if ch == "\\":
+                j += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'`":
+            quote = ch
+        elif text.startswith(marker, j):
+            return True
+        j += 1
+    return False
+
+
+def apply(text: str, start: int, end: int, sub: Substitution, code_only: str | None = None) -> str | None:
     """``text[start:end]`` with ``sub`` at every occurrence of ``sub.old`` inside it, or None when there is
-    none."""
+    none. ``code_only``: a line-comment marker — occurrences in comments are left as they are."""
     if not sub.old:
         return None
     region = text[start:end]
     out, at = [], 0
     for i in _occurrences(region, sub.old):
-        if i < at:  # overlapping occurrences: the first wins
+        if i < at or (code_only and in_comment(region, i, code_only)):  # overlapping: the first wins
             continue
         out += [region[at:i], sub.new]
         at = i + len(sub.old)
@@ -164,10 +210,22 @@ def apply(text: str, start: int, end: int, sub: Substitution) -> str | None:
     return "".join(out) + region[at:]
 
 
+def _said_in_comment(diff: str, old: str, marker: str) -> bool:
+    """Whether the edit replaced ``old`` inside a comment somewhere (so prose is its subject too)."""
+    return any(in_comment(body, i, marker) for tag, body in diff_body(diff) if tag == "-"
+               for i in _occurrences(body, old))
+
+
 def candidate(text: str, start: int, end: int, path: str, history: Sequence[HunkLike]) -> str | None:
-    """The region ``text[start:end]`` with the last edit of ``path`` repeated in it, or None."""
+    """The region ``text[start:end]`` with the last edit of ``path`` repeated in it, or None. An edit made
+    in code is repeated in code only: a renamed parameter does not rewrite the comments that mention the
+    word."""
     last = next((h for h in reversed(history) if h.path == path), None)
     if last is None:
         return None
     sub = hunk_substitution(last.diff)
-    return apply(text, start, end, sub) if sub is not None else None
+    if sub is None:
+        return None
+    marker = comment_marker(path)
+    code_only = marker if marker and not _said_in_comment(last.diff, sub.old, marker) else None
+    return apply(text, start, end, sub, code_only)
