@@ -188,3 +188,17 @@ def test_automatic_triggers_are_one_line_unless_a_block_is_expected() -> None:
     empty = "def f(x):\n    \n"
     assert is_single_line(FimRequest("u", "a.py", empty, 1, len("def f(x):\n    "), invoked=False)) is False
     assert is_single_line(FimRequest("u", "a.py", empty, 1, len("def f(x):\n    "), invoked=False), "never") is True
+
+
+def test_an_invoked_request_finishes_the_typed_line_unless_it_opens_a_block() -> None:
+    def single(text: str, invoked: bool = True, multiline: str = "auto") -> bool:
+        return is_single_line(FimRequest("u", "a.py", text.replace("|", ""), 1, text.index("|"), invoked=invoked),
+                              multiline)
+
+    assert single("def f(x):\n    total = sum(|\n") is False  # an opener: a block or an argument list
+    assert single("def f(x):\n    total = x.val|\n    return total\n") is True  # the typed line is finished
+    assert single("def f(x):\n    total = x.val|\n", multiline="always") is False
+    assert single("def f(x):\n    total = 1\n    |\n") is False  # asked on a blank line: a block may come
+    assert single("def f(x):\n    total = 1\n    |\n", invoked=False) is True
+    api = "x = |\n"  # a prompt an API client built: its own stops decide
+    assert is_single_line(FimRequest("k", "a.py", api.replace("|", ""), 0, api.index("|"), True, from_editor=False)) is False

@@ -357,7 +357,8 @@ def edit_scored(r: GenerateResult) -> list[float]:
 
 def fim_request(key: str, prompt: FimPrompt) -> FimRequest:
     """The request of a FIM prompt a client built itself (the cursor between prefix and suffix)."""
-    return FimRequest(key, prompt.path, prompt.prefix + prompt.suffix, 0, len(prompt.prefix), True)
+    return FimRequest(key, prompt.path, prompt.prefix + prompt.suffix, 0, len(prompt.prefix), True,
+                      from_editor=False)
 
 
 def edit_request(key: str, prompt: EditPrompt) -> tuple[EditRequest, EditBuilt]:

@@ -18,6 +18,9 @@ class FimRequest:
     offset: int
     invoked: bool = True
     history: list[Hunk] = field(default_factory=list)
+    # an editor's cursor (LSP); False: a prompt an API client built itself, whose own stops and token limit
+    # say how far it runs (no "finish the typed line" rule: `select.is_single_line`)
+    from_editor: bool = True
 
 
 @dataclass

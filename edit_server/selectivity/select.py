@@ -57,12 +57,18 @@ def skip_reason(req: FimRequest, settings: Settings) -> str | None:
 
 
 def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:
-    """One line (mid-line; and with ``multiline`` "auto" an automatic trigger where no block is expected:
-    `gate.block_expected`) or several (``multiline`` "never": always one)."""
+    """One line (mid-line; and with ``multiline`` "auto" where no block is expected: `gate.block_expected`)
+    or several (``multiline`` "never": always one). With "auto" an invoked request on a blank line may run
+    over several lines (the user asked for code there); one at the end of a line the user is typing
+    finishes that line, unless it opens a block — as an automatic trigger does, so what the user gets there
+    does not hang on how much of a run-on the device had time to decode (docs/QUALITY.md "Session 28"). An
+    API client's own prompt (not ``from_editor``) runs on as an invoked request always did."""
+    line_start = req.text.rfind("\n", 0, req.offset) + 1
     line_end = req.text.find("\n", req.offset)
     if multiline == "never" or gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end]):
         return True
-    if multiline == "always" or req.invoked:
+    typed = req.from_editor and req.text[line_start:req.offset].strip()
+    if multiline == "always" or (req.invoked and not typed):
         return False
     return not gate.block_expected(req.text[: req.offset], req.text[req.offset :])
 
