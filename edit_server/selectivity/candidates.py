@@ -88,8 +88,7 @@ def diff_lines(diff: str) -> tuple[Counter[str], Counter[str], set[int]]:
 def stranded_blanks(lines: list[str], drop: set[int]) -> set[int]:
     """The blank lines deleting rows ``drop`` (of the region's ``lines``) would leave doubled: lines that stood
     between two blank lines (a block of their own) take one of them with them, as a person deleting them
-    would. Both neighbours must
-    be inside the region (what is outside it is not known to be blank)."""
+    would. Both neighbours must be inside the region (what is outside it is not known to be blank)."""
     out: set[int] = set()
     for i in sorted(drop):
         if i - 1 in drop:

@@ -16,8 +16,8 @@ without it, or None.
 Chosen on the training repositories' sessions (attrs, httpx, structlog, cobra, tqdm, more-itertools: 600
 next-edit cases, 7 exact, 3 wrong, never shown in the 600 quiet ones, session 13; another 600 in session 28:
 7 exact, 11 wrong, 9 of them the blank line a person deletes with the copy — with it, 9 exact, 9 wrong;
-docs/QUALITY.md), never on the held-out ones. Its score for the gate is `SCORE`, a fixed prior like the repeated edit's; it is gated as its own kind
-(``edit:move``, `thresholds.gate_kind`).
+docs/QUALITY.md), never on the held-out ones. Its score for the gate is `SCORE`, a fixed prior like the
+repeated edit's; it is gated as its own kind (``edit:move``, `thresholds.gate_kind`).
 """
 
 from __future__ import annotations
@@ -62,4 +62,3 @@ def candidate(text: str, start: int, end: int, path: str, history: Sequence[Hunk
     if len(drop) != len(pasted):  # two pasted lines, one copy
         return None
     return "".join(ln for i, ln in enumerate(lines) if i not in drop | stranded_blanks(lines, drop))
-

@@ -67,7 +67,7 @@ def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:
     line_end = req.text.find("\n", req.offset)
     if multiline == "never" or gate.single_line_mode(req.text[req.offset : len(req.text) if line_end < 0 else line_end]):
         return True
-    typed = req.from_editor and req.text[line_start:req.offset].strip()
+    typed = req.from_editor and bool(req.text[line_start:req.offset].strip())
     if multiline == "always" or (req.invoked and not typed):
         return False
     return not gate.block_expected(req.text[: req.offset], req.text[req.offset :])
