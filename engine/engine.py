@@ -193,8 +193,7 @@ class Engine(ByComplete):
     @property
     def newline_ids(self) -> frozenset[int]:
         if self._newline_ids is None:
-            tok = self.tokenizer
-            self._newline_ids = frozenset(i for i in range(tok.vocab_size) if "\n" in tok.decode([i]))
+            self._newline_ids = frozenset(i for i, t in enumerate(self.tokenizer.texts()) if "\n" in t)
         return self._newline_ids
 
     @torch.no_grad()

@@ -22,6 +22,7 @@ class Tokenizer:
         self._special_set = frozenset(special.as_dict().values())
         # `ids_starting_with`'s indexes (every token's text, sorted; and those without a line break), built once
         self._by_text: tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]] | None = None
+        self._texts: list[str] | None = None  # `texts`
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -123,11 +124,16 @@ class Tokenizer:
                 out.append(ids[at])
         return out
 
+    def texts(self) -> list[str]:
+        """Every token's own text, by id (decoded once, in one batch, at first use)."""
+        if self._texts is None:
+            self._texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=False)
+        return self._texts
+
     def _text_index(self) -> tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]]:
         if self._by_text is None:
             added = {int(i) for i in self.hf.get_added_tokens_decoder()}
-            n = self.vocab_size
-            texts = self.hf.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
+            texts = self.texts()
             pairs = sorted((t, i) for i, t in enumerate(texts) if t and i not in added and REPLACEMENT not in t)
             flat = [(t, i) for t, i in pairs if "\n" not in t]
             self._by_text = (([t for t, _ in pairs], [i for _, i in pairs]),
