@@ -5,6 +5,7 @@ choosing after the middle token — where the model can heal (block-causal, canv
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -143,3 +144,88 @@ def test_a_healed_single_line_past_its_budget_answers_nothing(monkeypatch: pytes
     monkeypatch.setattr(echo.time, "monotonic", tick)
     cut = eng.complete([InfillCall(TYPED, 8, single_line=True, budget_ms=100)])[0]
     assert cut.finish_reason == "budget" and cut.text == "" and cut.lead == whole.lead
+
+
+# -- the choice between a prefix of the piece and a token spelling all of it ------------------------------
+
+def _spelling_tokenizer(word: str) -> Tokenizer:
+    """Byte-level BPE whose merges spell ``word`` one letter at a time (``p``, ``py``, … ``python``)."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    merges, piece = [], word[0]
+    for ch in word[1:]:
+        merges.append((piece, ch))
+        piece += ch
+        vocab[piece] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens(["<|endoftext|>"])
+    return Tokenizer.with_special_tokens(hf, eos_token="<|endoftext|>")
+
+
+class _ScriptedModel:
+    """A model whose next-token logits depend only on the prompt's last token (``table``; else flat): the
+    hidden state it returns is that token id."""
+
+    def __init__(self, vocab: int, table: dict[int, dict[int, float]]) -> None:
+        self.vocab, self.table = vocab, table
+
+    def __call__(self, ids: torch.Tensor, **_: object) -> torch.Tensor:
+        return ids.float()[..., None]
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(1, 1, self.vocab)
+        for i, v in self.table.get(int(h.flatten()[0]), {}).items():
+            out[0, 0, i] = v
+        return out
+
+
+class _KV:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def ensure(self, n: int) -> None:
+        pass
+
+
+def _job(prompt: list[int]) -> Any:
+    from types import SimpleNamespace
+
+    last = torch.tensor([float(prompt[-1])])
+    slot = SimpleNamespace(tokens=list(prompt), last_hidden=last, heal_from=None)
+    return SimpleNamespace(prompt=list(prompt), kv=_KV(len(prompt)), slot=slot, ctx=len(prompt), base=len(prompt),
+                           last_hidden=last, forwards=0, den=SimpleNamespace(spec=SimpleNamespace(length=8)),
+                           timings={}, heal="pyth", healed="", healed_ids=[])
+
+
+def test_a_prefix_pick_must_be_worth_its_whole_path() -> None:
+    from types import SimpleNamespace
+
+    from engine.decoding import heal
+
+    tok = _spelling_tokenizer("python")
+    tid = tok.hf.token_to_id
+    fence, nl = tid("`"), tid("Ċ")
+    tok_choices = {tok.texts()[i] for i in heal.choices(SimpleNamespace(tokenizer=tok), "pyth")}
+    assert {"pyth", "pytho", "python", "p", "py", "pyt"} <= tok_choices
+    # after the fence "py" beats "python" — but after "py" a line break is what comes, not "th…"
+    table = {fence: {tid("py"): 9.0, tid("python"): 8.0}, tid("py"): {nl: 12.0}}
+    eng = SimpleNamespace(tokenizer=tok, model=_ScriptedModel(tok.vocab_size, table), block_size=4,
+                          device=torch.device("cpu"))
+    j = _job([tid("x"), fence])
+    heal.heal(eng, j)
+    assert tok.decode(j.healed_ids) == "python" and j.healed == "on"
+    assert j.forwards == 2  # the look-ahead after "py", then the pick
+    # where "py" is followed by what spells the rest, the prefix path wins, and the word is still "pyth…"
+    table[tid("py")] = {tid("t"): 12.0}
+    j = _job([tid("x"), fence])
+    heal.heal(eng, j)
+    assert [tok.decode([i]) for i in j.healed_ids] == ["py", "t", "h"] and j.healed == ""
+    # the look-ahead is taken back: the state after it is the state before it
+    j = _job([tid("x"), fence])
+    before = (list(j.prompt), j.kv.length, j.ctx, j.base, list(j.slot.tokens))
+    assert heal._peek(eng, j, tid("py"), [tid("t")]) > -1.0
+    assert (list(j.prompt), j.kv.length, j.ctx, j.base, list(j.slot.tokens)) == before
+    assert int(j.last_hidden[0]) == fence and int(j.slot.last_hidden[0]) == fence

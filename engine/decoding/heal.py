@@ -45,7 +45,8 @@ def heal(eng: StepRunner, j: Job) -> None:
     where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``).
     What no whole token spells (a character the vocabulary has only as bytes) goes in as typed, unhealed. A pick
     without a choice (one token spells what is left) costs no logits; the picks go in with one forward per choice
-    made after them, plus one."""
+    made after them, plus one (and a look-ahead, taken back, where a prefix of the piece competes with a token
+    spelling all of it: `_choose`)."""
     t0 = time.perf_counter()
     assert j.last_hidden is not None and j.slot is not None
     n0 = len(j.prompt)
@@ -60,9 +61,7 @@ def heal(eng: StepRunner, j: Job) -> None:
             if pending:
                 _commit(eng, j, pending)
                 pending = []
-            logits = eng.model.logits(j.last_hidden[None, None])[0, 0].float()
-            allowed = torch.tensor(ids, device=logits.device)
-            pick = int(allowed[logits.index_select(0, allowed).argmax()])
+            pick = _choose(eng, j, rest, ids)
         else:
             pick = ids[0]
         text = eng.tokenizer.decode([pick])
@@ -74,6 +73,43 @@ def heal(eng: StepRunner, j: Job) -> None:
     ms = (time.perf_counter() - t0) * 1e3
     j.timings["heal_ms"] = ms
     j.timings["prefill_ms"] = j.timings.get("prefill_ms", 0.0) + ms  # part of readying the prompt
+
+
+def _logprobs(eng: StepRunner, j: Job) -> torch.Tensor:
+    """Log-probabilities of the next token after ``j``'s prompt (the whole vocabulary)."""
+    assert j.last_hidden is not None
+    return torch.log_softmax(eng.model.logits(j.last_hidden[None, None])[0, 0].float(), dim=-1)
+
+
+def _choose(eng: StepRunner, j: Job, rest: str, ids: list[int]) -> int:
+    """The next healed token among ``ids`` (`choices` for ``rest``). Greedy, except where the best is a proper
+    prefix of ``rest`` and a token spelling all of it is also a choice: a prefix pick is a promise that the
+    model goes on spelling ``rest`` next, which it may not want to (after a code fence, ``py`` beats
+    ``python``, and then ``th`` is not what follows ``py``: the word came out ``pytht``). So the prefix's
+    path is scored as a whole — its log-probability plus that of every token that could continue it (one
+    look-ahead forward, taken back) — against the best whole token's."""
+    lp = _logprobs(eng, j)
+    toks = [(float(lp[i]), i, eng.tokenizer.texts()[i]) for i in ids]
+    whole = max(((v, i) for v, i, t in toks if len(t) >= len(rest)), default=None)
+    part = max(((v, i, t) for v, i, t in toks if len(t) < len(rest)), default=None)
+    if whole is None or part is None or part[0] <= whole[0]:
+        return max(toks)[1]
+    after = rest[len(part[2]):]
+    then = choices(eng, after) or eng.tokenizer.encode(after)[:1]  # no whole token spells it: as typed
+    path = part[0] + _peek(eng, j, part[1], then)
+    return part[1] if path > whole[0] else whole[1]
+
+
+def _peek(eng: StepRunner, j: Job, pick: int, then: list[int]) -> float:
+    """The log of the probability mass ``then`` holds after ``pick`` follows ``j``'s prompt: ``pick`` goes in
+    with one forward, which is then taken back (the cache's length, the prompt, the hidden state)."""
+    assert j.kv is not None and j.slot is not None
+    saved = (j.kv.length, len(j.prompt), j.ctx, j.base, j.last_hidden, list(j.slot.tokens), j.slot.last_hidden)
+    forward(eng, j, [pick])
+    lp = _logprobs(eng, j)
+    j.kv.length, n, j.ctx, j.base, j.last_hidden, j.slot.tokens, j.slot.last_hidden = saved
+    del j.prompt[n:]
+    return float(torch.logsumexp(lp[torch.tensor(then, device=lp.device)], dim=0))
 
 
 def _commit(eng: StepRunner, j: Job, ids: list[int]) -> None:
