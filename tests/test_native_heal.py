@@ -26,22 +26,28 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WORD = "return"
 
 
-def merge_tokenizer() -> Tokenizer:
-    """Byte-level BPE with GPT-2's pre-tokenizer and the merges that spell `` return`` one letter at a time, so
-    ``' retu'`` has choices: the tokens starting with it (`` retu``, `` retur``, `` return``) and its prefixes."""
+def spelling_tokenizer(word: str) -> Tokenizer:
+    """Byte-level BPE with GPT-2's pre-tokenizer and the merges that spell ``word`` (byte-level text: ``Ġ`` a
+    space) one letter at a time: every prefix of it is a token."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {ch: i for i, ch in enumerate(alphabet)}
-    merges, word = [], "Ġ"
-    for ch in WORD:
-        merges.append((word, ch))
-        word += ch
-        vocab[word] = len(vocab)
+    merges, piece = [], word[0]
+    for ch in word[1:]:
+        merges.append((piece, ch))
+        piece += ch
+        vocab[piece] = len(vocab)
     vocab["<|endoftext|>"] = len(vocab)
     hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
     hf.add_special_tokens(["<|endoftext|>"])
     return Tokenizer.with_special_tokens(hf, eos_token="<|endoftext|>")
+
+
+def merge_tokenizer() -> Tokenizer:
+    """`` return`` spelled one letter at a time, so ``' retu'`` has choices: the tokens starting with it
+    (`` retu``, `` retur``, `` return``) and its prefixes."""
+    return spelling_tokenizer("Ġ" + WORD)
 
 
 def engine(tok: Tokenizer, seed: int = 3, **kw: object) -> Engine:
@@ -148,23 +154,6 @@ def test_a_healed_single_line_past_its_budget_answers_nothing(monkeypatch: pytes
 
 # -- the choice between a prefix of the piece and a token spelling all of it ------------------------------
 
-def _spelling_tokenizer(word: str) -> Tokenizer:
-    """Byte-level BPE whose merges spell ``word`` one letter at a time (``p``, ``py``, … ``python``)."""
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
-    merges, piece = [], word[0]
-    for ch in word[1:]:
-        merges.append((piece, ch))
-        piece += ch
-        vocab[piece] = len(vocab)
-    vocab["<|endoftext|>"] = len(vocab)
-    hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = decoders.ByteLevel()
-    hf.add_special_tokens(["<|endoftext|>"])
-    return Tokenizer.with_special_tokens(hf, eos_token="<|endoftext|>")
-
-
 class _ScriptedModel:
     """A model whose next-token logits depend only on the prompt's last token (``table``; else flat): the
     hidden state it returns is that token id."""
@@ -205,7 +194,7 @@ def test_a_prefix_pick_must_be_worth_its_whole_path() -> None:
 
     from engine.decoding import heal
 
-    tok = _spelling_tokenizer("python")
+    tok = spelling_tokenizer("python")
     tid = tok.hf.token_to_id
     fence, nl = tid("`"), tid("Ċ")
     tok_choices = {tok.texts()[i] for i in heal.choices(SimpleNamespace(tokenizer=tok), "pyth")}
