@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -148,11 +149,16 @@ def test_qwen_fim_puts_the_typed_line_after_the_middle_token_and_heals_its_last_
     assert tok.ids_starting_with("\n") == [T("Ċ")] and tok.ids_starting_with("\n", line_breaks=False) == []
 
 
-def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set[int]) -> list[int]:
+def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set[int],
+                      never: Sequence[int] = ()) -> list[int]:
+    """transformers' greedy tokens after ``ids``, never one of ``never`` (the prompt markers the engine does not
+    generate)."""
     out: list[int] = []
     with torch.no_grad():
         for _ in range(n):
-            nxt = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
+            logits = model(torch.tensor([ids + out])).logits[0, -1]
+            logits[list(never)] = float("-inf")
+            nxt = int(logits.argmax())
             if nxt in stops:
                 break
             out.append(nxt)
@@ -160,23 +166,38 @@ def _greedy_reference(model: torch.nn.Module, ids: list[int], n: int, stops: set
 
 
 def _healed_reference(model: torch.nn.Module, tok: object, lay: object, n: int,
-                      stops: set[int]) -> tuple[str, list[int]]:
+                      stops: set[int], never: Sequence[int] = ()) -> tuple[str, list[int]]:
     """transformers' greedy answer to a layout: where it heals, its first tokens are the best of those whose
-    text (decoded here, one id at a time) starts with the healed text or is a proper prefix of it; then the
-    text they add past it and the greedy tokens after them."""
+    text (decoded here, one id at a time) starts with the healed text or is a proper prefix of it — a prefix
+    over the best token spelling all of it only when the prefix's log-probability plus the mass of what may
+    follow it (the same choices for the rest) is the larger; then the text they add past it and the greedy
+    tokens after them."""
     ids, rest, lead = list(lay.before), lay.heal, ""  # type: ignore[attr-defined]
     added = {int(i) for i in tok.hf.get_added_tokens_decoder()}  # type: ignore[attr-defined]
     texts = {i: tok.decode([i]) for i in range(Qw.VOCAB) if i not in added}  # type: ignore[attr-defined]
+
+    def allowed(text: str) -> list[int]:
+        return [i for i, t in texts.items() if (t.startswith(text) and "\n" not in t[len(text):])
+                or (0 < len(t) < len(text) and text.startswith(t))]
+
+    def logprobs(prompt: list[int]) -> torch.Tensor:
+        return torch.log_softmax(model(torch.tensor([prompt])).logits[0, -1].float(), dim=-1)
+
     with torch.no_grad():
         while rest:
-            ok = [i for i, t in texts.items() if (t.startswith(rest) and "\n" not in t[len(rest):])
-                  or (0 < len(t) < len(rest) and rest.startswith(t))]
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            pick = max(ok, key=lambda i: float(logits[i]))
+            ok = allowed(rest)
+            lp = logprobs(ids)
+            pick = max(ok, key=lambda i: float(lp[i]))
+            whole = [i for i in ok if len(texts[i]) >= len(rest)]
+            if len(ok) > 1 and whole and len(texts[pick]) < len(rest):
+                best_whole = max(whole, key=lambda i: float(lp[i]))
+                after = allowed(rest[len(texts[pick]):]) or tok.encode(rest[len(texts[pick]):])[:1]  # type: ignore[attr-defined]
+                path = float(lp[pick]) + float(torch.logsumexp(logprobs([*ids, pick])[after], dim=0))
+                pick = pick if path > float(lp[best_whole]) else best_whole
             ids.append(pick)
             rest, lead = (rest[len(texts[pick]):], "") if len(texts[pick]) < len(rest) else \
                 ("", texts[pick][len(rest):])
-    return lead, _greedy_reference(model, ids, n, stops)
+    return lead, _greedy_reference(model, ids, n, stops, never)
 
 
 def test_engine_decodes_greedy_left_to_right_like_transformers(
@@ -199,7 +220,7 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
     for prefix, suffix in (("def re", " + ret(x, y)\n"), ("x = 1\nde", "\n"), ("ret", ""), ("x = 1\n  re", "\n")):
         prompt = FimPrompt(prefix, suffix)
         lay = eng.format.fim(prompt, 12)
-        lead, want = _healed_reference(ref, eng.tokenizer, lay, 12, stops)
+        lead, want = _healed_reference(ref, eng.tokenizer, lay, 12, stops, eng._suppress)  # markers never generated
         res = eng.complete([InfillCall(prompt, max_tokens=12)])[0]
         assert len(want) >= 2 and res.tokens == want, (prefix, res.tokens, want)
         assert res.lead == lead and res.text.startswith(lead)
