@@ -63,7 +63,9 @@ def _clean_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     return run
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """``eval`` and its commands; returns its subparsers, where the command on top adds what needs the
+    serving code (`edit_server.cli.eval_rules`)."""
     ev = subparsers.add_parser("eval", help="headless evaluations (HumanEval-infilling, replay, cases)")
     sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)
 
@@ -165,6 +167,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tb.add_argument("--replay", action="store_true",
                     help="the next-edit replay table of docs/QUALITY.md (per run: as served, with the gate)")
     tb.set_defaults(func=_clean_errors(run_table))
+    return sub
 
 
 def run_layout_prefill(args: argparse.Namespace) -> int:

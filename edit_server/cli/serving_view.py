@@ -60,9 +60,11 @@ def view(case: Case, edits: list[Edit]) -> dict[str, Any]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """``edit-server eval …``: evals' own commands, with the serving rules' view plugged in."""
+    """``edit-server eval …``: evals' own commands, with the serving rules' view plugged in, and ``eval rules``
+    (the rules themselves, `edit_server.cli.eval_rules`)."""
+    from edit_server.cli import eval_rules
     from evals import cli
     from evals.runners import set_serving_view
 
     set_serving_view(view)
-    cli.register(sub)
+    eval_rules.register(cli.register(sub))
