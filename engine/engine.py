@@ -80,9 +80,11 @@ class Engine(ByComplete):
         self.lock = threading.RLock()  # one request (or reward) at a time
         self.prefill_hook: PrefillHook | None = None  # engine.decoding.steps: how a variant prefills
         self._newline_ids: frozenset[int] | None = None
-        sp = tokenizer.special  # never generated: prompt markers, ids the tokenizer lacks (padding)
-        self._suppress = (sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history, sp.region_start,
-                          sp.region_end, sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
+        sp = tokenizer.special
+        # never generated: the prompt markers and the ids the tokenizer lacks (the embedding's padding rows)
+        self.suppressed_ids: tuple[int, ...] = (
+            sp.fim_prefix, sp.fim_suffix, sp.fim_middle, sp.edit_history, sp.region_start, sp.region_end,
+            sp.file_sep, *range(tokenizer.vocab_size, self.args.vocab_size))
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         params = self.args.param_count()
@@ -298,11 +300,11 @@ class Engine(ByComplete):
         den: Denoiser | ExpandCanvas
         if expand is not None:
             den = ExpandCanvas(req.canvas, cfg, mask_id=sp.mask, expand_id=expand, end_ids=sp.end_ids | stops,
-                               newline_ids=newlines, suppress_ids=self._suppress)
+                               newline_ids=newlines, suppress_ids=self.suppressed_ids)
             return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
         scope = req.canvas.scope_indent
         kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
-                                  block_size=self.block(cfg), suppress_ids=self._suppress,
+                                  block_size=self.block(cfg), suppress_ids=self.suppressed_ids,
                                   stop_rule=scope_rule(self.tokenizer.decode_content, scope, req.canvas.max_lines,
                                                        self._loop_reference(req), req.canvas.max_chars,
                                                        req.canvas.echo, req.canvas.deadline,

@@ -30,7 +30,7 @@ def text_ids(n: int, seed: int = 0) -> list[int]:
 def denoiser(eng: Engine, spec: CanvasSpec, cfg: SamplerConfig) -> Denoiser:
     sp = eng.tokenizer.special
     return Denoiser(spec, cfg, mask_id=sp.mask, end_ids=sp.end_ids, block_size=eng.block_size,
-                    suppress_ids=eng._suppress)
+                    suppress_ids=eng.suppressed_ids)
 
 
 @torch.no_grad()
@@ -57,7 +57,7 @@ def reference_window(eng: Engine, prompt: list[int], spec: CanvasSpec, cfg: Samp
 def reference_ar(eng: Engine, prompt: list[int], n: int) -> list[int]:
     """Greedy left-to-right decoding with a plain causal forward over everything, every token."""
     out: list[int] = []
-    sup = torch.tensor(eng._suppress)
+    sup = torch.tensor(eng.suppressed_ids)
     for _ in range(n):
         logits = eng.model(torch.tensor([prompt + out]), is_causal=True)[0, -1].float()
         out.append(int(logits.index_fill(0, sup, float("-inf")).argmax()))

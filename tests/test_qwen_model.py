@@ -220,7 +220,7 @@ def test_engine_decodes_greedy_left_to_right_like_transformers(
     for prefix, suffix in (("def re", " + ret(x, y)\n"), ("x = 1\nde", "\n"), ("ret", ""), ("x = 1\n  re", "\n")):
         prompt = FimPrompt(prefix, suffix)
         lay = eng.format.fim(prompt, 12)
-        lead, want = _healed_reference(ref, eng.tokenizer, lay, 12, stops, eng._suppress)  # markers never generated
+        lead, want = _healed_reference(ref, eng.tokenizer, lay, 12, stops, eng.suppressed_ids)  # markers never generated
         res = eng.complete([InfillCall(prompt, max_tokens=12)])[0]
         assert len(want) >= 2 and res.tokens == want, (prefix, res.tokens, want)
         assert res.lead == lead and res.text.startswith(lead)

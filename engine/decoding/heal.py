@@ -64,7 +64,7 @@ def heal(eng: StepRunner, j: Job) -> None:
             pick = _choose(eng, j, rest, ids)
         else:
             pick = ids[0]
-        text = eng.tokenizer.decode([pick])
+        text = eng.tokenizer.texts()[pick]
         rest, j.healed = (rest[len(text):], "") if len(text) < len(rest) else ("", text[len(rest):])
         pending.append(pick)
     if pending:  # one forward for the last picks (the decoder's first step reads the hidden state after them)
