@@ -64,10 +64,20 @@ def request_of(case: dict[str, Any]) -> tuple[EditRequest, EditBuilt]:
     text = case["files"][path]
     cursor = int(case["cursor"]["offset"])
     ra, rb = line_span(text, cursor, EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
-    hunks = [Hunk(path, d, float(i), False) for i, d in enumerate(case.get("history") or [])]
+    hunks = [Hunk(diff_path(d, path), d, float(i), False) for i, d in enumerate(case.get("history") or [])]
     req = EditRequest(f"file:///{path}", path, text, 0, cursor, hunks)
     prompt = EditPrompt(text[:ra], text[ra:rb], text[rb:], cursor - ra, path, tuple(case.get("history") or ()))
     return req, EditBuilt(prompt, ra, rb)
+
+
+def diff_path(diff: str, default: str) -> str:
+    """The file a history diff changed (its ``+++ b/PATH`` header; ``default`` without one): the server keeps
+    each document's hunks apart, and the rules read the cursor's document's."""
+    for line in diff.splitlines()[:3]:
+        if line.startswith("+++ "):
+            name = line[4:].split("\t", 1)[0].strip()
+            return name[2:] if name.startswith("b/") else name
+    return default
 
 
 def rule_outcome(case: dict[str, Any], req: EditRequest, built: EditBuilt, origin: str,
