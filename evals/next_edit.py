@@ -105,6 +105,7 @@ def judge(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, 
 
 
 DIFF_CHARS = 2000  # of each diff kept in a record
+NEW_CHARS = 20000  # a shown rewrite up to this long is kept in its record (a region is 15 lines)
 
 
 def diffs(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, str]:
@@ -153,8 +154,10 @@ def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
                            exact=False if case.get("expected") else None, f1=0.0 if case.get("expected") else None)
             else:
                 rec.update(judge(case, ra, rb, res.text))
-                if rec["shown"]:  # what the model changed, and what was due: readable without rerunning
-                    rec.update(diffs(case, ra, rb, res.text))
+                if rec["shown"]:  # what the model changed, and what was due: readable without rerunning; the
+                    rec.update(diffs(case, ra, rb, res.text))  # rewrite itself for `edit-server eval rules --rewrites`
+                    if len(res.text) <= NEW_CHARS:
+                        rec["new"] = res.text
                 rec.update(score=gate_score(list(res.changed or res.confidences)), tokens=len(res.tokens),
                            steps=res.steps, forwards=res.forwards, prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason)
             rec["latency_ms"] = (time.perf_counter() - t0) * 1000

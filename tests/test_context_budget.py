@@ -72,7 +72,7 @@ def _check_exact(b: ContextBuilder, build, kind: str, budget: int) -> None:
     # each source within its allowance; allowances chain (unused share flows down the priorities)
     avail = budget - rep.fixed
     order = rep.sources
-    sh = b.options.shares
+    sh = b.options.shares if kind == "fim" else b.options.edit_shares  # a next edit's: its history first
     assert order[0].allowed >= int(avail * sh.history)
     for prev, cur in zip(order, order[1:], strict=False):
         share = {"definitions": sh.definitions, "imports": sh.imports, "git": sh.git,
@@ -138,8 +138,8 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
     cost = 1 + len(TOK.encode(mine))
     budget = 3000
     share = (cost + 2) / budget  # room for exactly this file's newest hunk
-    opts = options(git=False, index_workspace=False,
-                          shares=Shares(window=0.05, history=share * budget / (budget - 60)))
+    tight = Shares(window=0.05, history=share * budget / (budget - 60))
+    opts = options(git=False, index_workspace=False, shares=tight, edit_shares=tight)
     small = ContextBuilder([tmp_path], TOK, opts)
     r = small.build_edit(str(main), text, 5, hist, budget=budget)
     small.close()
@@ -282,3 +282,31 @@ def test_exact_after_keystrokes(tmp_path: Path, tokenizer: str) -> None:
             assert len(render(tok, r.prompt).ids) == r.report.total <= 700
     assert b.docs[main].reparsed_fully == 0
     b.close()
+
+
+def test_a_next_edit_keeps_its_trained_history_on_a_small_budget(ws, tmp_path: Path) -> None:
+    """A 1,024-token prompt (the CPU's auto budget) holds the last three edits a next edit is trained on
+    (`budget.EDIT_SHARES`: history first); with FIM's shares the same build kept one of them."""
+    from edit_server.context.budget import Shares
+
+    b, main, text = ws
+    lines = text.splitlines(keepends=True)
+    hist = []
+    for i, at in enumerate((20, 60, 100)):  # three hunks of ~110 tokens each, this file's
+        old = "".join(lines[at:at + 3])
+        hist.append(Hunk(str(main), f"--- a/main.py\n+++ b/main.py\n@@ -{at + 1},3 +{at + 1},3 @@\n"
+                                    + "".join(f"-{ln}" for ln in lines[at:at + 3])
+                                    + "".join(f"+{ln}" for ln in old.replace("helper", f"helper{i}").splitlines(True)),
+                         float(i)))
+    cost = sum(len(TOK.encode(h.diff)) for h in hist)
+    assert 300 < cost < 550
+    offset = text.index("def f30")
+    r = b.build_edit(str(main), text, offset, hist, budget=1024, max_history=3)
+    assert r.prompt.history == tuple(h.diff for h in hist) and r.report.total <= 1024
+    assert r.prompt.before and r.prompt.after  # the file around the region still fills the rest
+    fim_like = ContextBuilder([tmp_path], TOK, options(edit_shares=Shares()))
+    try:
+        old = fim_like.build_edit(str(main), text, offset, hist, budget=1024, max_history=3)
+    finally:
+        fim_like.close()
+    assert len(old.prompt.history) < 3

@@ -87,6 +87,31 @@ def test_a_diff_of_another_file_is_not_this_documents_last_edit(tmp_path: Path) 
     assert rules.run([case], rules.settings_for(), tmp_path)["summary"]["next_edit_exact"] == 1.0
 
 
+def test_the_models_rewrites_join_as_served_and_their_threshold_is_swept(tmp_path: Path) -> None:
+    region = rules.request_of(CASES[1])[0].text  # the whole file is the region here (8 lines)
+    want = region.replace("print(data, more)", "return data")
+    run_dir = tmp_path / "next-edit"
+    run_dir.mkdir()
+    recs = [{"id": "wrong", "shown": True, "new": want, "score": 0.97},  # right, and above the rule's 0.95
+            {"id": "silent", "shown": True, "new": OLD.replace("main", "run"), "score": 0.6},  # wrong: a quiet case
+            {"id": "quiet", "shown": False, "score": 0.99}]  # nothing changed: no rewrite
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rewrites = rules.read_rewrites(run_dir)
+    assert set(rewrites) == {"wrong", "silent"} and rewrites["wrong"] == (want, 0.97)
+    shipped = rules.run(CASES, rules.settings_for(), tmp_path / "inf", rewrites=rewrites)
+    assert shipped["summary"]["next_edit_exact"] == 0.5 and shipped["shown_by_origin"] == {"repeat": 3}
+    at = {r["threshold"]: r for r in shipped["sweep"]}
+    assert (at[float("inf")]["next_edit_exact"], at[float("inf")]["model_shown"]) == (0.5, 0)
+    assert at[0.99] == {**at[float("inf")], "threshold": 0.99}
+    # at 0.95 the model's right rewrite outranks the rule's wrong candidate; at 0.5 its quiet-case one shows too
+    assert (at[0.95]["next_edit_exact"], at[0.95]["model_shown"], at[0.95]["model_right"]) == (1.0, 1, 1)
+    assert abs(at[0.95]["precision"] - 2 / 3) < 1e-9 and at[0.95]["no_edit_correct"] == 0.5
+    assert (at[0.5]["shown"], at[0.5]["model_shown"], at[0.5]["no_edit_correct"]) == (4, 2, 0.0)
+    served = rules.run(CASES, rules.settings_for(), tmp_path / "0.9", rewrites=rewrites, edit_threshold=0.9)
+    assert served["summary"]["next_edit_exact"] == 1.0 and served["shown_by_origin"] == {"repeat": 2, "model": 1}
+    assert "| 0.95 | 100.0 % | 50.0 % | 66.7 % | 3 | 1 / 1 |" in rules.format_report(served, "t")
+
+
 def test_unknown_rule_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown rule nope"):
         rules.settings_for(["repeat", "nope"])

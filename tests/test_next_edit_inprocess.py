@@ -84,6 +84,8 @@ def test_judge_and_summary(tmp_path: Path) -> None:
     assert "\n-line_13 = 13\n" in recs[1]["diff"] and "@@ -11,7 +11,6 @@" in recs[1]["diff"]  # the file's lines
     assert "\n-line_12 = 12\n" in recs[1]["want"] and "\n-line_13" not in recs[1]["want"]
     assert "diff" not in recs[2] and "want" not in recs[3] and "+line_x = 16\n" in recs[3]["diff"]
+    # and the rewrite itself (`edit-server eval rules --rewrites`): the region as the model wrote it
+    assert recs[1]["new"] == eng.prompts[1].region.replace("line_13 = 13\n", "") and "new" not in recs[2]
 
 
 def test_context_lines_and_history_options_and_engine_failures(tmp_path: Path) -> None:

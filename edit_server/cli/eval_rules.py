@@ -13,9 +13,15 @@ order — and is judged like `evals.next_edit` (the cases of `edit-server eval r
 * **per rule** (every rule, on or off): its candidate right / wrong in a next-edit case, shown in a quiet one,
   taken out by the filter (per reason) or hidden by the gate, and none.
 
+With ``--rewrites DIR`` (an `edit-server eval next-edit` run on the same cases: a GPU window's job writes one)
+the model's own rewrite joins the candidates as the server offers it — its score the gate's (the geometric mean
+of its changed tokens' confidences), held against the model's ``edit`` show threshold (``--edit-threshold``; ∞,
+the shipped tiers', by default) — and the report sweeps that threshold: what an adapter adds to the rules as
+served, at each threshold, without a replay through the server.
+
 The server also has the document's syntax tree (a rule's candidate that introduces a syntax error ranks below
 one that does not) — the same parser runs here, so the pick is the server's; what this cannot see is the
-model's own rewrite (skipped, as the server skips it at an infinite threshold) and timing.
+model's own rewrite unless given (skipped, as the server skips it at an infinite threshold) and timing.
 """
 
 from __future__ import annotations
@@ -34,19 +40,23 @@ import msgspec
 from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Settings
-from edit_server.selectivity import candidates
+from edit_server.selectivity import candidates, echo_edit
 from edit_server.selectivity.select import RULES, Candidate, Output, edit_results, rule_candidate, select
+from edit_server.selectivity.thresholds import MODEL_ORIGINS
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, EditPrompt
 from engine.textdiff import line_span
-from evals.next_edit import diffs, judge, summarize
+from evals.next_edit import diffs, judge, read_cases, summarize
 
 OUTCOMES = ("right", "wrong", "quiet_shown", "hidden", "rejected", "none")
+SWEEP = (float("inf"), 0.99, 0.95, 0.9, 0.8, 0.7, 0.5, 0.0)  # the model's ``edit`` thresholds the report tries
+Rewrite = tuple[str, float]  # a model's rewrite of a case's region and its gate score
 
 
-def settings_for(rules: Sequence[str] | None = None, calibration: str = "off") -> Settings:
+def settings_for(rules: Sequence[str] | None = None, calibration: str = "") -> Settings:
     """The server's default settings with only the rules ``rules`` on (`RULES` keys; None: the defaults'; the
-    server ranks them in its own order), and the gate's calibration file (``off``: the rules' built-in scores against
-    ``gate.threshold``, whatever file this machine holds)."""
+    server ranks them in its own order), and the gate's calibration (`thresholds.gate_threshold`: "" as the
+    server — its default file when this machine has one, else the model's thresholds, else ``gate.threshold``;
+    ``off``: ``gate.threshold`` for every kind; else a file)."""
     s = Settings()
     nxt = s.next_edit
     if rules is not None:
@@ -102,10 +112,64 @@ def rule_outcome(case: dict[str, Any], req: EditRequest, built: EditBuilt, origi
     return "right" if j["exact"] else "wrong"
 
 
+def read_rewrites(path: Path) -> dict[str, Rewrite]:
+    """Case id -> the model's shown rewrite and its score, from an `eval next-edit` run (its directory or its
+    ``results.jsonl``); a case whose rewrite changed nothing, or failed, has none."""
+    src = path / "results.jsonl" if path.is_dir() else path
+    out = {}
+    for i, r in enumerate(read_cases_lines(src)):
+        if "id" not in r:
+            raise ValueError(f"{src}: record {i + 1} has no id")
+        if r.get("shown") and isinstance(r.get("new"), str):
+            out[str(r["id"])] = (r["new"], float(r.get("score") or 0.0))
+    return out
+
+
+def read_cases_lines(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def served(req: EditRequest, built: EditBuilt, settings: Settings, rewrite: Rewrite | None = None,
+           edit_threshold: float = float("inf")) -> Any:
+    """The server's pick among the model's rewrite (``rewrite``; none: the region unchanged, as when the model
+    is skipped) and the rules' candidates: the suggestion (shown or hidden) or None."""
+    region = req.text[built.region_start:built.region_end]
+    cands = [Candidate(rewrite[0], [rewrite[1]], None) if rewrite else Candidate(region, [], None)]
+    cands += [c for c in (rule_candidate(o, req, built) for o in settings.next_edit.rules()) if c is not None]
+    model = {"edit": edit_threshold, f"edit:{echo_edit.ORIGIN}": edit_threshold}
+    return edit_results(req, built, cands, settings, model)[1]
+
+
+def sweep(cases: Sequence[dict[str, Any]], settings: Settings, rewrites: dict[str, Rewrite],
+          thresholds: Sequence[float] = SWEEP) -> list[dict[str, Any]]:
+    """Served next edits per threshold of the model's rewrites: exact, no-edit correct, precision, and what
+    the model's own rewrites add (shown / right)."""
+    built = [(c, *request_of(c)) for c in cases]
+    rows = []
+    for t in thresholds:
+        recs = []
+        for case, req, b in built:
+            sug = served(req, b, settings, rewrites.get(case["id"]), t)
+            shown = sug is not None and sug.show
+            j = judge(case, b.region_start, b.region_end, sug.text if shown else req.text[b.region_start:b.region_end])
+            recs.append({**j, "category": case.get("meta", {}).get("category"),
+                         "model": shown and sug.origin in (*MODEL_ORIGINS, echo_edit.ORIGIN)})
+        s = summarize(recs)
+        rows.append({"threshold": t, "next_edit_exact": s["next_edit_exact"],
+                     "no_edit_correct": s["no_edit_correct"]["all"], "precision": s["precision_when_shown"],
+                     "shown": sum(bool(r["shown"]) for r in recs),
+                     "model_shown": sum(bool(r["model"]) for r in recs),
+                     "model_right": sum(bool(r["model"] and r.get("exact")) for r in recs)})
+    return rows
+
+
 def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
-        progress: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = iter) -> dict[str, Any]:
-    """Every case served by the rules on and judged per rule; ``out/results.jsonl`` (one record per case,
-    the served suggestion's diff and the truth's where shown) and ``out/report.json``."""
+        progress: Callable[[Iterable[dict[str, Any]]], Iterable[dict[str, Any]]] = iter,
+        rewrites: dict[str, Rewrite] | None = None, edit_threshold: float = float("inf")) -> dict[str, Any]:
+    """Every case served by the rules on (and the model's rewrite, from ``rewrites``, gated at
+    ``edit_threshold``) and judged per rule; ``out/results.jsonl`` (one record per case, the served
+    suggestion's diff and the truth's where shown) and ``out/report.json`` (with ``rewrites``: the sweep)."""
     out.mkdir(parents=True, exist_ok=True)
     order = settings.next_edit.rules()
     per_rule: dict[str, Counter[str]] = {name: Counter() for name in RULES}
@@ -115,9 +179,7 @@ def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
             req, built = request_of(case)
             ra, rb = built.region_start, built.region_end
             region = req.text[ra:rb]
-            cands = [Candidate(region, [], None)]  # the model's rewrite, skipped: the region unchanged
-            cands += [c for c in (rule_candidate(o, req, built) for o in order) if c is not None]
-            _, sug, _ = edit_results(req, built, cands, settings)
+            sug = served(req, built, settings, (rewrites or {}).get(case["id"]), edit_threshold)
             shown = sug is not None and sug.show
             meta = case.get("meta", {})
             rec: dict[str, Any] = {"id": case["id"], "category": meta.get("category"), "repo": meta.get("repo"),
@@ -139,7 +201,10 @@ def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
     report = {"summary": summary, "served_rules": order, "shown_by_origin": dict(origins),
               "right_by_origin": dict(Counter(r["origin"] for r in recs if r.get("exact"))),
               "rules": {name: dict(c) for name, c in per_rule.items()},
-              "settings": {"gate_threshold": settings.gate.threshold, "calibration": settings.gate.calibration}}
+              "settings": {"gate_threshold": settings.gate.threshold, "calibration": settings.gate.calibration,
+                           "edit_threshold": edit_threshold, "rewrites": len(rewrites) if rewrites else None}}
+    if rewrites:
+        report["sweep"] = sweep(cases, settings, rewrites)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
 
@@ -165,6 +230,14 @@ def format_report(report: dict[str, Any], title: str) -> str:
         lines.append(f"| {name} | {'yes' if name in report['served_rules'] else 'no'} | {c.get('right', 0)} | "
                      f"{c.get('wrong', 0)} | {c.get('quiet_shown', 0)} | {c.get('hidden', 0)} | "
                      f"{c.get('rejected', 0)}{f' ({reasons})' if reasons else ''} |")
+    if report.get("sweep"):
+        lines += ["", f"with the model's rewrites ({report['settings']['rewrites']} shown by the model) at each "
+                      "threshold of its `edit` kind:",
+                  "| threshold | next-edit exact | no-edit correct | precision when shown | shown | the model's shown / right |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['threshold']} | {pct(r['next_edit_exact'])} | {pct(r['no_edit_correct'])} | "
+                  f"{pct(r['precision'])} | {r['shown']} | {r['model_shown']} / {r['model_right']} |"
+                  for r in report["sweep"]]
     return "\n".join(lines)
 
 
@@ -177,8 +250,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     ru.add_argument("--rule", action="append", default=None, metavar="NAME",
                     help=f"serve with only these rules on (repeatable: {', '.join(RULES)}; default: the settings' "
                          "defaults)")
-    ru.add_argument("--calibration", default="off",
-                    help="the gate's calibration file (default off: the rules' scores against gate.threshold)")
+    ru.add_argument("--calibration", default="",
+                    help="the gate's calibration: a file, or off (gate.threshold for every kind); default as the "
+                         "server: its default file when present, else the model's thresholds")
+    ru.add_argument("--rewrites", type=Path, default=None, metavar="DIR",
+                    help="an `eval next-edit` run on the same cases: the model's rewrites join the candidates")
+    ru.add_argument("--edit-threshold", type=float, default=float("inf"),
+                    help="the show threshold of the model's rewrites (default inf, the shipped tiers'); the "
+                         "report also sweeps it")
     ru.add_argument("--out", type=Path, default=Path("runs/eval/rules"), help="report directory")
     ru.add_argument("--limit", type=int, default=0, help="only the first N cases")
     ru.add_argument("--no-progress", action="store_true", help="no tqdm bar")
@@ -187,16 +266,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from evals.cli_common import progress_bar
-    from evals.next_edit import read_cases
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         cases = read_cases(args.cases)
         settings = settings_for(args.rule, args.calibration)
+        rewrites = read_rewrites(args.rewrites) if args.rewrites else None
     except (ValueError, FileNotFoundError) as e:
         print(f"edit-server eval rules: error: {e}", file=sys.stderr)
         return 1
-    report = run(cases[:args.limit] if args.limit else cases, settings, args.out, progress_bar(args, "rules"))
+    report = run(cases[:args.limit] if args.limit else cases, settings, args.out, progress_bar(args, "rules"),
+                 rewrites, args.edit_threshold)
     print(format_report(report, f"next edits from the rules ({args.cases})"))
     print(f"report: {args.out / 'report.json'}")
     return 0

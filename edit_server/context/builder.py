@@ -8,7 +8,8 @@ Budget (tokens of the rendered prompt, ``render_fim``/``render_edit`` ids): a bu
 ``options.budget`` (the server's: ``contextBudget`` or its auto value, core/contexts.auto_budget). Fixed
 parts first (header, special tokens, the editable region), then the cursor window gets at least
 ``shares.window`` of the rest; history, definitions, imports, git, open files get their share plus what
-earlier sources left; what is still left extends the window. Counts are exact for newline-additive
+earlier sources left; what is still left extends the window. A next edit's prompt has its own shares
+(``edit_shares``: the history first, as the model is trained). Counts are exact for newline-additive
 tokenizers; otherwise the prompt is rendered once and trimmed until it fits.
 
 Fail closed: unusable workspace roots are dropped and reported in ``degraded``; with none left (of
@@ -130,7 +131,7 @@ class ContextBuilder(Workspace):
         picked: dict[str, list[Section]] = {}
         hist: tuple[str, ...] = ()
         seen: set[tuple[str, str]] = set()
-        for name, share in self.options.shares.order():
+        for name, share in (self.options.shares if fim else self.options.edit_shares).order():
             r = src.SourceReport(name, allowed=int(avail * share) + carry)
             if name == "history":
                 hist = src.fill_history(self.counter, history, doc.path, fim=fim,
@@ -331,7 +332,7 @@ class ContextBuilder(Workspace):
                 self.exclusions.stop_recording()
                 return EditBuild(EditPrompt("", "", "", 0, rel), offset, offset, rep)
             self._maybe_extract(doc, costs)
-            w_share = int(avail * o.shares.window)
+            w_share = int(avail * o.edit_shares.window)
 
             def window(n: int) -> Window:
                 s, e, tp, ts = expand(doc, offset, lo, hi, n, costs, o.prefix_ratio)

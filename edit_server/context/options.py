@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edit_server.context import sources as src
-from edit_server.context.budget import Shares
+from edit_server.context.budget import EDIT_SHARES, Shares
 from engine.templates import DEFAULT_FIM_LAYOUT, EditPrompt, FimPrompt
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ class ContextOptions:
     max_doc_chars: int  # larger documents: no parse, no context (``limits.maxDocumentChars``)
     max_history: int  # edit-history hunks in a prompt (``historySize``)
     edit_region: str  # a next edit's editable region: "lines" or "syntax" (``nextEdit.region``)
-    shares: Shares = field(default_factory=Shares)
+    shares: Shares = field(default_factory=Shares)  # a FIM prompt's
+    edit_shares: Shares = EDIT_SHARES  # a next edit's: its history first (budget.EDIT_SHARES)
     prefix_ratio: float = 0.75  # of the window, before the cursor
     max_diff_chars: int = 6000
     max_definitions: int = 12
