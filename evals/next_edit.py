@@ -154,8 +154,10 @@ def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
                            exact=False if case.get("expected") else None, f1=0.0 if case.get("expected") else None)
             else:
                 rec.update(judge(case, ra, rb, res.text))
-                if rec["shown"]:  # what the model changed, and what was due: readable without rerunning; the
-                    rec.update(diffs(case, ra, rb, res.text))  # rewrite itself for `edit-server eval rules --rewrites`
+                if rec["shown"]:
+                    # what the model changed and what was due (readable without rerunning), and the rewrite
+                    # itself (`edit-server eval rules --rewrites` joins it with the rules, as served)
+                    rec.update(diffs(case, ra, rb, res.text))
                     if len(res.text) <= NEW_CHARS:
                         rec["new"] = res.text
                 rec.update(score=gate_score(list(res.changed or res.confidences)), tokens=len(res.tokens),

@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 from edit_server.core.history import Hunk
-from edit_server.core.requests import EditBuilt, EditRequest
+from edit_server.core.requests import EditBuilt, EditRequest, Suggestion
 from edit_server.core.settings import Settings
 from edit_server.selectivity import candidates, echo_edit
 from edit_server.selectivity.select import RULES, Candidate, Output, edit_results, rule_candidate, select
@@ -117,7 +117,7 @@ def read_rewrites(path: Path) -> dict[str, Rewrite]:
     ``results.jsonl``); a case whose rewrite changed nothing, or failed, has none."""
     src = path / "results.jsonl" if path.is_dir() else path
     out = {}
-    for i, r in enumerate(read_cases_lines(src)):
+    for i, r in enumerate(_records(src)):
         if "id" not in r:
             raise ValueError(f"{src}: record {i + 1} has no id")
         if r.get("shown") and isinstance(r.get("new"), str):
@@ -125,13 +125,14 @@ def read_rewrites(path: Path) -> dict[str, Rewrite]:
     return out
 
 
-def read_cases_lines(path: Path) -> list[dict[str, Any]]:
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a run's ``results.jsonl``."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
 def served(req: EditRequest, built: EditBuilt, settings: Settings, rewrite: Rewrite | None = None,
-           edit_threshold: float = float("inf")) -> Any:
+           edit_threshold: float = float("inf")) -> Suggestion | None:
     """The server's pick among the model's rewrite (``rewrite``; none: the region unchanged, as when the model
     is skipped) and the rules' candidates: the suggestion (shown or hidden) or None."""
     region = req.text[built.region_start:built.region_end]
