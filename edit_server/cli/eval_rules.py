@@ -32,6 +32,7 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,33 @@ def diff_path(diff: str, default: str) -> str:
     return default
 
 
-def rule_outcome(case: dict[str, Any], req: EditRequest, built: EditBuilt, origin: str,
-                 settings: Settings) -> str:
+@dataclass(frozen=True)
+class Prepared:
+    """A case as the server sees it — its request and region — and every rule's candidate, computed once: the
+    served pick, each rule's own outcome and every threshold of the sweep read them."""
+
+    case: dict[str, Any]
+    req: EditRequest
+    built: EditBuilt
+    rules: dict[str, Candidate | None]
+
+    @property
+    def region(self) -> str:
+        return self.req.text[self.built.region_start:self.built.region_end]
+
+
+def prepare(case: dict[str, Any]) -> Prepared:
+    req, built = request_of(case)
+    return Prepared(case, req, built, {origin: rule_candidate(origin, req, built) for origin in RULES})
+
+
+def rule_outcome(p: Prepared, origin: str, settings: Settings) -> str:
     """One rule's candidate on its own: one of `OUTCOMES` (``rejected:REASON`` for the filter)."""
-    cand = rule_candidate(origin, req, built)
+    cand, req, built = p.rules[origin], p.req, p.built
     if cand is None:
         return "none"
-    region = req.text[built.region_start:built.region_end]
-    why = candidates.reject_reason(req.text, req.offset, req.path, built.region_start, region, cand.new, req.history)
+    why = candidates.reject_reason(req.text, req.offset, req.path, built.region_start, p.region, cand.new,
+                                   req.history)
     if why:
         return f"rejected:{why}"
     sug, _ = select(Output("edit", req.path, req.text, built.region_start, built.region_end, cand.new,
@@ -106,8 +126,8 @@ def rule_outcome(case: dict[str, Any], req: EditRequest, built: EditBuilt, origi
         return "none"
     if not sug.show:
         return "hidden"
-    j = judge(case, built.region_start, built.region_end, sug.text)
-    if not case.get("expected"):
+    j = judge(p.case, built.region_start, built.region_end, sug.text)
+    if not p.case.get("expected"):
         return "quiet_shown" if j["shown"] else "none"
     return "right" if j["exact"] else "wrong"
 
@@ -131,31 +151,30 @@ def _records(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def served(req: EditRequest, built: EditBuilt, settings: Settings, rewrite: Rewrite | None = None,
-           edit_threshold: float = float("inf")) -> Suggestion | None:
+def served(p: Prepared, settings: Settings, rewrite: Rewrite | None = None,
+           edit_threshold: float = float("inf")) -> tuple[Suggestion | None, dict[str, Any]]:
     """The server's pick among the model's rewrite (``rewrite``; none: the region unchanged, as when the model
-    is skipped) and the rules' candidates: the suggestion (shown or hidden) or None."""
-    region = req.text[built.region_start:built.region_end]
-    cands = [Candidate(rewrite[0], [rewrite[1]], None) if rewrite else Candidate(region, [], None)]
-    cands += [c for c in (rule_candidate(o, req, built) for o in settings.next_edit.rules()) if c is not None]
+    is skipped) and the rules' candidates — the suggestion shown (None: nothing shown) — and its judgement."""
+    cands = [Candidate(rewrite[0], [rewrite[1]], None) if rewrite else Candidate(p.region, [], None)]
+    cands += [c for c in (p.rules[o] for o in settings.next_edit.rules()) if c is not None]
     model = {"edit": edit_threshold, f"edit:{echo_edit.ORIGIN}": edit_threshold}
-    return edit_results(req, built, cands, settings, model)[1]
+    sug = edit_results(p.req, p.built, cands, settings, model)[1]
+    shown = sug if sug is not None and sug.show else None
+    b = p.built
+    return shown, judge(p.case, b.region_start, b.region_end, shown.text if shown else p.region)
 
 
-def sweep(cases: Sequence[dict[str, Any]], settings: Settings, rewrites: dict[str, Rewrite],
+def sweep(prepared: Sequence[Prepared], settings: Settings, rewrites: dict[str, Rewrite],
           thresholds: Sequence[float] = SWEEP) -> list[dict[str, Any]]:
     """Served next edits per threshold of the model's rewrites: exact, no-edit correct, precision, and what
     the model's own rewrites add (shown / right)."""
-    built = [(c, *request_of(c)) for c in cases]
     rows = []
     for t in thresholds:
         recs = []
-        for case, req, b in built:
-            sug = served(req, b, settings, rewrites.get(case["id"]), t)
-            shown = sug is not None and sug.show
-            j = judge(case, b.region_start, b.region_end, sug.text if shown else req.text[b.region_start:b.region_end])
-            recs.append({**j, "category": case.get("meta", {}).get("category"),
-                         "model": shown and sug.origin in (*MODEL_ORIGINS, echo_edit.ORIGIN)})
+        for p in prepared:
+            sug, j = served(p, settings, rewrites.get(p.case["id"]), t)
+            recs.append({**j, "category": p.case.get("meta", {}).get("category"),
+                         "model": sug is not None and sug.origin in (*MODEL_ORIGINS, echo_edit.ORIGIN)})
         s = summarize(recs)
         rows.append({"threshold": t, "next_edit_exact": s["next_edit_exact"],
                      "no_edit_correct": s["no_edit_correct"]["all"], "precision": s["precision_when_shown"],
@@ -175,21 +194,19 @@ def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
     order = settings.next_edit.rules()
     per_rule: dict[str, Counter[str]] = {name: Counter() for name in RULES}
     recs = []
+    prepared = []
     with open(out / "results.jsonl", "w", encoding="utf-8") as f:
         for case in progress(cases):
-            req, built = request_of(case)
-            ra, rb = built.region_start, built.region_end
-            region = req.text[ra:rb]
-            sug = served(req, built, settings, (rewrites or {}).get(case["id"]), edit_threshold)
-            shown = sug is not None and sug.show
+            p = prepare(case)
+            prepared.append(p)
+            sug, judged = served(p, settings, (rewrites or {}).get(case["id"]), edit_threshold)
             meta = case.get("meta", {})
             rec: dict[str, Any] = {"id": case["id"], "category": meta.get("category"), "repo": meta.get("repo"),
-                                   "origin": sug.origin if shown else None,
-                                   "score": sug.score if shown else None}
-            rec.update(judge(case, ra, rb, sug.text if shown else region))
-            if rec["shown"]:
-                rec.update(diffs(case, ra, rb, sug.text))
-            rec["rules"] = {name: rule_outcome(case, req, built, name, settings) for name in RULES}
+                                   "origin": sug.origin if sug else None, "score": sug.score if sug else None,
+                                   **judged}
+            if rec["shown"] and sug is not None:
+                rec.update(diffs(case, p.built.region_start, p.built.region_end, sug.text))
+            rec["rules"] = {name: rule_outcome(p, name, settings) for name in RULES}
             for name, what in rec["rules"].items():
                 per_rule[name][what.split(":", 1)[0]] += 1
                 if what.startswith("rejected:"):
@@ -205,7 +222,7 @@ def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
               "settings": {"gate_threshold": settings.gate.threshold, "calibration": settings.gate.calibration,
                            "edit_threshold": edit_threshold, "rewrites": len(rewrites) if rewrites else None}}
     if rewrites:
-        report["sweep"] = sweep(cases, settings, rewrites)
+        report["sweep"] = sweep(prepared, settings, rewrites)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
 
