@@ -21,9 +21,11 @@ from engine.tokens import TokenizerLike
 
 log = logging.getLogger(__name__)
 
-# a cold prefill of 2K tokens takes 1.5 s on a 2-core CPU, and every next edit re-prefills nearly its whole
-# prompt (the history sits before the file): 1,024 tokens halve both, held-out replay quality unchanged for
-# completions and next edits, better under the multi-line time budget (docs/QUALITY.md, session 9)
+# a CPU's prompt: a jump to a new site prefills it whole, and the keystrokes typed behind the jump wait for it.
+# More context writes better completions (the shipped tier, held-out repositories, no time budget: 34 of 153
+# right at 1,024 tokens, 41 at 2,048, 44 at 8,192), but on a 2-core CPU 2,048 doubles the jump's prefill and
+# answers fewer keystrokes in time (docs/QUALITY.md and docs/PERFORMANCE.md, session 30). A GPU gets the
+# model's context.
 CPU_AUTO_BUDGET = 1024
 CPU_MULTILINE_BUDGET_MS = 1200  # the empty-line goal: p50 1 s / p95 2 s on a 2-core CPU (docs/PERFORMANCE.md)
 GPU_MULTILINE_BUDGET_MS = 2000
