@@ -79,11 +79,12 @@ def test_rules_off_serve_nothing_and_the_gate_threshold_holds(tmp_path: Path) ->
 
 def test_a_diff_of_another_file_is_not_this_documents_last_edit(tmp_path: Path) -> None:
     other = unified_diff("other.py", "x = 1\n", "x = 2\n")
-    assert rules.diff_path(other, "m.py") == "other.py" and rules.diff_path("no header", "m.py") == "m.py"
     # the rename, then an edit of another file: the rename is still m.py's last edit
     case = {**CASES[0], "history": [*HIST, other]}
     req, _ = rules.request_of(case)
     assert [h.path for h in req.history] == ["m.py", "other.py"]
+    headless, _ = rules.request_of({**CASES[0], "history": ["@@ -1 +1 @@\n-a\n+b\n"]})
+    assert [h.path for h in headless.history] == ["m.py"]  # a diff naming no file: the case's own
     assert rules.run([case], rules.settings_for(), tmp_path)["summary"]["next_edit_exact"] == 1.0
 
 

@@ -46,6 +46,7 @@ from edit_server.selectivity.select import RULES, Candidate, Output, edit_result
 from edit_server.selectivity.thresholds import MODEL_ORIGINS
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, EditPrompt
 from engine.textdiff import line_span
+from evals.cases import diff_path
 from evals.next_edit import diffs, judge, read_cases, summarize
 
 OUTCOMES = ("right", "wrong", "quiet_shown", "hidden", "rejected", "none")
@@ -75,20 +76,12 @@ def request_of(case: dict[str, Any]) -> tuple[EditRequest, EditBuilt]:
     text = case["files"][path]
     cursor = int(case["cursor"]["offset"])
     ra, rb = line_span(text, cursor, EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
-    hunks = [Hunk(diff_path(d, path), d, float(i), False) for i, d in enumerate(case.get("history") or [])]
+    # each hunk under the file its diff names (the server keeps each document's hunks apart; the rules read the
+    # cursor's document's), the case's file for a diff without a header
+    hunks = [Hunk(diff_path(d) or path, d, float(i), False) for i, d in enumerate(case.get("history") or [])]
     req = EditRequest(f"file:///{path}", path, text, 0, cursor, hunks)
     prompt = EditPrompt(text[:ra], text[ra:rb], text[rb:], cursor - ra, path, tuple(case.get("history") or ()))
     return req, EditBuilt(prompt, ra, rb)
-
-
-def diff_path(diff: str, default: str) -> str:
-    """The file a history diff changed (its ``+++ b/PATH`` header; ``default`` without one): the server keeps
-    each document's hunks apart, and the rules read the cursor's document's."""
-    for line in diff.splitlines()[:3]:
-        if line.startswith("+++ "):
-            name = line[4:].split("\t", 1)[0].strip()
-            return name[2:] if name.startswith("b/") else name
-    return default
 
 
 @dataclass(frozen=True)
