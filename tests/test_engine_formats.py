@@ -26,24 +26,26 @@ EDIT = EditPrompt("import os\n", "def f(x):\n    return x\n", "\nf(1)\n", cursor
 
 def test_native_prompts_are_byte_identical() -> None:
     """Our default layout (no registry entry) renders exactly engine.templates, canvas as before; a prompt ending
-    inside its line leaves the line's last piece (here the trailing space) to token healing
-    (tests/test_native_heal.py)."""
+    inside a word leaves the line's last piece to token healing (tests/test_native_heal.py), one ending in a
+    space typed after text keeps it (tests/test_typed_space.py)."""
     eng = Engine.load("tiny-random", device="cpu")
     assert eng.format.name == "native" and eng.info["format"] == "native"
     b = eng.block_size
     start = replace(FIM, prefix=FIM.prefix + "x\n")
     for max_tokens in (5, 8, 20):
         req = call_request(eng, InfillCall(FIM, max_tokens))
-        assert req.prompt_tokens == render_fim(eng.tokenizer, replace(FIM, prefix=FIM.prefix[:-1])).ids
-        assert req.heal == " " and call_request(eng, InfillCall(start, max_tokens)).heal == ""
+        assert req.prompt_tokens == render_fim(eng.tokenizer, FIM).ids
+        assert req.heal == "" and call_request(eng, InfillCall(start, max_tokens)).heal == ""
+        word = replace(FIM, prefix=FIM.prefix[:-1])  # inside the word: `` return`` healed
+        assert call_request(eng, InfillCall(word, max_tokens)).heal == " return"
         assert call_request(eng, InfillCall(start, max_tokens)).prompt_tokens == render_fim(eng.tokenizer, start).ids
         assert (req.canvas.length, req.canvas.keep) == (-(-max_tokens // b) * b, max_tokens)
         assert req.after == [] and req.stop_ids == frozenset() and req.expand_id is None
     req = call_request(eng, RewriteCall(EDIT))
     assert req.prompt_tokens == render_edit(eng.tokenizer, EDIT).ids
     assert req.canvas.length == edit_canvas_length(len(eng.tokenizer.encode(EDIT.region)), block_size=b)
-    r = eng.infill(FIM, max_tokens=8)  # the healed space is the only token spelling it: the same length
-    assert r.prompt_tokens == len(render_fim(eng.tokenizer, FIM).ids) and r.lead_tokens == eng.tokenizer.encode(" ")
+    r = eng.infill(FIM, max_tokens=8)  # the trailing space as typed: nothing healed
+    assert r.prompt_tokens == len(render_fim(eng.tokenizer, FIM).ids) and r.lead_tokens == []
     # a bidirectional model without a registry entry: native too, canvas in the sampler's blocks
     bi = tiny_engine({}, tok=eng.tokenizer)
     req = call_request(bi, RewriteCall(EDIT, sampler=SamplerConfig(block_size=16)))

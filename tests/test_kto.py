@@ -219,13 +219,15 @@ def test_reward_scorer_is_the_trainers_estimator(tmp_path: Path) -> None:
     assert not res.lead_tokens and a.cached and a.r == pytest.approx(b.r, abs=1e-4)
     again = eng.infill(start, max_tokens=16, cache_key="doc")
     assert again.tokens == res.tokens and again.cached_tokens == len(render_fim(eng.tokenizer, start).ids)
-    # a healed prompt (its trailing space chosen again after the middle token): the slot holds the layout
-    # without it, then the healed token, encoded as a prompt's are (the reference all but the last token,
+    # a healed prompt (its typed word chosen again after the middle token): the slot holds the layout
+    # without it, then the healed tokens, encoded as a prompt's are (the reference all but the last token,
     # `ReferencePrefill.extend`) — the scorer reads it cached and agrees with its own reference prefill
-    res = eng.infill(prompt, max_tokens=16, cache_key="doc2")
-    healed = eng.format.fim(prompt).before + res.lead_tokens
-    assert res.lead_tokens == eng.tokenizer.encode(" ") and healed != ids and len(healed) == len(ids)
-    a = scorer.score_fim(prompt, res, cache_key="doc2")
+    word = FimPrompt("def f(x):\n    return", "\n", path="a.py")
+    res = eng.infill(word, max_tokens=16, cache_key="doc2")
+    healed = eng.format.fim(word).before + res.lead_tokens
+    assert eng.tokenizer.decode(res.lead_tokens).startswith(" return")
+    assert healed != render_fim(eng.tokenizer, word).ids
+    a = scorer.score_fim(word, res, cache_key="doc2")
     b = scorer.score_ids(healed, res.tokens)
     assert a.cached and not b.cached and a.r == pytest.approx(b.r, abs=1e-4)
 
@@ -235,9 +237,9 @@ def test_top_layer_adapter_runs_the_layers_below_once_with_the_same_reward(tmp_p
                                     write_stacked(tmp_path, layers=[1]))  # LoRA on the top layer only
     scorer = RewardScorer(eng)
     assert scorer.fork == 1
-    prompt = FimPrompt("def f(x):\n    return ", "\n", path="a.py")
+    prompt = FimPrompt("def f(x):\n    return", "\n", path="a.py")
     res = eng.infill(prompt, max_tokens=16, cache_key="doc")
-    ids = eng.format.fim(prompt).before + res.lead_tokens  # the prompt as generated: its trailing space healed
+    ids = eng.format.fim(prompt).before + res.lead_tokens  # the prompt as generated: its typed word healed
     assert res.lead_tokens and ids != render_fim(eng.tokenizer, prompt).ids
     forked = scorer.score_fim(prompt, res, cache_key="doc")  # the engine's cached prompt
     cold = scorer.score_ids(ids, res.tokens)  # its own reference prefill

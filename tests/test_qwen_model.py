@@ -143,6 +143,9 @@ def test_qwen_fim_puts_the_typed_line_after_the_middle_token_and_heals_its_last_
         start = fmt.fim(FimPrompt("x = 1\n", suffix), 8)
         assert start.before == [T("<|fim_prefix|>"), *tok.encode("x = 1\n"), T("<|fim_suffix|>"), *tok.encode(suffix),
                                 T("<|fim_middle|>")] and start.heal == ""
+    spaced = fmt.fim(FimPrompt("x = 1\n  ret ", "\n"), 8)  # whitespace after text: as typed, nothing healed
+    assert spaced.before == [T("<|fim_prefix|>"), *tok.encode("x = 1\n"), T("<|fim_suffix|>"), *tok.encode("\n"),
+                             T("<|fim_middle|>"), *tok.encode("  ret ")] and spaced.heal == ""
     assert tok.ids_starting_with("ret") == sorted(T(t) for t in ("ret", "retu", "retur", "return"))
     assert tok.ids_of_prefixes("retu") == [T("r"), T("re"), T("ret")]
     assert tok.ids_starting_with("<|fim") == []  # special tokens are never a choice

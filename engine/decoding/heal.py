@@ -1,10 +1,12 @@
 """Token healing: the prompt's last piece of typed text chosen again by the model, among the tokens that spell it.
 
-A prompt that ends inside what the tokenizer would make one token (``    retu`` before ``rn``, ``x = `` before
-``foo``) asks the model to continue from a split it never saw in training: ``    return`` is always
+A prompt that ends inside what the tokenizer would make one token (``    retu`` before ``rn``, ``x.app`` before
+``end``) asks the model to continue from a split it never saw in training: ``    return`` is always
 ``'   ', ' return'``, never ``'   ', ' ret', 'urn'``. A layout that ends in text the user typed (Qwen's FIM: the
 cursor's line, `engine.formats.qwen`; our own layout's prefix, `engine.formats.native`) leaves out the line's
-last pre-tokenizer piece (no token crosses a piece's start) and names its text (`engine.formats.Layout.heal`).
+last pre-tokenizer piece (no token crosses a piece's start) and names its text (`engine.formats.Layout.heal`)
+— except whitespace typed after text on the line (``return ``), which stays in the prompt as typed
+(`engine.formats.typed_whitespace` says why).
 After the prefill the model picks, greedily, among the tokens whose text starts with the piece or is a proper
 prefix of it (then again for what is left), the picks are committed like prompt tokens, and the output's text
 starts with what they add past the piece (``rn``). A token that would add a line break is not a choice: the

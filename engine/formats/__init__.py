@@ -83,12 +83,28 @@ def split_typed(tok: Any, prefix: str) -> tuple[str, str, str]:
     """``prefix`` as (the text before the cursor's line, that line's text up to its last pre-tokenizer piece, the
     piece): ``'x = 1\\n    retur'`` → ``'x = 1\\n'``, ``'   '``, ``' retur'`` (no token crosses a piece's start, so
     the piece is what token healing re-chooses: ``' return'``, not the ``' ret'``, ``'ur'`` the model never saw).
-    A piece over `HEAL_CHARS` characters stays with the line (the piece is then empty)."""
+    The piece is empty (the line stays as typed) when it is over `HEAL_CHARS` characters, and when it is
+    whitespace after text on the line (`typed_whitespace`: ``'    return '``, ``'total = '``).
+
+    Every layout that heals (`engine.formats.native`, `engine.formats.qwen`), so every front end and
+    ``Engine.infill``, splits the typed line here."""
     cut = prefix.rfind("\n") + 1
     at = cut + tok.last_piece(prefix[cut:])
-    if len(prefix) - at > HEAL_CHARS:
+    if len(prefix) - at > HEAL_CHARS or typed_whitespace(prefix[cut:at], prefix[at:]):
         at = len(prefix)
     return prefix[:cut], prefix[cut:at], prefix[at:]
+
+
+def typed_whitespace(typed: str, piece: str) -> bool:
+    """Whether the last piece is whitespace typed after text on its line (``return ``, ``x = foo(a, ``): such a
+    piece is not healed. A prefix ending in that whitespace token is what a FIM example whose middle starts at
+    the next word trains (the prefix is tokenized alone), so the prompt as typed asks nothing new; healing it
+    instead shows the model the line without the space, where it expects the next word without one (``1``,
+    ``sum``, ``(``), and then makes it choose among the tokens that start with a space, which it finds
+    unlikely: after ``total = `` the shipped tier chose `` =`` (``total = = 1``), after ``return `` it chose
+    an indentation and typed the line again. An indentation alone (a line with nothing else) is still healed:
+    ``'    '`` is ``'   '`` + the first word's piece."""
+    return bool(piece) and not piece.strip() and bool(typed.strip())
 
 
 def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = None,
@@ -125,4 +141,5 @@ def for_model(tok: Any, meta: dict[str, Any] | None = None, name: str | None = N
     raise FormatNotSupported(f"unknown prompt format {kind!r}")
 
 
-__all__ = ["FormatNotSupported", "Layout", "PromptFormat", "for_model", "split_typed", "stop_ids", "token_id"]
+__all__ = ["FormatNotSupported", "Layout", "PromptFormat", "for_model", "split_typed", "stop_ids", "token_id",
+           "typed_whitespace"]

@@ -5,7 +5,8 @@ its FIM prompt without the cursor line's last pre-tokenizer piece, which the mod
 of its choosing (`engine.decoding.heal`): a prompt ending inside a word (``    retu``, ``c =``, ``.append``)
 made the shipped bd3 tier write ``False`` for `` False``, ``'('`` for ``= '('``. A middle that starts where the
 piece starts is one training drew (`engine.train.tasks`: spans start at any character), so the healed prompt
-asks nothing new. A request at a line start is unchanged. docs/QUALITY.md, session 25.
+asks nothing new. A request at a line start is unchanged, and so is whitespace typed after text on the line
+(``return ``: `engine.formats.typed_whitespace`). docs/QUALITY.md has the measurements.
 """
 
 from __future__ import annotations

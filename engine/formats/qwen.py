@@ -16,7 +16,9 @@ puts llama.vim's ``prompt``), so a keystroke changes the prompt's end only and t
 KV (a keystroke used to re-prefill the whole suffix) — unless more than `MOVE_REST` non-space characters follow the
 cursor on its line: the model then ignores where the suffix goes on (HumanEval random-span), and the line stays in
 the prefix. Either way the line's last pre-tokenizer piece is left out and healed (`engine.decoding.heal`): a
-prompt ending inside a word (``retu``) made the model write ``n a`` or ``rn`` again. docs/QUALITY.md, session 24.
+prompt ending inside a word (``retu``) made the model write ``n a`` or ``rn`` again — except whitespace typed after
+text on the line (``return ``), which stays as typed (`engine.formats.typed_whitespace`). docs/QUALITY.md has the
+measurements.
 """
 
 from __future__ import annotations
