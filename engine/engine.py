@@ -63,7 +63,7 @@ from engine.types import (
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 2048  # a 2K prompt in one causal forward (no mask, one pass of dequantized weights)
-CPU_PREFILL_CHUNK = 1536  # on a CPU: a smaller activation peak, as fast (docs/PERFORMANCE.md, session 7)
+CPU_PREFILL_CHUNK = 1536  # on a CPU: a smaller activation peak, as fast (docs/PERFORMANCE.md)
 
 
 class Engine(ByComplete):

@@ -72,7 +72,7 @@ class EnvOptions:
     @property
     def int4_mode(self) -> str:
         """``$EDIT_SERVER_INT4``: "line" (the default: single-line requests' narrow steps read the int4 MLP and
-        LM-head weights; docs/PERFORMANCE.md, session 21), "off" (``0``), "all" (``1``: every request's)."""
+        LM-head weights; docs/PERFORMANCE.md), "off" (``0``), "all" (``1``: every request's)."""
         mode = {"": "line", "0": "off", "line": "line", "1": "all"}.get(self.int4.lower())
         if mode is None:
             raise ValueError(f"${INT4}={self.int4!r}: expected line, 1 or 0")

@@ -158,8 +158,8 @@ def in_trained_order(p: FimPrompt | EditPrompt, fim_layout: str | None = None,
     """``p`` in the order an adapter was trained on (its metadata's ``fim_layout`` / ``edit_layout``; None: the
     default): a prompt in the default order takes the adapter's, one that names another order keeps it. Every
     renderer of a model's prompts goes through it — the engine's format, the KTO trainer, the reward scorer — so
-    a reward is scored on the prompt the model generated from (session 26: edits were scored history-first on a
-    tier trained file-first)."""
+    a reward is scored on the prompt the model generated from (not, say, history-first for a tier trained
+    file-first)."""
     from dataclasses import replace
 
     if isinstance(p, EditPrompt):

@@ -70,8 +70,8 @@ class SamplerConfig:
     # single-line canvases verify at most this many drafts per forward. With 8, a forward widens past the
     # CPU fast path's weight-only kernel (engine.cpu.fastcpu.SMALL = 3 positions) and a wrong draft cost more
     # than the 4-7-token answer saved (0.71-0.82x AR); 2 drafts + the pending token stay within it, where a
-    # forward costs about what one position does: 40 single-line sites, same outputs, decode 9.6 -> 7.3 s,
-    # slowest 1,661 -> 821 ms (docs/PERFORMANCE.md, session 10); 3 drafts leave the kernel and change outputs
+    # forward costs about what one position does: the same outputs, faster, the slowest lines most
+    # (docs/PERFORMANCE.md); 3 drafts leave the kernel and change outputs
     single_line_speculate: int = 2
     stop_at_scope: bool = True  # multi-line infill: stop once a line leaves the cursor's block
     give_up: GiveUp | None = None

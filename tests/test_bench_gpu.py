@@ -59,7 +59,7 @@ def test_engine_bench_rehearsal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         assert r["ar"]["tokens"] == 8 and r["diffusion"]["tokens"] == 8 and r["prompt"] == 48
         w1 = r["width1"]
         assert w1["tokens"] == 8 and w1["forwards"] >= 2 and w1["ms_per_forward"] > 0 and w1["drafted"] >= 0
-        assert w1["ms_per_forward"] <= w1["decode_ms"] / 2  # per forward, not per call (the 7B rows of session 26)
+        assert w1["ms_per_forward"] <= w1["decode_ms"] / 2  # per forward, not per call (a 7B row's forwards are long)
         assert r["cuda_graphs"] is False  # a CPU has none
     assert rows[0]["what"] == "load"
     pre = next(r for r in rows if r["what"] == "prefill")["rows"]
@@ -98,7 +98,7 @@ def test_latency_rehearsal(tmp_path: Path) -> None:
 
 
 def test_the_bench_waits_out_the_corpus_build_on_its_own_clock(tmp_path: Path) -> None:
-    """Rows measured while the window job builds its corpus on every core ran 5-10x slower (session 19): the bench
+    """Rows measured while the window job builds its corpus on every core run several times slower: the bench
     waits while the job's phase is `corpus` (at most --quiet-wait-s) and records the phase beside each row."""
     from engine.train.recipe.bench_gpu import Report
 

@@ -116,7 +116,7 @@ def test_captured_step_equals_eager_on_cuda() -> None:
 def test_steps_captured_before_the_rope_table_grows_are_dropped() -> None:
     """A graph reads the rope table at its capture-time address: a longer prompt regrows the table (a new
     tensor, the old one freed), so the steps captured over the old one are dropped and made again — on an
-    H200 replaying them was an illegal memory access (session 19's window)."""
+    H200 replaying them was an illegal memory access."""
     eng = tiny_engine({}, attention="block_causal", shifted=True, block_size=8, seed=3)
     g = graphed(eng)
     cfg = SamplerConfig(window="block")
@@ -213,8 +213,7 @@ def test_a_capture_that_fails_leaves_the_steps_uncaptured_and_right(caplog: pyte
 
 def test_captures_after_every_graph_was_dropped_take_a_new_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     """A private pool whose graphs were all destroyed cannot be captured into again (the allocator's
-    ``use_count > 0`` assert: the H200 window of session 26 lost every capture after the rope table
-    regrew). Once no captured step is left, the next captures take a new pool; while one lives, the pool
+    ``use_count > 0`` assert: on an H200 every capture after the rope table regrew failed so). Once no captured step is left, the next captures take a new pool; while one lives, the pool
     stays. On the CPU the capture is faked: it records which pool it was given."""
     handles = iter(range(100, 200))
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, next(handles)))

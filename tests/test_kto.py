@@ -346,8 +346,8 @@ def test_reference_loader_freezes_the_model() -> None:
 def test_reward_and_trainer_render_edits_in_the_adapters_order(tmp_path: Path) -> None:
     """A tier trained with the history after the file (`edit_layout: file-history`, the Qwen tier) generates
     from that order; the scorer must score the same prompt — the engine's cached slot, not a re-prefill of
-    the history-first order it never saw (session 26: 0 of 60 held-out edits reused the cache, the reward
-    cost 83 % of the generation) — and the KTO trainer must train on it."""
+    the history-first order it never saw (no edit would reuse the cache, and the reward would cost most of
+    the generation) — and the KTO trainer must train on it."""
     from dataclasses import replace
 
     from engine.templates import EditPrompt, render_edit
@@ -377,8 +377,8 @@ def test_reward_and_trainer_render_edits_in_the_adapters_order(tmp_path: Path) -
 
 def test_kto_keeps_the_step_with_the_lowest_held_out_loss(tmp_path: Path) -> None:
     """The monitor reports the data's held-out split beside the training sample, and the adapter written is
-    the monitored step with the lowest held-out loss (session 26's H200 run overfit: its train monitor fell
-    to 0.13 while the reward inverted on new outputs). That step's adapter is what a run stopped there writes;
+    the monitored step with the lowest held-out loss (a run that overfits has its train monitor fall
+    while the reward inverts on new outputs). That step's adapter is what a run stopped there writes;
     `keep_best=False` writes the last step's."""
     from safetensors.torch import load_file
 

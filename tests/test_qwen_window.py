@@ -250,7 +250,7 @@ def test_the_recorded_qwen_speed_is_the_h200_measurement() -> None:
 
     cfg = json.loads((ROOT / "engine" / "train" / "configs" / "gpu_qwen05b_bd3.json").read_text())
     s, is_est = seconds_per_step("nvidia-h200", load_throughput(), model=NAME, config=cfg)
-    assert not is_est and 1.2 < s < 1.3  # session 19: 1.259 s/step (steps 491-952, rewrite canvases to 256)
+    assert not is_est and 1.2 < s < 1.3  # throughput.json's H200 row (rewrite canvases to 256)
 
 
 @pytest.mark.parametrize(("kind", "budget"), [("nvidia-h200", 900), ("nvidia-h100-x1", 900), ("nvidia-h200", 600)])
@@ -306,7 +306,7 @@ def test_plan_cli_prints_the_qwen_window(capsys: pytest.CaptureFixture[str]) -> 
     assert "mv engine/weights/gpu-ckpt ../edit-server-window-hold/" in out  # before, and back after
     assert "mv ../edit-server-window-hold/gpu-ckpt engine/weights/gpu-ckpt" in out
     assert out.count("run(command=") >= 6 and "carry=['runs/gpu-pack-qwen/up1']" in out
-    assert "model qwen2.5-coder-0.5b (1.259 s/step)" in out  # the H200's measured speed (session 19)
+    assert "model qwen2.5-coder-0.5b (1.259 s/step)" in out  # the H200's measured speed (throughput.json)
     assert "warm restart from engine/weights/gpu-ckpt-qwen2.5-coder-0.5b (step " in out
     assert "mv engine/weights/qwen2_5-coder-0_5b-bd3.safetensors ../edit-server-window-hold/" in out
     assert "uploads at 25 MiB/s, machine start 35 s" in out and "collect: checkpoint" in out

@@ -130,7 +130,7 @@ class Shares:
 # A next edit's prompt: the recent edits are what it is about, and training puts every one of them (the trained
 # count, engine.templates.EDIT_HISTORY) in before the file around the region fills what is left — no other files
 # (engine/train/tasks_edit.render_edit_example). With FIM's shares a 1,024-token CPU prompt held 1 of a case's 3
-# diffs, often none (docs/QUALITY.md, session 29); here history comes first, what it leaves goes to the others.
+# diffs, often none (docs/QUALITY.md); here history comes first, what it leaves goes to the others.
 EDIT_SHARES = Shares(window=0.4, history=0.5, definitions=0.06, imports=0.02, git=0.01, open_files=0.01)
 
 OVERHEAD_FIM = 4  # fim_prefix, fim_suffix, fim_middle + spml's cursor marker (reserved; released without a rest)

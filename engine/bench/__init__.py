@@ -56,7 +56,7 @@ def prefill_cold_warm(eng: Engine, contexts: list[int], repeats: int = 1,
                       progress: Any = None) -> list[dict[str, Any]]:
     """Per context length: the prefill cold (empty cache) and warm (the same prompt after a 1-token edit at its
     end), median of ``repeats``. The warm edit is made twice and the second timed (``warm_first_ms``: the first,
-    which on a GPU pays one-off costs of a new shape — ~300 ms on an H200, session 19's window)."""
+    which on a GPU pays one-off costs of a new shape — hundreds of ms on an H200)."""
     from statistics import median
 
     from engine.types import CanvasSpec

@@ -1,6 +1,6 @@
 """Where a decode step's time goes: `torch.profiler` over a few decoded tokens, summarised per token.
 
-A 135M-parameter model decoding 14 tokens a second on an H200 (session 14's first GPU rows) is host overhead,
+A 135M-parameter model decoding slowly on an H200 (docs/PERFORMANCE.md) is host overhead,
 not arithmetic. This says which kind: kernel launches per token (CUDA graphs' target), host syncs per token
 (``.item()``, device-to-host copies: each one drains the GPU queue), the host time per token against the
 device's busy time per token, and the operators that dominate each. It runs wherever torch runs (on a CPU the

@@ -38,8 +38,8 @@ from engine.attention import attend
 KV_DTYPE = torch.bfloat16
 # positions per forward up to which the weight-only int8 kernel runs (1-3: width-1 decode steps, whose
 # quality int8 activations cost); more (wider decode windows, drafts, prefill) go through the int8 x int8
-# GEMM (INT8_GEMM): 3x faster per layer at 8-16 positions, HumanEval random-span 200 unchanged
-# (docs/PERFORMANCE.md, session 6). $EDIT_SERVER_INT8_SMALL overrides (16 = sessions 4-5)
+# GEMM (INT8_GEMM): faster per layer at 8-16 positions, same HumanEval random-span results
+# (docs/PERFORMANCE.md). $EDIT_SERVER_INT8_SMALL overrides (16: the weight-only kernel up to 16 positions)
 SMALL = options.env().small_positions
 FORMAT = "edit-server-fastcpu-int8/1"
 GEMM_ENV = options.INT8_GEMM  # 1 (default where supported) / 0

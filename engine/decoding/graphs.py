@@ -139,8 +139,8 @@ class StepGraphs:
     def _fresh_pool_if_empty(self) -> None:
         """A private pool whose graphs are all destroyed has a use count of 0 while blocks allocated in it
         may still live, and capturing into it again trips the caching allocator's ``use_count > 0``
-        assert (the H200 window of session 26: every capture after the rope table regrew failed, and the
-        engine bench ran uncaptured; vLLM hit the same with a reused global pool). Later captures take a
+        assert (on an H200 every capture after the rope table regrew failed so, and the engine ran
+        uncaptured; vLLM hit the same with a reused global pool). Later captures take a
         new pool; the old one is freed with its last block."""
         if self.capture and not any(st.graph is not None for st in self.steps.values()):
             self.pool = torch.cuda.graph_pool_handle()

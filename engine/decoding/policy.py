@@ -33,12 +33,10 @@ def parse_decode(text: str) -> dict[str, Any]:
     return out
 
 
-# Block-causal models decode at width 1 with prompt-lookup drafts on every device. Measured on the Qwen BD3
-# adapter (step 491, HumanEval-infilling, 2-core CPU, int8): single-line pass@1 92 % at width 1 against
-# 56 % in the trained 32-token block (the GPU's old default: its own eval said 56 % too, the same middles
-# cut short); multi-line, first 40 tasks, 28 / 40 at width 1 against 23 / 40 in the adaptive window (the
-# CPU's old default; step 157: 30 / 31), at the same latency. A wider step decides neighbours while the
-# other is still a mask. ``device`` stays in the signature for a device-specific rule.
+# Block-causal models decode at width 1 with prompt-lookup drafts on every device: on the Qwen BD3 tier
+# (HumanEval-infilling) width 1 answers far more single lines right than the trained 32-token block, whose
+# middles come out cut short, and more multi-line middles than the adaptive window, at the same latency
+# (docs/QUALITY.md). A wider step decides neighbours while the other is still a mask. ``device`` stays in the signature for a device-specific rule.
 DEFAULT_WINDOW = 1
 DEFAULT_SPECULATE = 8
 
@@ -76,8 +74,8 @@ def resolve(cfg: SamplerConfig | None, default: SamplerConfig) -> SamplerConfig:
 # adaptive window), a copy slips: neighbours predicted while the other is still a mask come out
 # duplicated or dropped (``=> =>``, ``lazy lazy``, ``get_interm_size``), so nearly every quiet region
 # came back changed. Width 1 with the region as drafts decodes exactly what the model would one token at a
-# time, and a copied run still costs one forward: held-out click + ky next edits (`python -m evals
-# next-edit`, Qwen BD3 step 491, 2-core CPU), no-edit correct 6 -> 72 %, p50 4.2 -> 2.7 s (docs/QUALITY.md).
+# time, and a copied run still costs one forward: held-out next edits (`python -m evals next-edit`)
+# leave far more quiet regions unchanged, faster (docs/QUALITY.md).
 REWRITE_WINDOW = 1
 REWRITE_SPECULATE = 16
 

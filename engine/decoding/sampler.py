@@ -89,8 +89,8 @@ def drop_adjacent_repeats(cand: list[int], picked: list[int], tokens: list[int],
                           exempt: Iterable[int] = ()) -> list[int]:
     """``picked`` without the positions that repeat their left neighbour's token when both are decided in
     this step: each was predicted seeing a mask where the other goes, which is how parallel decoding writes
-    ``idx,, elem``, ``-= -=`` or ``for c c in`` (3 of 100 HumanEval multi-line middles on the Qwen BD3
-    tier, session 12). The dropped position stays masked and is decided again next step with its
+    ``idx,, elem``, ``-= -=`` or ``for c c in`` (HumanEval multi-line middles on the Qwen BD3 tier;
+    docs/QUALITY.md). The dropped position stays masked and is decided again next step with its
     neighbour known (a real repeat comes back at the cost of one step). ``exempt``: tokens that legitimately
     run (the end and pad tokens of `_end_run`)."""
     chosen = set(picked)

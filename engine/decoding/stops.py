@@ -63,7 +63,7 @@ def lines_cut(text: str, max_lines: int) -> int | None:
 
 # a multi-line middle whose prefill left it less than this to decode (a cold prompt) and that has no line of
 # code finished at its deadline gets this long more for its first line — one line late rather than nothing
-# (docs/QUALITY.md, session 18); a warm middle had its time (the typing bench's end-of-line p95 stays)
+# (docs/QUALITY.md); a warm middle had its time (the typing bench's end-of-line p95 stays)
 FIRST_LINE_GRACE_S = 0.6
 # a unit of 1-40 characters repeated 4+ times in a row
 _LOOP = re.compile(r"(.{1,40}?)\1{3,}", re.DOTALL)

@@ -110,7 +110,7 @@ class ChatFormat:
 def edit_reply(text: str, region: str) -> list[tuple[int, int]]:
     """A chat model's rewrite as the new region: the spans of ``text`` (start, end) that make it. Told to
     reply with the region alone, an instruct model may still re-type the prompt's plain-text markers
-    (measured: `[EDIT_START]from attr import …`, `[CURSOR]`; docs/QUALITY.md, session 22): then the region
+    (measured: `[EDIT_START]from attr import …`, `[CURSOR]`; docs/QUALITY.md): then the region
     is what follows ``[EDIT_START]`` and precedes ``[EDIT_END]``, and ``[CURSOR]`` is taken out — each
     marker only where the region itself does not hold that text. Spans, not text, so that the engine can
     drop the marker tokens' confidences with them (`engine.calls.call_result`)."""

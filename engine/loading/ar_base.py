@@ -48,8 +48,8 @@ def load_ar_base(name: str, cache_dir: str | Path | None = None, *, fast_cpu: bo
     from engine.loading.tied import base_file
 
     spec = parted_base(name.strip().lower())
-    # the pinned file; where only the tied-output copy is cached (a GPU window uploads that one: session 26
-    # could not time this tier there), that copy — its output is the embedding, as the model's config ties them
+    # the pinned file; where only the tied-output copy is cached (a GPU window uploads only that one, and
+    # without this fallback could not time this tier), that copy — its output is the embedding, as the model's config ties them
     path = base_file(spec, tied=True, cache_dir=cache_dir)
     tag = f"{spec.name}.{'int8' if fast_cpu else 'fp32'}"
     k = merged_cache.key([path], fastcpu.FORMAT if fast_cpu else "gguf-float32")

@@ -32,7 +32,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TokenOptions:
-    examples: int = 32  # per source (the GPU job's count; session 20's baselines)
+    examples: int = 32  # per source (the GPU job's count, so figures compare with docs/QUALITY.md's)
     seed: int = 0
     batch_size: int = 4
     seq_len: int = 1024  # prompt + canvas, as the GPU recipe trains

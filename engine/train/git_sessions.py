@@ -18,8 +18,8 @@ from engine.tokens import TokenizerLike
 from engine.train.tasks import Budget, Example
 
 # of the session examples, the share whose region is exactly the server's (``nextEdit.region`` "lines": all of
-# EDIT_REGION_ABOVE / _BELOW); the rest draw smaller ones. Adapters up to step 491 saw the server's shape in
-# ~2 % of their examples (one draw of 6 × 7)
+# EDIT_REGION_ABOVE / _BELOW); the rest draw smaller ones. Drawn uniformly, the server's shape would be one
+# draw of 6 × 7, too rare to learn
 SERVED_REGION_SHARE = 0.5
 
 

@@ -5,8 +5,8 @@ Two failures seen on real hardware, each guarded here:
 - **cuDNN attention backward on Hopper.** With an explicit attention mask, a sequence length with
   ``L % 128 == 64`` and a query row whose log-sum-exp is below ln(FLT_MAX) ≈ -88.7, the cuDNN SDPA
   backward returns NaN in dQ (pytorch/pytorch#196678; reached through Qwen2.5's massive-activation
-  heads, huggingface/trl#7181). Our BD3 batches carry a block mask and every length, so the first
-  Qwen2.5-Coder window on an H200 (torch 2.11) went NaN by step 54. Training turns the cuDNN backend
+  heads, huggingface/trl#7181). Our BD3 batches carry a block mask and every length, so a
+  Qwen2.5-Coder run on an H200 (torch 2.11) goes NaN within its first hundred steps. Training turns the cuDNN backend
   off; the memory-efficient and flash kernels are clean on the same inputs. Serving runs no backward.
 - **A non-finite step.** Whatever its cause, a NaN or inf gradient must not reach the weights: the
   update is skipped (the optimizer state is kept) and counted; ``max_in_row`` skipped steps in a row

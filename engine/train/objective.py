@@ -9,8 +9,8 @@ model learns where a middle ends.
 
 A rewrite's canvas is mostly the region copied: the few tokens that *change* it (`Example.changed`, the
 target positions a token diff against the region does not match) are what a next edit is about. ``emphasis``
-multiplies their weight (1: the plain loss; step 952 predicted them no better on the sessions it trained on
-than on held-out ones — underfit, docs/QUALITY.md "Session 20"), and the metrics report them apart
+multiplies their weight (1: the plain loss, under which a model can predict them no better on the sessions it
+trained on than on held-out ones — underfit, docs/QUALITY.md), and the metrics report them apart
 (``changed_acc`` / ``changed_ce``): the copy tokens' accuracy (0.8+) otherwise hides whether edits are learned.
 """
 

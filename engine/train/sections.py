@@ -2,9 +2,8 @@
 
 The server's prompts carry sections (`engine.templates.Section`, rendered ``<file_sep>path\\ntext`` before the
 file's header): definitions of the names used near the cursor, found in the files it imports or its directory,
-and the other open documents (`edit_server.context.collect`). Adapters up to step 491 never saw one in training,
-and through the server their effect on the shipped adapter varied by file (docs/QUALITY.md, session 17: from 8
-fewer to 10 more right single lines in three pairs of files). `Neighbours` draws such sections for a corpus
+and the other open documents (`edit_server.context.collect`). An adapter trained without them never saw one,
+and through the server their effect on such an adapter varied by file, for better and worse (docs/QUALITY.md). `Neighbours` draws such sections for a corpus
 document from the files of its own directory: a definition whose name the document uses (else any), or the
 head of a file (an open document) — plain text, no parsing, so it runs on the GPU image.
 """

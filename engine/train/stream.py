@@ -30,7 +30,7 @@ class ExampleStream:
         self.weights = [mix[k] for k in self.kinds]
         self.rng = random.Random(seed)
         # per kind: draws tried and examples made — a kind whose examples do not fit the budget is dropped
-        # silently otherwise (session 16: half the served-region edits, canvases over max_canvas)
+        # silently otherwise (served-region edits whose canvases exceed max_canvas are)
         self.tries: dict[str, int] = dict.fromkeys(self.kinds, 0)
         self.made: dict[str, int] = dict.fromkeys(self.kinds, 0)
 

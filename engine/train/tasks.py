@@ -18,8 +18,8 @@ from engine.train.syntax_spans import random_syntax_span
 FIM_SPANS = ("chars", "line", "lines", "syntax")  # what a plain "fim" draws from
 # "block" (mix kind "fim:block"): 1-16 WHOLE lines from a line start, the last newline included, then eom —
 # HumanEval's multi-line holes (1-17 lines, median 5) and whole-line holes. The other spans stop inside a
-# line ("line", "chars", most "syntax") or draw 2-8 lines and drop what outgrows the canvas, so the H200
-# adapter (step 900) never learned to end a long multi-line middle.
+# line ("line", "chars", most "syntax") or draw 2-8 lines and drop what outgrows the canvas, so without
+# "block" an adapter never learns to end a long multi-line middle.
 BLOCK_LINES = 16
 
 

@@ -59,8 +59,8 @@ class TrainConfig:
     max_canvas: int = 128
     max_edit_canvas: int = 0  # a rewrite's canvas cap (0: max_canvas); the served 15-line region needs ~256
     sections_share: float = 0.0  # FIM prompts with context sections from neighbouring files (engine.train.sections)
-    # git-session examples drawn after any hunk, mostly no-edit (tasks.Budget); session 26: step 952 answered
-    # 24 of 28 held-out due edits with the region unchanged, while right in 91 % of the quiet cases
+    # git-session examples drawn after any hunk, mostly no-edit (tasks.Budget); a larger share teaches the
+    # model to leave regions unchanged where an edit is due (docs/QUALITY.md)
     git_noedit_share: float = 0.3
     chars_per_token: float = 3.2
     batch_size: int = 4
@@ -209,7 +209,7 @@ def evaluate(model: nn.Module, examples: list[Example], tok: Tokenizer, cfg: Tra
              dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Validation at fixed noise (the same masks every call → comparable across steps): the loss, the masked
     tokens' CE and accuracy, and — where the examples hold rewrites — the changed tokens' alone (are edits
-    learned, not only copies). Token means since session 23 (before: means of the batches' figures)."""
+    learned, not only copies). Token means (a mean of the batches' figures weighs a small batch as a big one)."""
     model.eval()
     m = fixed_noise_pass(model, examples, cfg.block_size, tok.special.mask, tok.special.pad,
                          batch_size=cfg.batch_size, dtype=dtype)

@@ -55,7 +55,7 @@ class KtoConfig:
     alpha: float = 16.0
     targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
     # > 0: LoRA on the last N decoder layers only (a much shorter backward pass, and at serving time the
-    # layers below run once for both rows of the reward's pair: edit reward cost 22.9 -> 14.7 % of a CPU
+    # layers below run once for both rows of the reward's pair: an edit's reward costs less of a CPU
     # generation, docs/QUALITY.md); 0 = every layer
     top_layers: int = 8
     z0_pairs: int = 0  # mismatched pairs per step for z0 (0 = the batch size)
@@ -75,8 +75,8 @@ class KtoConfig:
     max_minutes: float = 0.0  # > 0: checkpoint and stop when spent (resume later with the same config)
     stop_at: int = 0  # > 0: checkpoint and stop after this step (an interruption, for tests)
     # the adapter written is the one of the monitored step with the lowest loss on held-out examples (the
-    # data's held-out split), not the last: session 26's H200 run overfit (train monitor 0.44 -> 0.13, margin
-    # 26.6) and its reward inverted on the aligned model's own outputs; False: the last step's
+    # data's held-out split), not the last: a run that overfits (its train monitor falling while the held-out
+    # loss rises) ends with a reward inverted on the aligned model's own outputs (docs/QUALITY.md); False: the last step's
     keep_best: bool = True
 
     @classmethod

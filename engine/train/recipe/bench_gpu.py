@@ -194,8 +194,8 @@ class Report:
         self.flush()
 
     def wait_quiet(self, max_s: float) -> None:
-        """Wait (at most ``max_s``, on the bench's own clock) while the job builds its corpus on every core: in
-        session 19's window the AR rows measured then ran 5-10x slower than those after it."""
+        """Wait (at most ``max_s``, on the bench's own clock) while the job builds its corpus on every core: rows
+        measured then run several times slower than those after it."""
         t = time.perf_counter()
         while job_phase(self.phase_file) in BUSY_PHASES and time.perf_counter() - t < max_s:
             time.sleep(0.5)
@@ -261,7 +261,7 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
                 eng.cache.clear()
         if a.profile > 0 and prompts and rep.elapsed() < a.budget_s:
             # eager steps (the launches graphs remove): CUPTI with captured graphs replayed after the profiler
-            # stopped was an illegal memory access on the H200 (pytorch#75504; session 19's window lost its 7B rows)
+            # stopped was an illegal memory access on the H200 (pytorch#75504: the rows after it are lost)
             prof = eng if eng.graphs is None else random_engine(shape, cuda_graphs=False, model=model)
             try:
                 rep.add({"shape": shape, "what": "profile", "cuda_graphs": False,
@@ -359,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--prompts", default="2048,32768")
     e.add_argument("--tokens", type=int, default=64)
     e.add_argument("--threshold", type=float, default=0.9)
-    # off first (session 26): in three H200 runs AR over the same weights was 2.7-3.4x slower in the first
-    # engine's rows (graphs on) than in the second's, the host idle in the last; off first tells order from graphs
+    # off first: on an H200 AR over the same weights ran several times slower in the first engine's rows
+    # (graphs on) than in the second's, the host idle in the last; off first tells order from graphs
     e.add_argument("--graphs", default="off,on")
     e.add_argument("--profile", type=int, default=16,
                    help="tokens decoded under torch.profiler per shape (AR, block, width 1; 0: none)")

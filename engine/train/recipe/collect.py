@@ -81,7 +81,7 @@ def collect(work: Path, to: Path, *, part_bytes: int = COLLECT_PART, log_bytes: 
     if examples:  # the mix as trained: per kind, draws tried and examples made (a starved kind shows)
         result["examples"] = examples
     bench_log = tail_bytes(w.root / "bench" / "engine.log", BENCH_LOG_BYTES)
-    if bench_log:  # the detached engine bench's own output: why it stopped where it did (session 14 could not tell)
+    if bench_log:  # the detached engine bench's own output: why it stopped where it did (no other record says)
         result["bench_engine_log"] = bench_log.decode("utf-8", "replace")
     (to / "status.json").write_text(json.dumps(result, indent=1))
     if w.log.is_file():

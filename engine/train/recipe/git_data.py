@@ -10,8 +10,8 @@ from typing import Any
 
 PACKED_NAME = "git/sessions.jsonl.gz"  # inside the boot bundle
 # sessions per repository in the pack (a deterministic sample): 1,500 keeps all of five of the six training
-# repositories and 61 % of httpx's 2,459 — 6,248 sessions, ~11 MB (600 a repository, to session 19: 3,374,
-# 5.8 MB; each was seen ~3 times by step 952, docs/TRAINING.md)
+# repositories and 61 % of httpx's 2,459 — 6,248 sessions, ~11 MB (a smaller
+# pack is seen several times over by a long run: docs/TRAINING.md)
 MAX_PER_REPO = 1500
 HELDOUT_PER_REPO = 300  # the held-out repositories' sessions the pack carries for `engine.train.edit_tokens`
 

@@ -17,10 +17,10 @@ from engine.train.recipe.throughput import LOAD_S, load_seconds, seconds_per_ste
 @dataclass
 class Costs:
     """Seconds of each part of a window. Estimates unless marked: the 2026-11-26 H200 window held the
-    machine 652 s for 601 s of commands (3 calls), so start + 3 transfers + 2 gaps took ≈ 51 s. Session 12's
-    two Qwen windows (H200): the first call's start + its 63 MiB upload took 30 s and 35 s of lease; each
+    machine 652 s for 601 s of commands (3 calls), so start + 3 transfers + 2 gaps took ≈ 51 s. Two Qwen
+    windows (H200): the first call's start + its 63 MiB upload took 30 s and 35 s of lease; each
     further 63 MiB upload call, issued at once, 7-10 s of lease for a 3-6 s command."""
-    machine_start_s: float = 35.0  # the first call's start (measured 30-35 s with its upload, session 12)
+    machine_start_s: float = 35.0  # the first call's start (measured 30-35 s with its upload on an H200)
     gap_s: float = 8.0  # a reply → the next call (the caller's turn, prepared calls: 4-6 s); ≤ 30 s or the machine goes back
     upload_mib_s: float = 25.0  # transfer of the working tree + carry, per command
     fetch_s: float = 5.0  # files back from $OUT (≤ 64 MiB)
@@ -267,11 +267,11 @@ def _plan(budget: float, kind: str, uploads: list[dict[str, Any]], tree: int, re
             "commands": [s.__dict__ for s in steps]}
 
 
-# a self-play sample on an H200 (session 26's KTO window: 606 + 151 samples and `align data` in 81 s, 0.11 s
-# each; session 14's guess from `bench_gpu latency` was 0.4 s)
+# a self-play sample on an H200 (measured in a KTO window, `align data` included: 0.11 s each; the
+# `bench_gpu latency` rows overestimate it several times over)
 SELFPLAY_S = 0.13
-KTO_STEP_S = 0.18  # a KTO step of 16 on an H200, rank 8 on the top 8 layers (session 26: 606 steps in 109 s)
-KTO_PASSES = 3  # session 26 ran ~15 passes over its 633 examples and overfit (margin 27, z0 0; QUALITY.md)
+KTO_STEP_S = 0.18  # a KTO step of 16 on an H200, rank 8 on the top 8 layers (measured in a KTO window)
+KTO_PASSES = 3  # more passes over a window's few hundred examples overfit (docs/QUALITY.md)
 
 
 def kto_sets(seconds: float) -> str:

@@ -96,7 +96,7 @@ def window_config(d: dict[str, Any], win: dict[str, Any] | None, *, step: int, k
     if not win:
         return d
     # the plan's train_end_s rules a window; the config's max_minutes is a backstop for a window without one
-    # (session 14: the Qwen recipe's 9 minutes ended training 193 s before the plan's 733 s); an explicit
+    # (a fixed max_minutes ends training long before a plan's train_end_s, wasting the window); an explicit
     # `--set max_minutes=…` still caps it
     asked = (sets or {}).get("max_minutes")
     cap = float(asked) if asked is not None else 0.0 if win.get("train_end_s") else float(d.get("max_minutes") or 0)
