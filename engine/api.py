@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from engine.templates import EditPrompt, FimPrompt
-from engine.types import AbortSignal, GenerateResult, SamplerConfig, StepCallback
+from engine.types import AbortSignal, EngineInfo, GenerateResult, SamplerConfig, StepCallback
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ Call = InfillCall | RewriteCall
 
 @runtime_checkable
 class EngineAPI(Protocol):
-    """What front ends and the pipeline use. ``info``: model, label, device, dtype, attention, …;
-    ``tokenizer`` / ``args`` are read only for token counting and the context budget."""
+    """What front ends and the pipeline use. ``info``: what the engine says about itself (`EngineInfo`: model,
+    label, device, dtype, …); ``tokenizer`` / ``args`` are read only for token counting and the context budget."""
 
-    info: dict[str, Any]
+    info: EngineInfo
     tokenizer: Any
     args: Any
     meta: Mapping[str, Any]  # the loader's metadata ("revision": a hub model's pinned commit, …)

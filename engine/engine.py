@@ -53,6 +53,7 @@ from engine.tokenizer import Tokenizer
 from engine.types import (
     AbortSignal,
     CanvasSpec,
+    EngineInfo,
     GenerateRequest,
     GenerateResult,
     SamplerConfig,
@@ -111,23 +112,24 @@ class Engine(ByComplete):
             base = replace(base, **parse_decode(str(self.meta["decode"])))
         self.sampler = resolve(sampler, base)
         self.format = pick_format(tokenizer, self.meta, self.args)  # engine.formats: FIM / edit prompts
-        self.info: dict[str, Any] = {
-            "model": name, "label": self.meta.get("label", name), "device": str(self.device),
-            "dtype": str(self.dtype).replace("torch.", ""), "attention": attention_path(self.device),
-            "regime": self.args.attention, "shifted_logits": self.args.shifted_logits,
-            "block_size": self.args.block_size, "prefix_cache_bytes": cache_bytes,
-            "approx_cache": approx_cache if self.args.attention == "bidirectional" else None,
-            "params": params, "fast_cpu": getattr(model, "fast_cpu", None), "int4_matrices": int4,
-            "int4_steps": self.int4_mode,
-            "decode": f"window={self.sampler.window}, speculate={self.sampler.speculate}",
-            "format": self.format.name, "block_align": self.args.block_align,
-            "edit_layout": self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
+        self.info = EngineInfo(
+            model=name, label=str(self.meta.get("label", name)), device=str(self.device),
+            dtype=str(self.dtype).replace("torch.", ""), attention=attention_path(self.device),
+            regime=self.args.attention, shifted_logits=self.args.shifted_logits,
+            block_size=self.args.block_size, prefix_cache_bytes=cache_bytes,
+            approx_cache=approx_cache if self.args.attention == "bidirectional" else None,
+            params=params, fast_cpu=getattr(model, "fast_cpu", None), int4_matrices=int4,
+            int4_steps=self.int4_mode,
+            decode=f"window={self.sampler.window}, speculate={self.sampler.speculate}",
+            format=self.format.name, block_align=self.args.block_align,
+            edit_layout=self.meta.get("edit_layout") or DEFAULT_EDIT_LAYOUT,
             # the diffs its next-edit prompts were trained with (ours: the adapter says, else EDIT_HISTORY)
-            "edit_history": self.meta.get("edit_history") or (EDIT_HISTORY if self.format.name == "native" else None),
-            "show_thresholds": self.meta.get("show_thresholds"),  # the gate's, measured on this model
-            "cuda_graphs": self.graphs is not None, "cpu_gemm": gemm,
-        }
-        log.info("engine ready: %s", self.info)
+            edit_history=self.meta.get("edit_history") or (EDIT_HISTORY if self.format.name == "native" else None),
+            show_thresholds=self.meta.get("show_thresholds"),  # the gate's, measured on this model
+            cuda_graphs=self.graphs is not None, cpu_gemm=gemm,
+            revision=str(self.meta["revision"]) if self.meta.get("revision") else None,  # a hub model's pin
+        )
+        log.info("engine ready: %s", self.info.as_dict())
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod

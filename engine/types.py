@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 # (confidences of the decided output so far, positions still open) -> stop now?
 GiveUp = Callable[[list[float], int], bool]
@@ -205,3 +205,76 @@ class GenerateRequest:
     sampler: SamplerConfig | None = None
     cache_key: str | None = None
     abort: AbortSignal | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine says about itself (``EngineAPI.info``): shown by ``/health``, ``edit-server check`` and the
+    server's status, written into benchmark reports, and read by the serving rules — the device (``on_cpu``), the
+    next-edit layout and history its adapter was trained with, the gate's show thresholds measured on it.
+
+    The fields a kind of engine does not have stay None (a remote backend has no dtype; an in-process one no
+    ``remote``). Read by attribute; ``info["model"]`` / ``info.get("model")`` / ``"revision" in info`` still read
+    a field (a set one: not None) for callers written against the mapping it replaced. `as_dict` is its JSON."""
+
+    model: str = ""
+    label: str = ""
+    device: str = ""
+    dtype: str | None = None
+    attention: str | None = None  # the attention kernel path (SDPA / flash-attn)
+    regime: str | None = None  # ModelArgs.attention: block_causal | bidirectional
+    shifted_logits: bool | None = None
+    block_size: int | None = None
+    block_align: str | None = None
+    prefix_cache_bytes: int | None = None
+    approx_cache: bool | None = None
+    params: int | None = None
+    fast_cpu: str | None = None  # the int8 CPU layout's format, None: float weights
+    int4_matrices: int | None = None
+    int4_steps: str | None = None
+    decode: str | None = None  # the default sampler's window / speculation
+    format: str | None = None  # the prompt format (engine.formats)
+    edit_layout: str | None = None  # the next-edit prompt order its adapter was trained on
+    edit_history: int | None = None  # the diffs its next-edit prompts were trained with (None: not ours)
+    show_thresholds: dict[str, Any] | None = None  # {gate kind: {"threshold": x, …}} measured on this model
+    cuda_graphs: bool | None = None
+    cpu_gemm: dict[str, Any] | None = None
+    revision: str | None = None  # a hub model's pinned commit
+    aligned: dict[str, Any] | None = None  # the KTO adapter stacked on it
+    remote: str | None = None  # a remote backend: its (redacted) URL
+    kind: str | None = None  # a remote backend's kind (edit-server, openai, sglang)
+    warning: str | None = None  # shown with the status (a remote backend over plain http)
+
+    @classmethod
+    def of(cls, value: object) -> EngineInfo:
+        """``value`` as an EngineInfo: itself, or a mapping's known keys (an engine that still gives a dict), or
+        the empty info (None: no engine yet)."""
+        if isinstance(value, EngineInfo):
+            return value
+        if isinstance(value, Mapping):
+            names = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in value.items() if k in names})
+        return cls()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values, those a kind of engine lacks (None) left out."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None) if key in self._names() else None
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._names() and getattr(self, key) is not None
+
+    @classmethod
+    def _names(cls) -> frozenset[str]:
+        return _INFO_FIELDS
+
+
+_INFO_FIELDS = frozenset(f.name for f in fields(EngineInfo))

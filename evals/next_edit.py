@@ -38,6 +38,7 @@ from engine.templates import (
     EditPrompt,
 )
 from engine.textdiff import line_span, unified_diff
+from engine.types import EngineInfo
 from evals.metrics import line_f1, normalize_ws, percentile
 
 CATEGORIES = ("next-edit", "elsewhere", "done")
@@ -133,9 +134,9 @@ def run(cases: list[dict[str, Any]], eng: Any, opts: Options, out: Path,
         progress: Callable[[Iterable], Iterable] = iter) -> dict[str, Any]:
     """Each case through ``eng.rewrite``; ``out/results.jsonl`` (one record per case) and
     ``out/report.json`` (`summarize`). An engine failure is a recorded miss, not a crash."""
-    info = getattr(eng, "info", {}) or {}
-    layout = str(info.get("edit_layout") or DEFAULT_EDIT_LAYOUT)
-    history = opts.history if opts.history is not None else int(info.get("edit_history") or 0)
+    info = EngineInfo.of(getattr(eng, "info", None))
+    layout = info.edit_layout or DEFAULT_EDIT_LAYOUT
+    history = opts.history if opts.history is not None else int(info.edit_history or 0)
     out.mkdir(parents=True, exist_ok=True)
     recs = []
     t_end = time.monotonic() + opts.budget_s if opts.budget_s > 0 else math.inf

@@ -27,7 +27,7 @@ from edit_server.http.zed import (
 from engine.api import OneByOne
 from engine.templates import EditPrompt, FimPrompt
 from engine.textdiff import unified_diff
-from engine.types import AbortSignal, GenerateResult
+from engine.types import AbortSignal, EngineInfo, GenerateResult
 
 QWEN = "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
 DIFF1 = unified_diff("src/calc.py", "def add(a, b):\n    pass\n", "def add(a, b):\n    return a + b\n")
@@ -132,7 +132,7 @@ def _result(text: str, finish: str = "end", n_prompt: int = 10, conf: float = 0.
 class FakeEngine(OneByOne):
     """Records calls; ``gate`` (when set) blocks the engine thread until released."""
 
-    info = {"model": "fake", "device": "cpu"}
+    info = EngineInfo(model="fake", device="cpu")
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any, dict[str, Any]]] = []

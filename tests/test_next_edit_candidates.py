@@ -3,6 +3,7 @@ the repeated last edit (no model), and the one selection stage picking the best 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -420,7 +421,7 @@ class CountingEngine:
 
     def __init__(self, eng: Any, thresholds: dict[str, Any]) -> None:
         self._eng, self.calls = eng, 0
-        self.info = {**eng.info, "show_thresholds": thresholds}
+        self.info = dataclasses.replace(eng.info, show_thresholds=thresholds)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._eng, name)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 from evals import next_edit
 from tests.test_evals_minimal_image import ROOT, blocked_env
 
@@ -38,7 +38,7 @@ class FakeEngine:
     """Rewrites the region: case a right (score 0.9), case b wrong (score 0.6), quiet c unchanged, quiet d
     changed (score 0.4); records the prompts."""
 
-    info = {"edit_layout": "file-history", "edit_history": 1}
+    info = EngineInfo(edit_layout="file-history", edit_history=1)
 
     def __init__(self) -> None:
         self.prompts: list[Any] = []

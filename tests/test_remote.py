@@ -16,7 +16,7 @@ from edit_server.core.settings import build_settings, parse_set
 from engine.api import OneByOne
 from engine.remote import RemoteConfig, RemoteEngine, RemoteError
 from engine.templates import EditPrompt, FimPrompt, Section
-from engine.types import AbortSignal, GenerateResult
+from engine.types import AbortSignal, EngineInfo, GenerateResult
 from tests.remote_fake import Fake, free_port
 
 KEY = "sk-test-0123456789abcdef-KEY"
@@ -29,7 +29,7 @@ EDIT = EditPrompt(before="import math\n", region="def area(w, h):\n    return w 
 class Local(OneByOne):
     """The local fallback: says where it ran."""
 
-    info = {"model": "local"}
+    info = EngineInfo(model="local")
     tokenizer = args = None
 
     def __init__(self) -> None:

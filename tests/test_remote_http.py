@@ -22,7 +22,7 @@ from edit_server.http.app import make_app
 from engine.api import OneByOne
 from engine.remote import RemoteConfig, RemoteEngine
 from engine.templates import EditPrompt, FimPrompt, Section
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 from tests.e2e.fake_engines import printable
 from tests.remote_fake import Fake, wait_until
 from tests.test_secrets_planted import formats, planted
@@ -37,7 +37,7 @@ EDIT = EditPrompt(before="import math\n", region="def area(w, h):\n    return w 
 class Hanging(OneByOne):
     """Runs until its abort signal fires (or 20 s): shows whether a disconnect reaches the engine."""
 
-    info = {"model": "hanging"}
+    info = EngineInfo(model="hanging")
     tokenizer = args = None
 
     def __init__(self) -> None:

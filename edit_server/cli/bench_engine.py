@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     modes = tuple(int(m) if m.strip().isdigit() else m.strip() for m in args.modes.split(",") if m.strip())
     t0 = time.perf_counter()
     report = {
-        "model": eng.info, "machine": machine(dev),
+        "model": eng.info.as_dict(), "machine": machine(dev),
         "decoding": bench_decoding(eng, args.prompt, args.tokens, thresholds, args.repeats, modes),
         "prefill": prefill_cold_warm(eng, contexts, args.repeats, progress),
     }

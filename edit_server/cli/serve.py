@@ -96,8 +96,8 @@ def run_check(args: argparse.Namespace) -> int:
         from engine.tiers import default_model
 
         print(f"  default    {default_model(eng.device.type, quiet=True).line()}")
-    print(f"  model      {info.get('model')}  ({info.get('label', '')})")
-    print(f"  device     {info.get('device')}  dtype {info.get('dtype')}  attention {info.get('attention')}")
+    print(f"  model      {info.model}  ({info.label})")
+    print(f"  device     {info.device}  dtype {info.dtype}  attention {info.attention}")
     print(f"  load       {load_s:.2f} s")
     fim = FimPrompt("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", path="check.py")
     r = eng.infill(fim, max_tokens=32, single_line=True, cache_key="check")

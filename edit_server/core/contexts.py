@@ -18,6 +18,7 @@ from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Se
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.tokens import TokenizerLike
+from engine.types import EngineInfo
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,8 @@ def auto_budget(settings: Settings, engine: EngineAPI | None) -> int:
 def on_cpu(engine: EngineAPI | None) -> bool:
     """The engine computes on this machine without CUDA (CPU, or MPS: a laptop) and not on a remote
     backend (whose GPU counts as one)."""
-    info = getattr(engine, "info", None) or {}
-    return not str(info.get("device", "cpu")).startswith("cuda") and not info.get("remote")
+    info = EngineInfo.of(getattr(engine, "info", None))
+    return not (info.device or "cpu").startswith("cuda") and not info.remote
 
 
 def max_lines(settings: Settings, engine: EngineAPI | None) -> int | None:
@@ -79,8 +80,7 @@ def edit_history(settings: Settings, engine: EngineAPI | None) -> int:
     engine's ``edit_history``: the adapter's metadata; our trainer renders `engine.templates.EDIT_HISTORY`).
     A prompt with more than its training showed is out of distribution, and every extra diff is re-prefilled
     with each next edit (the history changes with every edit)."""
-    info = getattr(engine, "info", None) or {}
-    trained = info.get("edit_history")
+    trained = EngineInfo.of(getattr(engine, "info", None)).edit_history
     return min(settings.history_size, int(trained)) if trained else settings.history_size
 
 

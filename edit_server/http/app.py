@@ -46,6 +46,7 @@ from edit_server.http.common import Ctx, Reply, Stream
 from edit_server.http.metrics import MeteredEngine, Registry
 from engine import options
 from engine.api import EngineAPI
+from engine.types import EngineInfo
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def _endpoint(fn: Route) -> Handler:
 
 async def _health(request: web.Request) -> web.Response:
     p, st = request.app[PIPELINE], request.app[STATE]
-    info = getattr(p.worker.engine, "info", {}) or {}
+    info = EngineInfo.of(getattr(p.worker.engine, "info", None)).as_dict() if p.worker.engine is not None else {}
     return web.json_response({
         "status": "ok" if p.ready else st["state"], "state": st["state"], "message": st["message"],
         "ready": p.ready, "model": info, "error": p.worker.error, "degraded": p.worker.degraded,

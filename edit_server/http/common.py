@@ -17,6 +17,7 @@ from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings
 from edit_server.http.zed import SETTING, SUPPORTED, UnsupportedFormat
+from engine.types import EngineInfo
 
 
 @dataclass
@@ -32,8 +33,7 @@ class Ctx:
         return self.pipeline.settings
 
     def model(self, asked: str) -> str:
-        info = getattr(self.pipeline.worker.engine, "info", {}) or {}
-        return asked or str(info.get("model", "edit-server"))
+        return asked or EngineInfo.of(getattr(self.pipeline.worker.engine, "info", None)).model or "edit-server"
 
 
 @dataclass

@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +200,7 @@ class AlignedEngine(Engine):
         self.lora = state_of(model)
         self.kto_meta = dict(kto_meta)
         self.adapter = adapter
-        self.info["aligned"] = {"adapter": adapter, "label": kto_meta.get("label", "KTO adapter")}
+        self.info = replace(self.info, aligned={"adapter": adapter, "label": kto_meta.get("label", "KTO adapter")})
         self.prefill_hook = ReferencePrefill(self)
 
     @classmethod

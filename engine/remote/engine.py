@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from engine.api import ByComplete, Call, EngineAPI, InfillCall, RewriteCall
 from engine.remote import backends as b
 from engine.remote.transport import Aborted, RemoteError, Request, Transport, redacted_url
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTEXT = 8192
@@ -69,11 +69,11 @@ class RemoteEngine(ByComplete):
         self.calls = {"remote": 0, "local": 0, "failed": 0}
         self.tokenizer = None  # the context builder estimates token counts (UTF-8 bytes / 3)
         self.args = SimpleNamespace(max_seq_len=cfg.context_tokens or DEFAULT_CONTEXT)
-        self.info: dict[str, Any] = {"model": cfg.model or self.name, "label": f"remote {cfg.kind}",
-                                     "device": "remote", "remote": self.name, "kind": cfg.kind}
-        if insecure(cfg.url):
-            self.info["warning"] = "plain http to another machine: prompts travel unencrypted (use https)"
-            log.warning("remote backend %s: %s", self.name, self.info["warning"])
+        warning = "plain http to another machine: prompts travel unencrypted (use https)" if insecure(cfg.url) else None
+        self.info = EngineInfo(model=cfg.model or self.name, label=f"remote {cfg.kind}", device="remote",
+                               remote=self.name, kind=cfg.kind, warning=warning)
+        if warning:
+            log.warning("remote backend %s: %s", self.name, warning)
 
     # -- state ------------------------------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ Both wrap the real tiny-random Engine (so prompts are rendered, steps run and Ab
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from engine.api import OneByOne
@@ -21,7 +22,7 @@ class _Wrapped(OneByOne):
     def __init__(self, eng: Any) -> None:
         self._eng = eng
         self.tokenizer, self.args = eng.tokenizer, eng.args
-        self.info = dict(eng.info, label=self.label)
+        self.info = replace(eng.info, label=self.label)
 
     def _on_step(self, _ev: Any) -> None:
         pass
@@ -156,7 +157,7 @@ class Instant(OneByOne):
 
         self._result = GenerateResult
         self.tokenizer, self.args = eng.tokenizer, eng.args
-        self.info = dict(eng.info, label=self.label)
+        self.info = replace(eng.info, label=self.label)
 
     def _out(self, text: str, abort: Any) -> Any:
         aborted = abort is not None and abort.aborted

@@ -241,7 +241,7 @@ def run_engine(a: argparse.Namespace) -> dict[str, Any]:
             rep.skip(f"{shape}: {type(e).__name__}: {str(e)[:200]}")
             continue
         rep.add({"shape": shape, "what": "load", "ms": round((time.perf_counter() - t) * 1e3, 1),
-                 "params": first.info["params"], "dtype": first.info["dtype"], **peak_memory(dev)})
+                 "params": first.info.params, "dtype": first.info.dtype, **peak_memory(dev)})
         model = first.model
         for g in graphs:
             eng = first if g == graphs[0] else random_engine(shape, cuda_graphs=g, model=model)
@@ -288,7 +288,7 @@ def run_latency(a: argparse.Namespace) -> dict[str, Any]:
     rep = Report(a.out, {"kind": "bench-gpu-latency", "model": a.model, "loading": True, "budget_s": a.budget_s})
     rep.flush()  # a command stopped while the model loads still says so
     eng = Engine.load(a.model, device=a.device, dtype=a.dtype)
-    rep.data.update(model=eng.info, machine=machine(eng.device), loading=False, load_ms=round(rep.elapsed() * 1e3, 1))
+    rep.data.update(model=eng.info.as_dict(), machine=machine(eng.device), loading=False, load_ms=round(rep.elapsed() * 1e3, 1))
     path = Path(a.file) if a.file else Path(__file__).resolve().parents[2] / "templates.py"
     text = path.read_text()
     lines = text.splitlines(keepends=True)
