@@ -44,7 +44,7 @@ def test_bench_lsp_passes_its_settings_to_the_server(monkeypatch, tmp_path) -> N
     """``--set KEY=VALUE`` reaches the server's command line (where it wins over the client's options)."""
     import asyncio
 
-    import edit_server.lsp.client as lsp_client
+    import evals.lsp_client as lsp_client
     from edit_server.cli import build_parser
     from edit_server.cli.bench_lsp import start_server
 

@@ -153,7 +153,7 @@ def test_server_env_makes_relative_paths_absolute_for_a_server_started_elsewhere
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`EDIT_SERVER_ADAPTER=runs/x/default edit-server eval replay …` started each server in its case's workspace,
     where the relative path named nothing ("adapter file not found")."""
-    from edit_server.lsp.client import server_env
+    from evals.lsp_client import server_env
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("EDIT_SERVER_ADAPTER", "runs/qwen-adapter/default")

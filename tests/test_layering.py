@@ -75,7 +75,8 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize(("rule", "allowed", "banned"), [
-    ("only edit_server/lsp/ speaks LSP", _under("edit_server/lsp"), _under("pygls", "lsprotocol", "pytest_lsp")),
+    ("only edit_server/lsp/ and the one client (evals/lsp_client.py) speak LSP",
+     _under("edit_server/lsp", "evals/lsp_client.py"), _under("pygls", "lsprotocol", "pytest_lsp")),
     ("aiohttp: the HTTP app, the remote transport, the HTTP bench",
      lambda f: f in ("edit_server/http/app.py", "engine/remote/transport.py", "edit_server/cli/bench_http.py"),
      _under("aiohttp")),
@@ -86,9 +87,10 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
     ("serving never imports evals/ or the front ends on top (edit_server/cli/)",
      lambda f: f.startswith(("edit_server/cli/", "evals/")) or f == "edit_server/__main__.py",
      _under("evals", "edit_server.cli")),
-    ("evals/ drives the server as a client: of edit_server it imports only the one LSP client",
-     lambda f: not f.startswith("evals/"),
-     lambda t: t.startswith("edit_server") and not _under("edit_server.lsp.client")(t)),
+    ("one LSP client: only evals/lsp_client.py drives pygls's LanguageClient",
+     lambda f: f == "evals/lsp_client.py", _under("pygls.lsp.client")),
+    ("evals/ drives the server as a client (its own evals/lsp_client.py, the one client): it imports no edit_server",
+     lambda f: not f.startswith("evals/"), _under("edit_server")),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
     ok, bad = _uses(allowed, banned)
@@ -197,9 +199,9 @@ def _layer(module: str) -> int:
 
 def test_no_import_runs_up_a_layer() -> None:
     """engine -> engine/train -> serving (edit_server/{core,context,lsp,http,selectivity}) -> evals (a client
-    of the server: of serving it imports only the LSP client) -> the front ends on top (CLIs, benchmarks,
+    of the server: it imports nothing of serving, not even for its LSP client) -> the front ends on top (CLIs, benchmarks,
     demo, the offline align commands)."""
-    assert _layer("edit_server.cli.align_kto") == 4 and _layer("edit_server.lsp.client") == 2
+    assert _layer("edit_server.cli.align_kto") == 4 and _layer("evals.lsp_client") == 3
     up = [f"{_rel(m)} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
           for m, p in SOURCES.items() for t in sorted(_imports(p)) if t in SOURCES and _layer(t) > _layer(m)]
     assert up == []

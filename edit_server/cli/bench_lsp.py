@@ -88,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 async def start_server(model: str, device: str, root: Path, log: Path, decode: str, threads: int,
                        timeout: float, adapter: str = "", gate: bool = False, sets: list[str] | None = None
                        ) -> tuple[Any, float]:
-    from edit_server.lsp.client import LspClient, server_command
+    from evals.lsp_client import LspClient, server_command
 
     env = {"EDIT_SERVER_DECODE": decode} if decode else {}
     if adapter:
@@ -109,7 +109,7 @@ async def open_doc(client: Any, uri: str, text: str) -> None:
 
 
 async def change(client: Any, uri: str, version: int, text: str, start: int, end: int, new: str) -> None:
-    from edit_server.lsp.client import utf16_position
+    from evals.lsp_client import utf16_position
 
     await client.notify("textDocument/didChange", {
         "textDocument": {"uri": uri, "version": version},
@@ -118,7 +118,7 @@ async def change(client: Any, uri: str, version: int, text: str, start: int, end
 
 
 async def inline(client: Any, uri: str, text: str, offset: int, invoked: bool, timeout: float) -> Any:
-    from edit_server.lsp.client import utf16_position
+    from evals.lsp_client import utf16_position
 
     return await client.request("textDocument/inlineCompletion", {
         "textDocument": {"uri": uri}, "position": utf16_position(text, offset),
@@ -126,7 +126,7 @@ async def inline(client: Any, uri: str, text: str, offset: int, invoked: bool, t
 
 
 async def next_edit(client: Any, uri: str, version: int, text: str, offset: int, timeout: float) -> Any:
-    from edit_server.lsp.client import utf16_position
+    from evals.lsp_client import utf16_position
 
     return await client.request("textDocument/copilotInlineEdit", {
         "textDocument": {"uri": uri, "version": version}, "position": utf16_position(text, offset)},

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edit_server.lsp.client import LspClient, server_command, utf16_position
+from evals.lsp_client import LspClient, server_command, utf16_position
 
 SOURCE = '''def area(width, height):
     """Area of a rectangle."""

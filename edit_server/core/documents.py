@@ -6,18 +6,11 @@ up to date around each edit, and a full-text sync finds its changed span by comp
 from __future__ import annotations
 
 import bisect
-import re
 import time
 from dataclasses import dataclass, field
 
+from engine.positions import EOL, line_starts
 from engine.textdiff import common_ends
-
-EOL = re.compile(r"\r\n|\r|\n")  # LSP line breaks
-
-
-def line_starts(text: str) -> list[int]:
-    """Offsets where each line starts (LSP line breaks: \\n, \\r\\n, \\r)."""
-    return [0, *(m.end() for m in EOL.finditer(text))]
 
 
 def shift_starts(starts: list[int], new_text: str, start: int, end: int, delta: int) -> list[int]:

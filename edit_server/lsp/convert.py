@@ -1,4 +1,5 @@
-"""LSP wire conversions: UTF-16 positions <-> character offsets, results -> LSP types.
+"""LSP wire conversions: UTF-16 positions <-> character offsets (the arithmetic: `engine.positions`), results ->
+LSP types.
 
 LSP positions count UTF-16 code units per line; Python strings index code points. Everything behind
 this module works on code-point offsets into the document text.
@@ -11,57 +12,12 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 
-from edit_server.core.documents import line_starts
+from engine.positions import line_starts, offset_to_position, position_to_offset, utf16_len  # noqa: F401 (re-exported)
 
 
 def uri_path(uri: str) -> str:
     """The file system path of a ``file:`` URI, "" for any other."""
     return to_fs_path(uri) or ""
-
-
-def _line_end(text: str, starts: list[int], line: int) -> int:
-    """Offset of the end of ``line`` excluding its line break."""
-    if line + 1 < len(starts):
-        end = starts[line + 1]
-        if text[end - 2 : end] == "\r\n":
-            return end - 2
-        return end - 1
-    return len(text)
-
-
-def utf16_len(s: str) -> int:
-    """UTF-16 code units of ``s`` (a lone surrogate counts one), without a loop per character."""
-    return len(s) if s.isascii() else len(s.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def position_to_offset(text: str, line: int, character: int, starts: list[int] | None = None) -> int:
-    """Offset of an LSP (line, UTF-16 character) position; clamped to the document / line end."""
-    starts = starts if starts is not None else line_starts(text)
-    if line < 0:
-        return 0
-    if line >= len(starts):
-        return len(text)
-    start, end = starts[line], _line_end(text, starts, line)
-    units = 0
-    for i in range(start, end):
-        if units >= character:
-            return i
-        units += 2 if ord(text[i]) > 0xFFFF else 1
-    return end
-
-
-def offset_to_position(text: str, offset: int, starts: list[int] | None = None) -> tuple[int, int]:
-    """(line, UTF-16 character) of a character offset."""
-    starts = starts if starts is not None else line_starts(text)
-    offset = max(0, min(offset, len(text)))
-    lo, hi = 0, len(starts) - 1
-    while lo < hi:  # last line start <= offset
-        mid = (lo + hi + 1) // 2
-        if starts[mid] <= offset:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo, utf16_len(text[starts[lo] : offset])
 
 
 def to_position(text: str, offset: int, starts: list[int] | None = None) -> lsp.Position:
@@ -137,8 +93,9 @@ def completion_item(text: str, uri: str, version: int, cursor: int, sug: Any) ->
 
 
 def inline_edit(text: str, uri: str, version: int, edit: Any, sid: str, score: float,
-                origin: str = "model") -> dict[str, Any]:
-    """One Copilot-style `copilotInlineEdit` edit (plain JSON)."""
+                origin: str = "model", jump: bool = False) -> dict[str, Any]:
+    """One Copilot-style `copilotInlineEdit` edit (plain JSON); ``jump``: away from the cursor's lines (the
+    editor shows a marker and a key to go there, `editors/`)."""
     rng = to_range(text, edit.start, edit.end)
     cmd = accept_command(sid, "edit", score, uri, version, origin)
     return {
@@ -147,4 +104,5 @@ def inline_edit(text: str, uri: str, version: int, edit: Any, sid: str, score: f
         "range": {"start": {"line": rng.start.line, "character": rng.start.character},
                   "end": {"line": rng.end.line, "character": rng.end.character}},
         "command": {"title": cmd.title, "command": cmd.command, "arguments": cmd.arguments},
+        **({"jump": True} if jump else {}),
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.lsp.client import LspClient, server_command
+from evals.lsp_client import LspClient, server_command
 from tests.conftest import ROOT
 from tests.test_hub import COMMIT, REPO, FakeHub, model_files  # noqa: F401 (the fixture)
 

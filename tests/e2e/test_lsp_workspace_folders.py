@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.lsp.client import LspClient, server_command, utf16_position
+from evals.lsp_client import LspClient, server_command, utf16_position
 from tests.e2e.raw_client import ENV
 
 pytestmark = pytest.mark.e2e

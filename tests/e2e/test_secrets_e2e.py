@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edit_server.lsp.client import LspClient, server_command, utf16_position
+from evals.lsp_client import LspClient, server_command, utf16_position
 from tests.e2e.raw_client import ENV
 from tests.test_secrets_planted import EXTS, _leaks, formats, planted
 
