@@ -109,6 +109,14 @@ UTILS_JS = '''export function slugify(text) {
 export function truncate(text, max) {
   return text.length <= max ? text : text.slice(0, max - 1) + "\\u2026";
 }
+
+export function capitalize(text) {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+export function wordCount(text) {
+  return text.split(/\\s+/).filter(Boolean).length;
+}
 '''
 
 APP_JS = '''import { slugify, truncate } from "./utils.js";
@@ -250,6 +258,12 @@ export function notify(kind) {
   toast.textContent = text;
   document.body.appendChild(toast);
   setTimeout(() => toast.remove(), 4000);
+}
+
+export function dismissAll() {
+  for (const toast of document.querySelectorAll(".toast")) {
+    toast.remove();
+  }
 }
 '''
 

@@ -161,7 +161,9 @@ pub fn area(shape: &Shape) -> f64 {
 }
 '''
 
-POOL_RS = '''#[derive(Debug, Clone)]
+POOL_RS = '''use std::time::Duration;
+
+#[derive(Debug, Clone)]
 pub struct PoolConfig {
     pub max_conns: usize,
     pub idle_timeout_secs: u64,
@@ -173,6 +175,12 @@ impl Default for PoolConfig {
             max_conns: 10,
             idle_timeout_secs: 300,
         }
+    }
+}
+
+impl PoolConfig {
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
     }
 }
 '''
@@ -187,7 +195,13 @@ fn main() {
         max_conns: workers * 4,
         idle_timeout_secs: 60,
     };
+    log_start(workers);
     println!("pool: {:?}", config);
+}
+
+fn log_start(workers: usize) {
+    let version = env!("CARGO_PKG_VERSION");
+    eprintln!("starting v{version} with {workers} workers");
 }
 '''
 

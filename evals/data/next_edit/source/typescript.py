@@ -118,6 +118,19 @@ TYPES_TS = '''export interface User {
 }
 
 export type UserPatch = Partial<Omit<User, "id">>;
+
+export type Role = "admin" | "member" | "guest";
+
+export interface Team {
+  id: number;
+  name: string;
+  members: User[];
+  roles: Record<number, Role>;
+}
+
+export function isAdmin(team: Team, user: User): boolean {
+  return team.roles[user.id] === "admin";
+}
 '''
 
 USERS_TS = '''import type { User } from "./types";
@@ -154,6 +167,12 @@ DATES_TS = '''export function formatDate(d: Date): string {
 export function daysBetween(a: Date, b: Date): number {
   const ms = Math.abs(b.getTime() - a.getTime());
   return Math.floor(ms / 86_400_000);
+}
+
+export function addDays(d: Date, days: number): Date {
+  const out = new Date(d);
+  out.setDate(out.getDate() + days);
+  return out;
 }
 '''
 
@@ -230,6 +249,8 @@ export const selectCartCount = (s: State) =>
 export const selectIsEmpty = (s: State) => s.cart.items.length === 0;
 
 export const selectAvatar = (s: State) => s.user.avatarUrl ?? "/img/default.png";
+
+export const selectSkus = (s: State) => s.cart.items.map((item) => item.sku);
 '''
 
 SYNC_TS = '''import { api } from "./api";
@@ -244,6 +265,11 @@ export async function syncCart(cartId: string, items: string[]): Promise<number>
 
 export async function clearCart(cartId: string): Promise<void> {
   await api.delete(`/carts/${cartId}`);
+}
+
+export async function fetchCart(cartId: string): Promise<string[]> {
+  const response = await api.get(`/carts/${cartId}`);
+  return response.data.items;
 }
 '''
 
@@ -281,6 +307,10 @@ export function paginate<T>(all: T[], page: number): Page<T> {
   const current = Math.min(Math.max(page, 1), pages);
   const start = (current - 1) * PAGE_SIZE;
   return { items: all.slice(start, start + PAGE_SIZE), page: current, pages };
+}
+
+export function pageNumbers(pages: number): number[] {
+  return Array.from({ length: pages }, (_, i) => i + 1);
 }
 '''
 
