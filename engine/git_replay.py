@@ -22,6 +22,18 @@ def cursor_after(text: str, step: tuple[int, int, str]) -> int:
     return max(0, min(cur, len(text)))
 
 
+def pending_hunks(current: str, final: str) -> list[tuple[int, int, str]]:
+    """The line hunks of current → final as (start, end, new text), offsets into ``current``."""
+    a = current.splitlines(keepends=True)
+    b = final.splitlines(keepends=True)
+    starts = [0]
+    for ln in a:
+        starts.append(starts[-1] + len(ln))
+    return [(starts[i1], starts[i2], "".join(b[j1:j2]))
+            for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+            if tag != "equal"]
+
+
 def pending_in_region(current: str, final: str, ra: int, rb: int) -> tuple[int, int, str]:
     """(region start, end, new region): the region of ``current`` with every change of current → final
     that touches it applied (the region grows to whole hunks that cross its edges)."""

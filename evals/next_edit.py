@@ -105,6 +105,20 @@ def judge(case: dict[str, Any], ra: int, rb: int, new_region: str) -> dict[str, 
     return {"shown": shown, "right": exact, "exact": exact, "f1": f1}
 
 
+def judge_jump(case: dict[str, Any], start: int, end: int, new: str) -> bool:
+    """Whether a suggestion outside the editable region (a jump target: ``text[start:end]`` → ``new``)
+    makes exactly one of the hunks still pending in the file (``meta.pending``, `evals.replay_sessions`):
+    the file after it equals the file after that hunk, whitespace-normalised."""
+    path = case["path"]
+    text = case["files"][path]
+    got = normalize_ws(text[:start] + new + text[end:])
+    for h in (case.get("meta") or {}).get("pending") or []:
+        a, b = int(h["start"]), int(h["end"])
+        if a <= end and start <= max(b, a) and got == normalize_ws(text[:a] + h["text"] + text[b:]):
+            return True
+    return False
+
+
 DIFF_CHARS = 2000  # of each diff kept in a record
 NEW_CHARS = 20000  # a shown rewrite up to this long is kept in its record (a region is 15 lines)
 
@@ -178,7 +192,9 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Next-edit exact / line F1, no-edit correct per quiet category, shown rate, precision when shown,
     latency, and precision / coverage per show threshold (right = an exact next edit)."""
     by = {c: [r for r in recs if r.get("category") == c] for c in CATEGORIES}
-    nxt, quiet = by["next-edit"], by["elsewhere"] + by["done"]
+    # a curated set's categories name their kind first (``next-edit/below``, ``no-edit/noise``)
+    nxt = [r for r in recs if str(r.get("category") or "").split("/")[0] == "next-edit"]
+    quiet = [r for r in recs if r not in nxt]
     shown = [r for r in recs if r.get("shown")]
 
     def share(xs: list[Any]) -> float | None:
@@ -190,10 +206,14 @@ def summarize(recs: list[dict[str, Any]]) -> dict[str, Any]:
         curve.append({"threshold": t, "shown": len(s), "right": sum(bool(r.get("exact")) for r in s),
                       "precision": share([r.get("exact") for r in s]),
                       "next_edit_exact": sum(bool(r.get("exact")) for r in s) / len(nxt) if nxt else None,
-                      "quiet_shown": sum(r.get("category") != "next-edit" for r in s)})
+                      "quiet_shown": sum(r not in nxt for r in s)})
     lat = [r["latency_ms"] for r in recs if "latency_ms" in r]
     toks, steps = sum(r.get("tokens", 0) for r in recs), sum(r.get("steps", 0) for r in recs)
-    return {"n": len(recs), "counts": {c: len(v) for c, v in by.items()},
+    cats = sorted({str(r.get("category")) for r in recs})
+    per = {c: {"n": len(rs), "right": sum(bool(r.get("right")) for r in rs), "shown": sum(bool(r.get("shown")) for r in rs),
+               "f1": (sum(r.get("f1") or 0.0 for r in rs) / len(rs)) if c.split("/")[0] == "next-edit" else None}
+           for c in cats for rs in [[r for r in recs if str(r.get("category")) == c]]}
+    return {"n": len(recs), "counts": {c: len(v) for c, v in by.items()}, "by_category": per,
             "errors": sum("error" in r for r in recs),
             "next_edit_exact": share([r.get("exact") for r in nxt]),
             "next_edit_f1": sum(r.get("f1") or 0.0 for r in nxt) / len(nxt) if nxt else None,

@@ -10,6 +10,9 @@ lines around the cursor (``above`` lines above it, ``below`` below — about the
 * **elsewhere**: hunks are pending, none near the cursor: the right answer is silence;
 * **done**: the session's last hunk was just typed: nothing is left, silence again.
 
+Every case also names the hunks still pending anywhere in the file (``meta.pending``: current-text offsets
+and new text): a suggestion outside the editable region (a jump target) is judged against those.
+
 Whole repositories are the unit of the held-out split (the training config names the others).
 """
 
@@ -20,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.git_history import ExtractReport, GitSession, extract_source, states_of
-from engine.git_replay import cursor_after, near_ks, pending_in_region
+from engine.git_replay import cursor_after, near_ks, pending_hunks, pending_in_region
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.textdiff import line_span, unified_diff
 from evals.cases import Case, Cursor, Edit, language_of
 from evals.workspace import repo_name
 
 CATEGORIES = ("next-edit", "elsewhere", "done")
+MAX_PENDING = 20  # pending hunks kept in a case's meta (where a jump elsewhere in the file is judged)
 
 
 @dataclass
@@ -51,10 +55,12 @@ def session_case(s: GitSession, k: int, states: list[str], opts: SessionReplayOp
     history = [d for d in (unified_diff(s.path, states[i], states[i + 1])
                            for i in range(max(0, k - opts.history), k)) if d]
     commit = s.commits[s.commit_of[k - 1]] if s.commit_of else s.commits[-1]
+    still = [{"start": a, "end": b, "text": t} for a, b, t in pending_hunks(current, final)][:MAX_PENDING]
     return Case(id=f"{s.repo}:{s.commits[0][:10]}:{s.path}:{k}", kind="edit", language=language_of(s.path),
                 path=s.path, files={s.path: current}, cursor=Cursor(s.path, cursor),
                 expected=[Edit(s.path, ra, rb, new_region)] if pending else None, history=history,
-                meta={"repo": s.repo, "commit": commit, "category": category, "k": k, "steps": len(s.steps)})
+                meta={"repo": s.repo, "commit": commit, "category": category, "k": k, "steps": len(s.steps),
+                      "pending": still})
 
 
 def session_cases(src: Path, opts: SessionReplayOptions, report: ExtractReport | None = None) -> list[Case]:

@@ -102,7 +102,8 @@ def test_no_candidate_without_a_look_alike_line_or_a_last_edit_of_the_file() -> 
 
 
 def test_analog_is_a_setting_gated_as_its_own_kind_and_ranked_under_the_repeat() -> None:
-    assert NextEdit().rules() == ["repeat", "move", "import"]  # off by default (held out: 4 right of 12)
+    assert NextEdit().rules() == ["repeat", "analog", "move", "import"]  # on: the location model scores it
+    assert NextEdit(analog_edit=False).rules() == ["repeat", "move", "import"]
     assert NextEdit(analog_edit=True).rules() == ["repeat", "analog", "move", "import"]
     assert gate_kind("edit", "analog") == "edit:analog"
     assert analog_edit.SCORE < 0.95  # the repeated edit's: a plain repeat wins a tie of shown candidates

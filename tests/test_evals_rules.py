@@ -48,13 +48,13 @@ CASES = [
 
 
 def test_served_and_per_rule(tmp_path: Path) -> None:
-    rep = rules.run(CASES, rules.settings_for(), tmp_path)
+    rep = rules.run(CASES, rules.settings_for(locator="off"), tmp_path)
     s = rep["summary"]
     assert s["counts"] == {"next-edit": 2, "elsewhere": 1, "done": 1}
     assert s["next_edit_exact"] == 0.5 and s["next_edit_shown"] == 1.0
     assert s["no_edit_correct"] == {"elsewhere": 0.0, "done": 1.0, "all": 0.5}
     assert abs(s["precision_when_shown"] - 1 / 3) < 1e-9
-    assert rep["served_rules"] == ["repeat", "move", "import"]  # the settings' defaults: analog off
+    assert rep["served_rules"] == ["repeat", "analog", "move", "import"]  # the settings' defaults
     assert rep["shown_by_origin"] == {"repeat": 3} and rep["right_by_origin"] == {"repeat": 1}
     assert rep["rules"]["repeat"] == {"right": 1, "wrong": 1, "quiet_shown": 1, "none": 1}
     assert rep["rules"]["move"] == {"none": 4} and rep["rules"]["import"] == {"none": 4}
@@ -68,10 +68,10 @@ def test_served_and_per_rule(tmp_path: Path) -> None:
 
 
 def test_rules_off_serve_nothing_and_the_gate_threshold_holds(tmp_path: Path) -> None:
-    none = rules.run(CASES, rules.settings_for([]), tmp_path / "none")
+    none = rules.run(CASES, rules.settings_for([], locator="off"), tmp_path / "none")
     assert none["served_rules"] == [] and none["summary"]["shown_rate"] == 0.0
     assert none["rules"]["repeat"]["right"] == 1  # each rule is still judged on its own
-    strict = rules.settings_for(["repeat"])
+    strict = rules.settings_for(["repeat"], locator="off")
     strict.gate.threshold = 0.99  # above the repeated edit's built-in score: hidden by the gate
     rep = rules.run(CASES, strict, tmp_path / "strict")
     assert rep["summary"]["shown_rate"] == 0.0 and rep["rules"]["repeat"]["hidden"] == 3
@@ -85,7 +85,7 @@ def test_a_diff_of_another_file_is_not_this_documents_last_edit(tmp_path: Path) 
     assert [h.path for h in req.history] == ["m.py", "other.py"]
     headless, _ = rules.request_of({**CASES[0], "history": ["@@ -1 +1 @@\n-a\n+b\n"]})
     assert [h.path for h in headless.history] == ["m.py"]  # a diff naming no file: the case's own
-    assert rules.run([case], rules.settings_for(), tmp_path)["summary"]["next_edit_exact"] == 1.0
+    assert rules.run([case], rules.settings_for(locator="off"), tmp_path)["summary"]["next_edit_exact"] == 1.0
 
 
 def test_the_models_rewrites_join_as_served_and_their_threshold_is_swept(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_the_models_rewrites_join_as_served_and_their_threshold_is_swept(tmp_pat
     (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     rewrites = rules.read_rewrites(run_dir)
     assert set(rewrites) == {"wrong", "silent"} and rewrites["wrong"] == (want, 0.97)
-    shipped = rules.run(CASES, rules.settings_for(), tmp_path / "inf", rewrites=rewrites)
+    shipped = rules.run(CASES, rules.settings_for(locator="off"), tmp_path / "inf", rewrites=rewrites)
     assert shipped["summary"]["next_edit_exact"] == 0.5 and shipped["shown_by_origin"] == {"repeat": 3}
     at = {r["threshold"]: r for r in shipped["sweep"]}
     assert (at[float("inf")]["next_edit_exact"], at[float("inf")]["model_shown"]) == (0.5, 0)
@@ -108,7 +108,7 @@ def test_the_models_rewrites_join_as_served_and_their_threshold_is_swept(tmp_pat
     assert (at[0.95]["next_edit_exact"], at[0.95]["model_shown"], at[0.95]["model_right"]) == (1.0, 1, 1)
     assert abs(at[0.95]["precision"] - 2 / 3) < 1e-9 and at[0.95]["no_edit_correct"] == 0.5
     assert (at[0.5]["shown"], at[0.5]["model_shown"], at[0.5]["no_edit_correct"]) == (4, 2, 0.0)
-    served = rules.run(CASES, rules.settings_for(), tmp_path / "0.9", rewrites=rewrites, edit_threshold=0.9)
+    served = rules.run(CASES, rules.settings_for(locator="off"), tmp_path / "0.9", rewrites=rewrites, edit_threshold=0.9)
     assert served["summary"]["next_edit_exact"] == 1.0 and served["shown_by_origin"] == {"repeat": 2, "model": 1}
     assert "| 0.95 | 100.0 % | 50.0 % | 66.7 % | 3 | 1 / 1 |" in rules.format_report(served, "t")
 

@@ -336,13 +336,15 @@ def test_pipeline_candidates_follow_the_settings() -> None:
     res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
     alt = GenerateResult(RENAMED.replace("+ 1", "+ 2"), [1, 2], [0.6, 0.6], 1, 1, 10, 10, "end")
     out = Outcome(built, res, 1, None, [(alt, None)])
+    rules = Settings(next_edit=NextEdit(locator="off", analog_edit=False))  # the rules' own, fixed scores
     cands, outs = edit_candidates(req, out, Settings(next_edit=NextEdit(repeat_edit=False, analog_edit=False,
-                                                                         move_edit=False, import_edit=False)))
+                                                                         move_edit=False, import_edit=False,
+                                                                         carry_edit=False)))
     assert [c.origin for c in cands] == ["model", "sampled"] and outs[1].result is alt
-    cands, outs = edit_candidates(req, out, Settings())  # on by default
+    cands, outs = edit_candidates(req, out, rules)  # on by default
     assert [c.origin for c in cands] == ["model", "sampled", "repeat"] and outs[2].text == cands[2].new
     # the model re-typed the region (filtered), the alternative is weaker than the repeated rename
-    i, sug, _ = edit_results(req, built, cands, Settings())
+    i, sug, _ = edit_results(req, built, cands, rules)
     assert i == 2 and sug is not None and "count" not in sug.text
 
 
@@ -351,13 +353,18 @@ def test_pipeline_offers_the_rules_unless_they_are_off() -> None:
 
     req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
     out = Outcome(built, GenerateResult(PASTED, [1], [0.9], 1, 1, 10, 0, "end"), 1, None, [])
-    cands, outs = edit_candidates(req, out, Settings())
+    rules = Settings(next_edit=NextEdit(locator="off"))  # the rules' own candidates, fixed scores
+    cands, outs = edit_candidates(req, out, rules)
     # the pasted import also supersedes the old one: the same deletion, the first rule's on the tie
     assert [c.origin for c in cands] == ["model", "move", "import"] and outs[1].text == cands[1].new == cands[2].new
-    i, sug, _ = edit_results(req, built, cands, Settings())
+    i, sug, _ = edit_results(req, built, cands, rules)
     assert i == 1 and sug is not None and sug.show and sug.text.count("from warnings") == 1
-    cands, _ = edit_candidates(req, out, Settings(next_edit=NextEdit(move_edit=False, import_edit=False)))
+    cands, _ = edit_candidates(req, out, Settings(next_edit=NextEdit(move_edit=False, import_edit=False,
+                                                                      locator="off")))
     assert [c.origin for c in cands] == ["model"]
+    # scored by the location model the two rules' one deletion is one candidate (the first rule's)
+    cands, _ = edit_candidates(req, out, Settings())
+    assert [c.origin for c in cands] == ["model", "move"] and 0.0 < cands[1].confidences[0] < 1.0
 
 
 def test_alternatives_wanted_only_for_local_next_edits() -> None:

@@ -82,9 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--dry-run", action="store_true", help="print, do not write")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=run)
-    from edit_server.cli import align_data, align_kto, align_measure
+    from edit_server.cli import align_data, align_kto, align_locator, align_measure
 
     align_data.register_cli(a)
+    align_locator.register_cli(a)
     align_kto.register_cli(a)
     align_measure.register_cli(a)
 

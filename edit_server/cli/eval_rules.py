@@ -41,26 +41,30 @@ import msgspec
 from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest, Suggestion
 from edit_server.core.settings import Settings
+from edit_server.nextedit import serve as nextedit
 from edit_server.selectivity import candidates, echo_edit
 from edit_server.selectivity.select import RULES, Candidate, Output, edit_results, rule_candidate, select
 from edit_server.selectivity.thresholds import MODEL_ORIGINS
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, EditPrompt
 from engine.textdiff import line_span
 from evals.cases import diff_path
-from evals.next_edit import diffs, judge, read_cases, summarize
+from evals.next_edit import diffs, judge, judge_jump, read_cases, summarize
 
 OUTCOMES = ("right", "wrong", "quiet_shown", "hidden", "rejected", "none")
 SWEEP = (float("inf"), 0.99, 0.95, 0.9, 0.8, 0.7, 0.5, 0.0)  # the model's ``edit`` thresholds the report tries
 Rewrite = tuple[str, float]  # a model's rewrite of a case's region and its gate score
 
 
-def settings_for(rules: Sequence[str] | None = None, calibration: str = "") -> Settings:
+def settings_for(rules: Sequence[str] | None = None, calibration: str = "", locator: str = "", carry: bool = True,
+                 jumps: bool = True) -> Settings:
     """The server's default settings with only the rules ``rules`` on (`RULES` keys; None: the defaults'; the
     server ranks them in its own order), and the gate's calibration (`thresholds.gate_threshold`: "" as the
     server — its default file when this machine has one, else the model's thresholds, else ``gate.threshold``;
-    ``off``: ``gate.threshold`` for every kind; else a file)."""
+    ``off``: ``gate.threshold`` for every kind; else a file), the location model (``locator``: a file, "" the
+    shipped one, "off" none: the rules' fixed scores) and whether edits are carried (``carry``) and offered
+    elsewhere in the file (``jumps``)."""
     s = Settings()
-    nxt = s.next_edit
+    nxt = msgspec.structs.replace(s.next_edit, locator=locator, carry_edit=carry, jumps=jumps)
     if rules is not None:
         unknown = sorted(set(rules) - set(RULES))
         if unknown:
@@ -149,12 +153,23 @@ def served(p: Prepared, settings: Settings, rewrite: Rewrite | None = None,
     """The server's pick among the model's rewrite (``rewrite``; none: the region unchanged, as when the model
     is skipped) and the rules' candidates — the suggestion shown (None: nothing shown) — and its judgement."""
     cands = [Candidate(rewrite[0], [rewrite[1]], None) if rewrite else Candidate(p.region, [], None)]
-    cands += [c for c in (p.rules[o] for o in settings.next_edit.rules()) if c is not None]
-    model = {"edit": edit_threshold, f"edit:{echo_edit.ORIGIN}": edit_threshold}
-    sug = edit_results(p.req, p.built, cands, settings, model)[1]
+    rules = [c for c in (p.rules[o] for o in settings.next_edit.rules()) if c is not None]
+    loc = nextedit.load_locator(settings.next_edit.locator)
+    if loc is not None:  # every rule's candidate and the carried edits on the location model's scale
+        rules = nextedit.located(p.req, p.built, rules, loc, settings.next_edit.carry_edit, settings.next_edit.jumps)
+    cands += rules
+    model = {"edit": edit_threshold, f"edit:{echo_edit.ORIGIN}": edit_threshold, **nextedit.thresholds(settings)}
+    i, sug, _ = edit_results(p.req, p.built, cands, settings, model)
     shown = sug if sug is not None and sug.show else None
     b = p.built
-    return shown, judge(p.case, b.region_start, b.region_end, shown.text if shown else p.region)
+    if shown is None:
+        return None, {**judge(p.case, b.region_start, b.region_end, p.region), "jump": False}
+    span = cands[i].span
+    if span is None:
+        return shown, {**judge(p.case, b.region_start, b.region_end, shown.text), "jump": False}
+    # a jump target is judged as shown (right only where it makes the region's truth: never) and apart,
+    # against the hunks pending elsewhere in the file
+    return shown, {**judge(p.case, *span, shown.text), "jump": True, "jump_right": judge_jump(p.case, *span, shown.text)}
 
 
 def sweep(prepared: Sequence[Prepared], settings: Settings, rewrites: dict[str, Rewrite],
@@ -210,6 +225,8 @@ def run(cases: Sequence[dict[str, Any]], settings: Settings, out: Path,
     summary.pop("latency_ms_p50"), summary.pop("latency_ms_p95"), summary.pop("tokens_per_step")
     origins = Counter(r["origin"] for r in recs if r["shown"])
     report = {"summary": summary, "served_rules": order, "shown_by_origin": dict(origins),
+              "jumps": {"shown": sum(bool(r.get("jump")) for r in recs),
+                        "right": sum(bool(r.get("jump_right")) for r in recs)},
               "right_by_origin": dict(Counter(r["origin"] for r in recs if r.get("exact"))),
               "rules": {name: dict(c) for name, c in per_rule.items()},
               "settings": {"gate_threshold": settings.gate.threshold, "calibration": settings.gate.calibration,
@@ -233,7 +250,8 @@ def format_report(report: dict[str, Any], title: str) -> str:
     lines = [f"{title}: {s['n']} cases {s['counts']}; served ({'+'.join(report['served_rules']) or 'no rules'}): "
              f"next-edit exact {pct(s['next_edit_exact'])} ({sum(right.values())} of {n_next}), line F1 "
              f"{s['next_edit_f1'] or 0:.3f}, no-edit correct {pct(s['no_edit_correct']['all'])}, precision when "
-             f"shown {pct(s['precision_when_shown'])}; shown by origin: {by or 'none'}",
+             f"shown {pct(s['precision_when_shown'])}; shown by origin: {by or 'none'}; jumps shown "
+             f"{report['jumps']['shown']} ({report['jumps']['right']} make a pending hunk elsewhere exactly)",
              "| rule | on | right | wrong | shown in a quiet case | hidden by the gate | filtered out (reasons) |",
              "|---|---|---|---|---|---|---|"]
     for name, c in report["rules"].items():
@@ -264,6 +282,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ru.add_argument("--calibration", default="",
                     help="the gate's calibration: a file, or off (gate.threshold for every kind); default as the "
                          "server: its default file when present, else the model's thresholds")
+    ru.add_argument("--locator", default="", metavar="FILE",
+                    help="the next-edit location model (default: the shipped one; off: the rules' fixed scores)")
+    ru.add_argument("--no-carry", action="store_true", help="no carried edits (the rules' candidates only)")
+    ru.add_argument("--no-jumps", action="store_true", help="no carried edits outside the editable region")
     ru.add_argument("--rewrites", type=Path, default=None, metavar="DIR",
                     help="an `eval next-edit` run on the same cases: the model's rewrites join the candidates")
     ru.add_argument("--edit-threshold", type=float, default=float("inf"),
@@ -281,7 +303,7 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         cases = read_cases(args.cases)
-        settings = settings_for(args.rule, args.calibration)
+        settings = settings_for(args.rule, args.calibration, args.locator, not args.no_carry, not args.no_jumps)
         rewrites = read_rewrites(args.rewrites) if args.rewrites else None
     except (ValueError, FileNotFoundError) as e:
         print(f"edit-server eval rules: error: {e}", file=sys.stderr)

@@ -33,12 +33,12 @@ from edit_server.core.requests import (
 from edit_server.core.settings import Settings
 from edit_server.core.suggest_cache import SuggestCache
 from edit_server.core.worker import EngineWorker
+from edit_server.nextedit import serve as nextedit
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import (
     Candidate,
     edit_results,
     fim_result,
-    rule_candidate,
     skip_reason,
 )
 from edit_server.selectivity.thresholds import gate_kind, model_thresholds
@@ -309,9 +309,11 @@ class Pipeline:
             return None
         assert isinstance(out.built, EditBuilt)
         cands, outcomes = edit_candidates(req, out, self.settings)
-        i, sug, edits = edit_results(req, out.built, cands, self.settings, model_thresholds(self.worker.engine))
+        model = {**model_thresholds(self.worker.engine), **nextedit.thresholds(self.settings)}
+        i, sug, edits = edit_results(req, out.built, cands, self.settings, model)
         if sug is None:
             return None
+        sug.jump = cands[i].span is not None
         self._offer(sug, outcomes[i], uri, out.built.prompt)
         return EditAnswer(sug, edits, req.text, req.version)
 
@@ -340,12 +342,10 @@ def edit_candidates(req: EditRequest, out: Outcome, settings: Settings) -> tuple
     for r, reward in out.alternatives:
         cands.append(Candidate(r.text, edit_scored(r), reward, "sampled"))
         outcomes.append(Outcome(out.built, r, out.batch, reward))
-    for origin in settings.next_edit.rules():
-        rep = rule_candidate(origin, req, out.built)
-        if rep is not None:
-            cands.append(rep)
-            outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
-                                                              "end"), out.batch))
+    for rep in nextedit.rule_candidates(req, out.built, settings):
+        cands.append(rep)
+        outcomes.append(Outcome(out.built, GenerateResult(rep.new, [], [], 0, 0, out.result.prompt_tokens, 0,
+                                                          "end"), out.batch))
     return cands, outcomes
 
 

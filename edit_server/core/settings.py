@@ -52,16 +52,22 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # on: it finds held-out next edits exactly and shows nothing in quiet cases (docs/QUALITY.md)
     repeat_edit: bool = True
     # and another: the last edit's token-level changes carried over to the region's look-alike lines
-    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``. Off: chosen on the training
-    # repositories (11 right, 6 wrong of 1,200 cases), it was right 4 times in 12 on held-out ones
-    # (docs/QUALITY.md, issue 25)
-    analog_edit: bool = False
+    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``. On its fixed score it showed too
+    # many wrong edits; scored by the location model (``locator`` below) it earns its place
+    analog_edit: bool = True
     # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
     # `edit_server.selectivity.move_edit`); gated as ``edit:move``
     move_edit: bool = True
     # and another: a name the user's new import binds taken out of the region's other import of it (the whole
     # line when it binds nothing else; `edit_server.selectivity.import_edit`); gated as ``edit:import``
     import_edit: bool = True
+    # the recent edits' token changes carried to the places that still hold the old text — in the region and,
+    # with ``jumps``, the nearest place elsewhere in the document (`edit_server.nextedit`); every rule's
+    # candidate is then scored by the location model (``locator``: a model file, "" the shipped one) and
+    # shown at its threshold — one scale for all of them
+    carry_edit: bool = True
+    jumps: bool = True
+    locator: str = ""
 
     def rules(self) -> list[str]:
         """The model-free candidates on (`edit_server.selectivity.select.RULES` keys), in ranking order."""

@@ -133,7 +133,7 @@ def hunk_substitution(diff: str) -> Substitution | None:
     if not flush() or not found:
         return None
     sub = _repeatable(found[0])
-    if sub is not None and any(_occurrences(line, sub.old) for line in written):
+    if sub is not None and any(occurrences(line, sub.old) for line in written):
         return None  # the edit kept ``old`` on a line it wrote: a local change, not a rename
     return sub
 
@@ -141,18 +141,18 @@ def hunk_substitution(diff: str) -> Substitution | None:
 def _repeatable(found: Substitution) -> Substitution | None:
     """``found``, unless it is too short to place, a no-op, or a wrap / extension (local to its place)."""
     old = found.old.strip()
-    if len(old) < MIN_OLD or old == found.new.strip() or _occurrences(found.new, found.old) or _is_value(old):
+    if len(old) < MIN_OLD or old == found.new.strip() or occurrences(found.new, found.old) or is_value(old):
         return None
     return found
 
 
-def _is_value(token: str) -> bool:
+def is_value(token: str) -> bool:
     """A literal value (``True``, ``nil``, ``0.01``): changing one is a choice made for its place (a flag, a
     default), not a rename to carry to every other ``True`` in sight."""
     return token in VALUE_WORDS or _NUMBER.fullmatch(token) is not None
 
 
-def _occurrences(text: str, old: str) -> list[int]:
+def occurrences(text: str, old: str) -> list[int]:
     """Starts of ``old`` in ``text`` at token boundaries."""
     out = []
     i = text.find(old)
@@ -200,7 +200,7 @@ def apply(text: str, start: int, end: int, sub: Substitution, code_only: str | N
         return None
     region = text[start:end]
     out, at = [], 0
-    for i in _occurrences(region, sub.old):
+    for i in occurrences(region, sub.old):
         if i < at or (code_only and in_comment(region, i, code_only)):  # overlapping: the first wins
             continue
         out += [region[at:i], sub.new]
@@ -213,7 +213,7 @@ def apply(text: str, start: int, end: int, sub: Substitution, code_only: str | N
 def _said_in_comment(diff: str, old: str, marker: str) -> bool:
     """Whether the edit replaced ``old`` inside a comment somewhere (so prose is its subject too)."""
     return any(in_comment(body, i, marker) for tag, body in diff_body(diff) if tag == "-"
-               for i in _occurrences(body, old))
+               for i in occurrences(body, old))
 
 
 def candidate(text: str, start: int, end: int, path: str, history: Sequence[HunkLike]) -> str | None:

@@ -223,6 +223,7 @@ class Candidate:
     confidences: list[float]
     reward: Any = None
     origin: str = "model"
+    span: tuple[int, int] | None = None  # the lines it rewrites when not the region (a jump target)
 
 
 def edit_result(req: EditRequest, built: EditBuilt, new_region: str, confidences: list[float],
@@ -236,7 +237,7 @@ def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate],
                  model: Mapping[str, float] | None = None) -> tuple[int, Suggestion | None, list[TextEdit]]:
     """The next edit `pick` makes of the candidates for the region (the index of the one taken, -1 when
     none), and its edits. ``model``: the model's own show thresholds (`thresholds.model_thresholds`)."""
-    return pick([Output("edit", req.path, req.text, built.region_start, built.region_end, c.new,
+    return pick([Output("edit", req.path, req.text, *(c.span or (built.region_start, built.region_end)), c.new,
                         c.confidences, c.reward, cursor=req.offset, history=req.history, origin=c.origin)
                  for c in cands], settings, model)
 

@@ -1,0 +1,237 @@
+"""A next edit's candidate places and rewrites, each with the features the location model scores (pure
+functions, no model).
+
+`propose` turns the recent edits into `Proposal`s:
+
+* **carry in the region**: a change of the recent hunks (`carry.changes`; one alone, or every change of
+  its hunk together) made on every line of the editable region that still holds its old text;
+* **carry elsewhere** (a jump): the nearest such line outside the region — below the cursor first, as
+  one reads — rewritten alone;
+* **the rules'** region candidates (the repeated edit, the finished move, the superseded import, the
+  look-alike lines: `edit_server.selectivity.select.RULES`), passed in, scored on the same scale.
+
+`features` describes a proposal as the numbers `locator.Locator` was trained on (names in `FEATURES`); the
+location model's probability that the proposal is the user's next edit, exactly, is the one scale every
+candidate is shown or hidden on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from edit_server.context import languages
+from edit_server.nextedit import carry as carrying
+from edit_server.nextedit.carry import Change
+from edit_server.selectivity.candidates import HunkLike
+
+ORIGIN = "carry"  # the carried edit's origin (gate kind ``edit:carry``)
+RULE_ORIGINS = ("repeat", "analog", "move", "import")
+LANGS = ("python", "typescript", "javascript", "go", "rust", "cpp")
+JUMP_LINES = 400  # a carried edit further than this from the cursor is not offered
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A rewrite of ``text[start:end]`` as ``new`` (whole lines), who proposed it and its features."""
+
+    start: int
+    end: int
+    new: str
+    origin: str
+    jump: bool = False  # outside the editable region: offered as a jump target
+    feats: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+_BASE = (
+    "bias", "o_carry", "o_repeat", "o_analog", "o_move", "o_import", "jump", "joint",
+    "age", "age0", "same_file", "pairs", "consistency", "hunk_changes", "clean", "old_ident", "new_ident",
+    "old_len", "extends", "shrinks", "value", "declares", "comment_change", "rows", "rows_doc", "new_in_doc",
+    "old_left_doc", "dist", "below", "cursor_row", "likeness", "in_string", "region_lines_changed",
+    "times", "history", "cursor_blank", "last_size", "left_match", "right_match", "camel", "new_before",
+    *(f"lang_{x}" for x in LANGS),
+)
+# a jump's features are kept apart (``j_`` + name): a place outside the region is right for other reasons
+# than a rewrite of it, and one logistic regression over both halves is two models on one scale
+FEATURES = _BASE + tuple(f"j_{x}" for x in _BASE)
+
+
+def _rows(text: str) -> list[int]:
+    """The offset each row of ``text`` starts at, and the text's end."""
+    out = [0]
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            out.append(i + 1)
+    out.append(len(text) + 1)
+    return out
+
+
+def _lang(path: str) -> str:
+    spec = languages.spec_for(path)
+    name = spec.name if spec else ""
+    return {"tsx": "typescript", "c": "cpp"}.get(name, name)
+
+
+def _in_string(line: str, old: str) -> bool:
+    i = line.find(old)
+    return i >= 0 and any(line[:i].count(q) % 2 for q in "\"'`")
+
+
+def _occ(text: str, s: str) -> list[int]:
+    return carrying.occurrences(text, s) if s else []
+
+
+def _change_feats(c: Change, path: str, text: str) -> dict[str, float]:
+    return {
+        "age": float(c.age), "age0": float(c.age == 0), "same_file": float(c.path == path),
+        "pairs": math.log1p(c.pairs), "consistency": c.pairs / max(1, c.hunk_pairs),
+        "hunk_changes": math.log1p(c.hunk_changes), "clean": float(c.clean),
+        "old_ident": float(bool(carrying._IDENT.fullmatch(c.old))),
+        "new_ident": float(bool(carrying._IDENT.fullmatch(c.new))), "old_len": math.log1p(len(c.old)),
+        "extends": float(bool(_occ(c.new, c.old))),
+        "shrinks": float(bool(_occ(c.old, c.new))), "value": float(carrying.value_change(c)),
+        "declares": float(carrying.declares(c.source, c.old)), "comment_change": float(c.in_comment),
+        "new_in_doc": math.log1p(len(_occ(text, c.new))),
+        "old_left_doc": math.log1p(len(_occ(text, c.old))),
+    }
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every proposal of one request shares: the history's size and shape around the cursor."""
+
+    history: int  # hunks of the document's recent history
+    last_size: int  # lines the newest hunk removed and added
+    cursor_blank: bool
+    times: dict[tuple[str, str], int]  # hunks that made each change
+
+
+def setting(text: str, cursor: int, path: str, history: Sequence[HunkLike]) -> Setting:
+    ls = text.rfind("\n", 0, cursor) + 1
+    le = text.find("\n", cursor)
+    mine = [h for h in history if h.path == path]
+    last = mine[-1].diff if mine else ""
+    size = sum(1 for ln in last.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    times: dict[tuple[str, str], int] = {}
+    for h in list(reversed(history))[:carrying.MAX_HUNKS]:
+        for c in carrying.changes([h]):
+            times[c.key] = times.get(c.key, 0) + 1
+    return Setting(len(mine), size, not text[ls:len(text) if le < 0 else le].strip(), times)
+
+
+def _around(line: str, old: str) -> tuple[str, str]:
+    """The characters just before and after ``old``'s first occurrence in ``line`` (spaces skipped)."""
+    i = line.find(old)
+    if i < 0:
+        return "", ""
+    return line[:i].rstrip()[-1:], line[i + len(old):].lstrip()[:1]
+
+
+def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[Change] = (),
+             changed_rows: Sequence[int] = (), rows_doc: int = 0, ctx: Setting | None = None,
+             skip: set[int] | None = None) -> dict[str, float]:
+    """The proposal as the location model's inputs (`FEATURES`; absent ones are 0)."""
+    cur_row = text.count("\n", 0, cursor)
+    f: dict[str, float] = {"bias": 1.0, f"o_{p.origin}": 1.0, "jump": float(p.jump), f"lang_{_lang(path)}": 1.0}
+    if ctx is not None:
+        f.update({"history": math.log1p(ctx.history), "last_size": math.log1p(ctx.last_size),
+                  "cursor_blank": float(ctx.cursor_blank)})
+        if changes:
+            f["times"] = math.log1p(max(ctx.times.get(c.key, 1) for c in changes))
+    if changes:
+        f.update(_change_feats(changes[0], path, text))
+        f["joint"] = float(len(changes) > 1)
+        f["age"] = float(min(c.age for c in changes))
+    rows = list(changed_rows) or _changed_rows(text, p)
+    if rows:
+        d = min(rows, key=lambda r: abs(r - cur_row))
+        f["dist"] = math.log1p(abs(d - cur_row))
+        f["below"] = float(d >= cur_row)
+        f["cursor_row"] = float(cur_row in rows)
+    f["rows"] = math.log1p(len(rows))
+    f["rows_doc"] = math.log1p(rows_doc)
+    f["region_lines_changed"] = math.log1p(len(rows))
+    if changes and rows:
+        lines = text.split("\n")
+        c = changes[0]
+        f["likeness"] = max(difflib.SequenceMatcher(None, c.source.strip(), lines[r].strip(), autojunk=False).ratio()
+                            for r in rows if r < len(lines))
+        f["in_string"] = float(any(_in_string(lines[r], c.old) for r in rows if r < len(lines)))
+        left, right = _around(c.source, c.old)
+        near = [_around(lines[r], c.old) for r in rows if r < len(lines)]
+        f["left_match"] = sum(x[0] == left for x in near) / max(1, len(near))
+        f["right_match"] = sum(x[1] == right for x in near) / max(1, len(near))
+        f["camel"] = float(c.old[:1].isupper())
+        written = "\n".join(lines[r] for r in (skip or ()) if r < len(lines))
+        f["new_before"] = math.log1p(max(0, len(_occ(text, c.new)) - len(_occ(written, c.new))))
+    if p.jump:
+        return {f"j_{k}": v for k, v in f.items() if k in _BASE}
+    return {k: v for k, v in f.items() if k in _BASE}
+
+
+def _changed_rows(text: str, p: Proposal) -> list[int]:
+    """The document rows a region rewrite changes."""
+    base = text.count("\n", 0, p.start)
+    a = text[p.start:p.end].split("\n")
+    b = p.new.split("\n")
+    return [base + i for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+            if tag != "equal" for i in range(i1, max(i2, i1 + 1))]
+
+
+def _groups(chs: Sequence[Change]) -> list[list[Change]]:
+    """Each change alone, and the changes of one hunk together where it made several."""
+    out = [[c] for c in chs]
+    by_hunk: dict[tuple[str, int], list[Change]] = {}
+    for c in chs:
+        by_hunk.setdefault((c.path, c.age), []).append(c)
+    out += [g for g in by_hunk.values() if len(g) > 1]
+    return out
+
+
+def propose(text: str, path: str, cursor: int, start: int, end: int, history: Sequence[HunkLike],
+            rules: Sequence[tuple[str, str]] = (), jumps: bool = True) -> list[Proposal]:
+    """Every candidate for the next edit of ``text`` (the region ``[start, end)`` around ``cursor``):
+    the carried edits in the region and, with ``jumps``, each change's nearest place outside it; the
+    rules' region rewrites ``rules`` ((origin, new region)). Each with its features."""
+    chs = carrying.changes(history)
+    skip = carrying.written_rows(history, path)
+    starts = _rows(text)
+    lines = text.split("\n")
+    r0 = text.count("\n", 0, start)
+    r1 = text.count("\n", 0, end) + (0 if end == len(text) or text[end - 1:end] == "\n" else 1)
+    cur_row = text.count("\n", 0, cursor)
+    out: list[Proposal] = []
+    seen: set[tuple[int, int, str]] = set()
+    ctx = setting(text, cursor, path, history)
+
+    def add(p: Proposal, group: Sequence[Change], rows: Sequence[int], rows_doc: int) -> None:
+        if (p.start, p.end, p.new) in seen or text[p.start:p.end] == p.new:
+            return
+        seen.add((p.start, p.end, p.new))
+        out.append(Proposal(p.start, p.end, p.new, p.origin, p.jump,
+                            features(p, text, path, cursor, group, rows, rows_doc, ctx, skip)))
+
+    region_rows = range(r0, max(r0 + 1, r1))
+    for origin, new in rules:
+        add(Proposal(start, end, new, origin), (), (), 0)
+    for group in _groups(chs):
+        rows = sorted(set().union(*(carrying.targets(text, c, path, skip) for c in group)))
+        if not rows:
+            continue
+        inside = [r for r in rows if r in region_rows]
+        if inside:
+            new_lines = lines[r0:r1]
+            for r in inside:
+                new_lines[r - r0] = carrying.carry(lines[r], group, path)
+            tail = "\n" if text[start:end].endswith("\n") else ""
+            add(Proposal(start, end, "\n".join(new_lines) + tail, ORIGIN), group, inside, len(rows))
+        outside = [r for r in rows if r not in region_rows and abs(r - cur_row) <= JUMP_LINES]
+        if jumps and outside:
+            below = [r for r in outside if r > cur_row]
+            r = min(below) if below else max(outside)
+            a, b = starts[r], starts[r] + len(lines[r])
+            add(Proposal(a, b, carrying.carry(lines[r], group, path), ORIGIN, True), group, [r], len(rows))
+    return out
+
