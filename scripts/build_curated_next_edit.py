@@ -10,8 +10,11 @@ Each source file defines ``CASES``: a list of dicts with
   otherwise ``old`` must occur exactly once;
 * ``cursor`` (optional): ``{path, after}`` — right after the unique snippet ``after`` of the final text
   (``occurrence`` allowed as above); default: the end of the last step's ``new`` text;
-* ``expected``: ``{path, old, new[, occurrence]}`` applied to the final text, or ``None`` (silence);
-* ``note``: why this is the one next edit (or why silence).
+* ``expected``: the truth, applied to the final text: one edit ``{path, old, new[, occurrence]}``, a list
+  of them (every change the user will still make in the cursor's editable region, applied together;
+  each snippet is located in the final text, so offsets never shift, and the edits must not overlap), or
+  ``None`` (silence);
+* ``note``: why this is the next edit (or why silence).
 
 Every step becomes one history diff (``engine.textdiff.unified_diff``); ``files`` is the text after all
 steps. A missing or ambiguous snippet, an edit that changes nothing or a language that disagrees with the
@@ -65,6 +68,29 @@ def locate(text: str, snippet: str, occurrence: int | None, where: str) -> int:
     return starts[occurrence - 1]
 
 
+def expected_edits(cid: str, files: dict[str, str], exp: dict[str, Any] | list[dict[str, Any]]) -> list[Edit]:
+    """The truth's edits, sorted by (path, start): each snippet located in the final ``files``; none may
+    change nothing or overlap another."""
+    items = [exp] if isinstance(exp, dict) else list(exp)
+    if not items:
+        raise CaseError(f"{cid}: expected is an empty list (use None for silence)")
+    edits: list[Edit] = []
+    for n, item in enumerate(items, 1):
+        where = f"{cid}: expected" + (f" {n}" if len(items) > 1 else "")
+        path, old, new = item["path"], item["old"], item["new"]
+        if path not in files:
+            raise CaseError(f"{where}: no file {path!r}")
+        if old == new:
+            raise CaseError(f"{where}: the edit changes nothing")
+        at = locate(files[path], old, item.get("occurrence"), f"{where} ({path})")
+        edits.append(Edit(path, at, at + len(old), new))
+    edits.sort(key=lambda e: (e.path, e.start, e.end))
+    for a, b in zip(edits, edits[1:], strict=False):
+        if a.path == b.path and (b.start < a.end or b.start == a.start):
+            raise CaseError(f"{cid}: expected edits overlap in {a.path} at offsets {a.start} and {b.start}")
+    return edits
+
+
 def build_case(src: dict[str, Any]) -> Case:
     cid = src["id"]
     category = src["category"]
@@ -105,13 +131,7 @@ def build_case(src: dict[str, Any]) -> Case:
     if exp is not None:
         if category.startswith("no-edit/"):
             raise CaseError(f"{cid}: a {category} case must expect None")
-        path, old, new = exp["path"], exp["old"], exp["new"]
-        if path not in files:
-            raise CaseError(f"{cid}: expected: no file {path!r}")
-        if old == new:
-            raise CaseError(f"{cid}: expected edit changes nothing")
-        at = locate(files[path], old, exp.get("occurrence"), f"{cid}: expected ({path})")
-        expected = [Edit(path, at, at + len(old), new)]
+        expected = expected_edits(cid, files, exp)
     elif not category.startswith("no-edit/"):
         raise CaseError(f"{cid}: a {category} case needs an expected edit")
     meta: dict[str, str | int | float] = {"category": category, "note": src["note"], "source": "curated"}

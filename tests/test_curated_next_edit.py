@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.cases import apply_to_files, diff_path, history_states, read_cases
+from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
+from engine.textdiff import line_span
+from evals.cases import apply_edits, apply_to_files, diff_path, history_states, read_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 CURATED = ROOT / "evals" / "data" / "next_edit" / "curated.jsonl"
@@ -73,8 +75,31 @@ def test_history_unapplies_to_the_before_text(cases):
 def test_every_expected_edit_changes_the_text(cases):
     for c in cases:
         if c.expected is not None:
-            assert len(c.expected) == 1
+            assert c.expected, c.id
             assert apply_to_files(c.files, c.expected) != c.files, c.id
+            for e in c.expected:
+                assert c.files[e.path][e.start:e.end] != e.text, c.id
+                apply_edits(c.files[e.path], [x for x in c.expected if x.path == e.path])  # no overlap
+
+
+def test_truths_follow_the_editable_region(cases):
+    """below/above/complete: every expected edit lies in the cursor's editable region (cursor line, 6 above,
+    8 below); jump: the one expected edit lies outside it (another file, or beyond those lines)."""
+    for c in cases:
+        cat = c.meta["category"]
+        if c.expected is None:
+            continue
+        start, end = line_span(c.files[c.path], c.cursor.offset, EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
+
+        def inside(e, start=start, end=end, path=c.path):
+            return e.path == path and start <= e.start and e.end <= end
+
+        if cat == "next-edit/jump":
+            assert len(c.expected) == 1, c.id
+            assert not inside(c.expected[0]), c.id
+        else:
+            assert cat in ("next-edit/below", "next-edit/above", "next-edit/complete"), (c.id, cat)
+            assert all(inside(e) for e in c.expected), c.id
 
 
 def test_bad_snippets_fail_loudly():
@@ -89,3 +114,19 @@ def test_bad_snippets_fail_loudly():
         build.build_case({**base, "steps": [{"path": "a.py", "old": "c = 3", "new": "c = 4"}]})
     with pytest.raises(build.CaseError, match="cursor"):
         build.build_case({**base, "cursor": {"path": "a.py", "after": "zzz"}})
+
+
+def test_expected_may_be_a_list_of_edits():
+    base = {"id": "x", "category": "next-edit/below", "language": "python",
+            "files_before": {"a.py": "a = 1\nb = a\nc = a\n"},
+            "steps": [{"path": "a.py", "old": "a = 1", "new": "z = 1"}], "note": "n"}
+    two = [{"path": "a.py", "old": "c = a", "new": "c = z"}, {"path": "a.py", "old": "b = a", "new": "b = z"}]
+    got = build.build_case({**base, "expected": two}).expected
+    assert [(e.start, e.end, e.text) for e in got] == [(6, 11, "b = z"), (12, 17, "c = z")]
+    with pytest.raises(build.CaseError, match="overlap"):
+        build.build_case({**base, "expected": [{"path": "a.py", "old": "b = a", "new": "b = z"},
+                                               {"path": "a.py", "old": "a\nc", "new": "z\nc"}]})
+    with pytest.raises(build.CaseError, match="changes nothing"):
+        build.build_case({**base, "expected": [two[0], {"path": "a.py", "old": "b", "new": "b"}]})
+    with pytest.raises(build.CaseError, match="empty list"):
+        build.build_case({**base, "expected": []})

@@ -399,9 +399,14 @@ CASES = [
         "files_before": {"fetch/fetch.go": FETCH_GO},
         "steps": [{"path": "fetch/fetch.go", "old": "\tresp, err := http.Get(url)", "new": "\tres, err := http.Get(url)"}],
         "cursor": {"path": "fetch/fetch.go", "after": "\tres"},
-        "expected": {"path": "fetch/fetch.go", "old": "\tdefer resp.Body.Close()", "new": "\tdefer res.Body.Close()"},
-        "note": "resp renamed to res; the first use below is the deferred Close four lines down (StatusCode, "
-                "Status and ReadAll follow)",
+        "expected": [
+            {"path": "fetch/fetch.go", "old": "\tdefer resp.Body.Close()", "new": "\tdefer res.Body.Close()"},
+            {"path": "fetch/fetch.go", "old": "\tif resp.StatusCode", "new": "\tif res.StatusCode"},
+            {"path": "fetch/fetch.go", "old": "url, resp.Status)", "new": "url, res.Status)"},
+            {"path": "fetch/fetch.go", "old": "io.ReadAll(resp.Body)", "new": "io.ReadAll(res.Body)"},
+        ],
+        "note": "resp renamed to res; its remaining uses (the deferred Close, StatusCode, Status, ReadAll) are "
+                "all in the region",
     },
     {
         "id": "go-below-rename-receiver",
@@ -410,9 +415,17 @@ CASES = [
         "files_before": {"server/server.go": SERVER_GO},
         "steps": [{"path": "server/server.go", "old": "func (s *Server) Start(", "new": "func (srv *Server) Start("}],
         "cursor": {"path": "server/server.go", "after": "func (srv"},
-        "expected": {"path": "server/server.go", "old": "\ts.mu.Lock()\n\tdefer s.mu.Unlock()\n\tif s.running",
-                     "new": "\tsrv.mu.Lock()\n\tdefer s.mu.Unlock()\n\tif s.running"},
-        "note": "Start's receiver renamed s -> srv; the first use is s.mu.Lock() on the next line (Running "
+        "expected": [
+            {"path": "server/server.go", "old": "\ts.mu.Lock()", "new": "\tsrv.mu.Lock()", "occurrence": 1},
+            {"path": "server/server.go", "old": "\tdefer s.mu.Unlock()",
+             "new": "\tdefer srv.mu.Unlock()", "occurrence": 1},
+            {"path": "server/server.go", "old": "\tif s.running {", "new": "\tif srv.running {"},
+            {"path": "server/server.go", "old": "\ts.srv = &http.Server", "new": "\tsrv.srv = &http.Server"},
+            {"path": "server/server.go", "old": "\ts.running = true", "new": "\tsrv.running = true"},
+            {"path": "server/server.go", "old": "\tgo s.srv.ListenAndServe()",
+             "new": "\tgo srv.srv.ListenAndServe()"},
+        ],
+        "note": "Start's receiver renamed s -> srv; its six uses in Start's body are all in the region (Running "
                 "keeps its own s)",
     },
     {
@@ -422,8 +435,17 @@ CASES = [
         "files_before": {"keys/keys.go": KEYS_GO},
         "steps": [{"path": "keys/keys.go", "old": "\tbuf := make([]byte, 0, 64)", "new": "\tkey := make([]byte, 0, 64)"}],
         "cursor": {"path": "keys/keys.go", "after": "\tkey"},
-        "expected": {"path": "keys/keys.go", "old": "\tbuf = append(buf, prefix...)", "new": "\tkey = append(key, prefix...)"},
-        "note": "buf renamed to key; the next line appends to it (the loop's appends follow)",
+        "expected": [
+            {"path": "keys/keys.go", "old": "\tbuf = append(buf, prefix...)",
+             "new": "\tkey = append(key, prefix...)"},
+            {"path": "keys/keys.go", "old": "\t\tbuf = append(buf, ':')",
+             "new": "\t\tkey = append(key, ':')"},
+            {"path": "keys/keys.go", "old": "\t\tbuf = strconv.AppendInt(buf,",
+             "new": "\t\tkey = strconv.AppendInt(key,"},
+            {"path": "keys/keys.go", "old": "\treturn string(buf)", "new": "\treturn string(key)"},
+        ],
+        "note": "buf renamed to key; its remaining uses (the prefix append, the loop's appends, the return) are "
+                "all in the region (Split's key parameter is another function)",
     },
     {
         "id": "go-above-ctx-param",
@@ -497,9 +519,14 @@ CASES = [
             {"path": "parse/pair.go", "old": "errors.New(fmt.Sprintf(\"no '=' in %q\", s))", "new": "fmt.Errorf(\"no '=' in %q\", s)"},
             {"path": "parse/pair.go", "old": 'errors.New(fmt.Sprintf("bad key %q", left))', "new": 'fmt.Errorf("bad key %q", left)'},
         ],
-        "expected": {"path": "parse/pair.go", "old": 'errors.New(fmt.Sprintf("bad value %q", right))',
-                     "new": 'fmt.Errorf("bad value %q", right)'},
-        "note": "two of four errors.New(fmt.Sprintf(...)) turned into fmt.Errorf; the bad value one is next",
+        "expected": [
+            {"path": "parse/pair.go", "old": 'errors.New(fmt.Sprintf("bad value %q", right))',
+             "new": 'fmt.Errorf("bad value %q", right)'},
+            {"path": "parse/pair.go", "old": 'errors.New(fmt.Sprintf("negative value %d", v))',
+             "new": 'fmt.Errorf("negative value %d", v)'},
+        ],
+        "note": "two of four errors.New(fmt.Sprintf(...)) turned into fmt.Errorf; the other two (bad value, "
+                "negative value) are in the region (the then unused errors import is outside it)",
     },
     {
         "id": "go-complete-pasted-route",

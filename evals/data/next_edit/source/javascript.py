@@ -296,9 +296,14 @@ CASES = [
         "steps": [{"path": "contact.js", "old": '  const btn = document.querySelector("#send");',
                    "new": '  const sendButton = document.querySelector("#send");'}],
         "cursor": {"path": "contact.js", "after": "  const sendButton"},
-        "expected": {"path": "contact.js", "old": '  btn.addEventListener("click"', "new": '  sendButton.addEventListener("click"'},
-        "note": "btn renamed to sendButton; the next use is addEventListener on the next line (the disabled "
-                "toggles follow)",
+        "expected": [
+            {"path": "contact.js", "old": '  btn.addEventListener("click"',
+             "new": '  sendButton.addEventListener("click"'},
+            {"path": "contact.js", "old": "    btn.disabled = true;",
+             "new": "    sendButton.disabled = true;"},
+        ],
+        "note": "btn renamed to sendButton; in the region its uses are addEventListener and disabled = true (the "
+                "disabled = false in finally is more than 8 lines below, a later step)",
     },
     {
         "id": "js-below-rename-param",
@@ -307,9 +312,13 @@ CASES = [
         "files_before": {"stats.js": STATS_JS},
         "steps": [{"path": "stats.js", "old": "function mean(arr) {", "new": "function mean(values) {"}],
         "cursor": {"path": "stats.js", "after": "function mean(values"},
-        "expected": {"path": "stats.js", "old": "  if (arr.length === 0) {", "new": "  if (values.length === 0) {"},
-        "note": "mean's parameter renamed; the first use is the emptiness check on the next line; sum and "
-                "variance have their own arr",
+        "expected": [
+            {"path": "stats.js", "old": "  if (arr.length === 0) {", "new": "  if (values.length === 0) {"},
+            {"path": "stats.js", "old": "  return sum(arr) / arr.length;",
+             "new": "  return sum(values) / values.length;"},
+        ],
+        "note": "mean's parameter renamed; its remaining uses, the emptiness check and the return, are in the "
+                "region; sum and variance have their own arr",
     },
     {
         "id": "js-below-rename-port",
@@ -319,8 +328,11 @@ CASES = [
         "steps": [{"path": "server.js", "old": "const port = Number(process.env.PORT)",
                    "new": "const httpPort = Number(process.env.PORT)"}],
         "cursor": {"path": "server.js", "after": "const httpPort"},
-        "expected": {"path": "server.js", "old": "app.listen(port, host", "new": "app.listen(httpPort, host"},
-        "note": "port renamed to httpPort; the next use is app.listen three lines below (the log line follows)",
+        "expected": [
+            {"path": "server.js", "old": "app.listen(port, host", "new": "app.listen(httpPort, host"},
+            {"path": "server.js", "old": "http://${host}:${port}", "new": "http://${host}:${httpPort}"},
+        ],
+        "note": "port renamed to httpPort; its remaining uses, app.listen and the log line, are in the region",
     },
     {
         "id": "js-above-options-param",
@@ -411,10 +423,14 @@ CASES = [
             {"path": "signup.js", "old": "  const phoneInput", "new": "  const emailInput", "occurrence": 2},
         ],
         "cursor": {"path": "signup.js", "after": "  const emailInput"},
-        "expected": {"path": "signup.js", "old": 'emailInput = form.querySelector("#phone");',
-                     "new": 'emailInput = form.querySelector("#email");'},
+        "expected": [
+            {"path": "signup.js", "old": 'emailInput = form.querySelector("#phone");',
+             "new": 'emailInput = form.querySelector("#email");'},
+            {"path": "signup.js", "old": "    phone: phoneInput.value.trim(),\n",
+             "new": "    phone: phoneInput.value.trim(),\n    email: emailInput.value.trim(),\n"},
+        ],
         "note": "a pasted line renamed emailInput; like its neighbours (nameInput -> #name) its selector must "
-                "become #email",
+                "become #email, and like them it is read into the returned object (a few lines below)",
     },
     {
         "id": "js-noise-new-function-body",

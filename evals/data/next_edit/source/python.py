@@ -335,9 +335,16 @@ CASES = [
         "files_before": {"settings.py": SETTINGS_PY},
         "steps": [{"path": "settings.py", "old": "    data = json.loads(raw)", "new": "    config = json.loads(raw)"}],
         "cursor": {"path": "settings.py", "after": "    config"},
-        "expected": {"path": "settings.py", "old": "isinstance(data, dict)", "new": "isinstance(config, dict)"},
-        "note": "renamed data -> config at its assignment; the first use after the cursor is the isinstance "
-                "check on the next line (the setdefault lines and the return follow)",
+        "expected": [
+            {"path": "settings.py", "old": "isinstance(data, dict)", "new": "isinstance(config, dict)"},
+            {"path": "settings.py", "old": '    data.setdefault("theme"',
+             "new": '    config.setdefault("theme"'},
+            {"path": "settings.py", "old": '    data.setdefault("font_size"',
+             "new": '    config.setdefault("font_size"'},
+            {"path": "settings.py", "old": "    return data\n", "new": "    return config\n"},
+        ],
+        "note": "renamed data -> config at its assignment; every remaining use (the isinstance check, both "
+                "setdefault lines, the return) is in the editable region, so all four are renamed together",
     },
     {
         "id": "py-below-rename-loop-local",
@@ -347,9 +354,13 @@ CASES = [
         "steps": [{"path": "inventory.py", "old": '            count = delivery["count"]',
                    "new": '            quantity = delivery["count"]'}],
         "cursor": {"path": "inventory.py", "after": "            quantity"},
-        "expected": {"path": "inventory.py", "old": "if count <= 0:", "new": "if quantity <= 0:"},
-        "note": "local count renamed to quantity in restock; its next use is the check one line below "
-                "(add()'s own parameter count is another scope and stays)",
+        "expected": [
+            {"path": "inventory.py", "old": "if count <= 0:", "new": "if quantity <= 0:"},
+            {"path": "inventory.py", "old": "            self.add(sku, count)",
+             "new": "            self.add(sku, quantity)"},
+        ],
+        "note": "local count renamed to quantity in restock; its two remaining uses (the check and the add call) "
+                "are right below, in the region (add()'s own parameter count is another scope and stays)",
     },
     {
         "id": "py-below-rename-loop-var",
@@ -359,9 +370,14 @@ CASES = [
         "steps": [{"path": "report.py", "old": "    for row in rows:\n        user_id",
                    "new": "    for user in rows:\n        user_id"}],
         "cursor": {"path": "report.py", "after": "    for user"},
-        "expected": {"path": "report.py", "old": '        user_id = row["id"]', "new": '        user_id = user["id"]'},
-        "note": "loop variable row -> user in rows_to_csv; the first use below is user_id's line (the writerow "
-                "line follows); count_domains' own row loop is untouched",
+        "expected": [
+            {"path": "report.py", "old": '        user_id = row["id"]',
+             "new": '        user_id = user["id"]'},
+            {"path": "report.py", "old": '[user_id, row["name"], row["email"]]',
+             "new": '[user_id, user["name"], user["email"]]'},
+        ],
+        "note": "loop variable row -> user in rows_to_csv; its remaining uses are user_id's line and the writerow "
+                "line, both in the region; count_domains' own row loop (also partly in the region) is untouched",
     },
     {
         "id": "py-above-rename-at-use",
@@ -430,8 +446,14 @@ CASES = [
             {"path": "paths.py", "old": '"src": os.path.join(root, "src"),', "new": '"src": root / "src",'},
             {"path": "paths.py", "old": '"tests": os.path.join(root, "tests"),', "new": '"tests": root / "tests",'},
         ],
-        "expected": {"path": "paths.py", "old": '"docs": os.path.join(root, "docs"),', "new": '"docs": root / "docs",'},
-        "note": "two of four os.path.join entries converted to pathlib's /; the next is docs, right below",
+        "expected": [
+            {"path": "paths.py", "old": '"docs": os.path.join(root, "docs"),',
+             "new": '"docs": root / "docs",'},
+            {"path": "paths.py", "old": '"build": os.path.join(root, "build"),',
+             "new": '"build": root / "build",'},
+        ],
+        "note": "two of four os.path.join entries converted to pathlib's /; the other two (docs, build) are right "
+                "below, in the region (the then unused import os is outside it)",
     },
     {
         "id": "py-complete-pasted-property",

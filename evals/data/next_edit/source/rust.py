@@ -343,8 +343,13 @@ CASES = [
         "files_before": {"src/table.rs": TABLE_RS},
         "steps": [{"path": "src/table.rs", "old": "    let mut buf = String::new();", "new": "    let mut out = String::new();"}],
         "cursor": {"path": "src/table.rs", "after": "    let mut out"},
-        "expected": {"path": "src/table.rs", "old": '    buf.push_str("name', "new": '    out.push_str("name'},
-        "note": "buf renamed to out; the next line pushes the header into it (writeln! and the tail follow)",
+        "expected": [
+            {"path": "src/table.rs", "old": '    buf.push_str("name', "new": '    out.push_str("name'},
+            {"path": "src/table.rs", "old": "writeln!(buf,", "new": "writeln!(out,"},
+            {"path": "src/table.rs", "old": "    buf\n}", "new": "    out\n}"},
+        ],
+        "note": "buf renamed to out; its remaining uses (push_str, writeln!, the tail expression) are all in the "
+                "region",
     },
     {
         "id": "rs-below-rename-param",
@@ -365,8 +370,12 @@ CASES = [
         "steps": [{"path": "src/stats.rs", "old": "if let Some(e) = self.stats.get_mut(key)",
                    "new": "if let Some(stat) = self.stats.get_mut(key)"}],
         "cursor": {"path": "src/stats.rs", "after": "if let Some(stat"},
-        "expected": {"path": "src/stats.rs", "old": "            e.hits += 1;", "new": "            stat.hits += 1;"},
-        "note": "the if-let binding renamed e -> stat; the first use is the next line (last_seen follows)",
+        "expected": [
+            {"path": "src/stats.rs", "old": "            e.hits += 1;", "new": "            stat.hits += 1;"},
+            {"path": "src/stats.rs", "old": "            e.last_seen = now;",
+             "new": "            stat.last_seen = now;"},
+        ],
+        "note": "the if-let binding renamed e -> stat; its two uses (hits, last_seen) are the next lines",
     },
     {
         "id": "rs-above-param-verbose",
@@ -377,10 +386,15 @@ CASES = [
                    "new": "    if verbose {\n        eprintln!(\"running {} {:?}\", cmd.name, cmd.args);\n    }\n"
                           "    let mut child = Process::new"}],
         "cursor": {"path": "src/run.rs", "after": "cmd.name, cmd.args);\n    }"},
-        "expected": {"path": "src/run.rs", "old": "pub fn run(cmd: &Command) -> io::Result<ExitStatus> {",
-                     "new": "pub fn run(cmd: &Command, verbose: bool) -> io::Result<ExitStatus> {"},
-        "note": "run's body now reads verbose; the signature three lines above must take it (the call in "
-                "run_all comes after that)",
+        "expected": [
+            {"path": "src/run.rs", "old": "pub fn run(cmd: &Command) -> io::Result<ExitStatus> {",
+             "new": "pub fn run(cmd: &Command, verbose: bool) -> io::Result<ExitStatus> {"},
+            {"path": "src/run.rs", "old": "pub fn run_all(cmds: &[Command]) -> io::Result<()> {",
+             "new": "pub fn run_all(cmds: &[Command], verbose: bool) -> io::Result<()> {"},
+            {"path": "src/run.rs", "old": "run(cmd)?", "new": "run(cmd, verbose)?"},
+        ],
+        "note": "run's body now reads verbose; the signature three lines above must take it, and its one call "
+                "site, in run_all within the region, must pass it: run_all takes verbose too and passes it on",
     },
     {
         "id": "rs-above-rename-at-use",
@@ -445,8 +459,13 @@ CASES = [
             {"path": "src/db.rs", "old": 'env::var("DB_HOST").unwrap();', "new": 'env::var("DB_HOST")?;'},
             {"path": "src/db.rs", "old": 'env::var("DB_PORT").unwrap();', "new": 'env::var("DB_PORT")?;'},
         ],
-        "expected": {"path": "src/db.rs", "old": 'env::var("DB_USER").unwrap();', "new": 'env::var("DB_USER")?;'},
-        "note": "two of four unwraps turned into ? (the function returns Result<_, VarError>); DB_USER is next",
+        "expected": [
+            {"path": "src/db.rs", "old": 'env::var("DB_USER").unwrap();', "new": 'env::var("DB_USER")?;'},
+            {"path": "src/db.rs", "old": 'env::var("DB_PASSWORD").unwrap();',
+             "new": 'env::var("DB_PASSWORD")?;'},
+        ],
+        "note": "two of four unwraps turned into ? (the function returns Result<_, VarError>); DB_USER and "
+                "DB_PASSWORD are the next lines",
     },
     {
         "id": "rs-complete-pasted-from-impl",
@@ -461,10 +480,15 @@ CASES = [
              "occurrence": 2},
         ],
         "cursor": {"path": "src/error.rs", "after": "impl From<ParseIntError"},
-        "expected": {"path": "src/error.rs", "old": "    fn from(e: io::Error) -> Self {", "new": "    fn from(e: ParseIntError) -> Self {",
-                     "occurrence": 2},
-        "note": "the From<io::Error> impl pasted and its trait changed to From<ParseIntError>; the next line's "
-                "parameter type comes first (then the Parse variant)",
+        "expected": [
+            {"path": "src/error.rs", "old": "    fn from(e: io::Error) -> Self {",
+             "new": "    fn from(e: ParseIntError) -> Self {", "occurrence": 2},
+            {"path": "src/error.rs", "old": "        AppError::Io(e)\n",
+             "new": "        AppError::Parse(e)\n", "occurrence": 2},
+        ],
+        "note": "the From<io::Error> impl pasted and its trait changed to From<ParseIntError>; its body still "
+                "takes an io::Error and builds the Io variant: the parameter type and the Parse variant, the next "
+                "two lines",
     },
     {
         "id": "rs-noise-doc-typo",

@@ -322,9 +322,12 @@ CASES = [
         "files_before": {"catalog.ts": CATALOG_TS},
         "steps": [{"path": "catalog.ts", "old": "  const items = await res.json();", "new": "  const products = await res.json();"}],
         "cursor": {"path": "catalog.ts", "after": "  const products"},
-        "expected": {"path": "catalog.ts", "old": "Array.isArray(items)", "new": "Array.isArray(products)"},
-        "note": "items renamed to products; its next use is the Array.isArray check on the next line (the "
-                "filter in the return follows)",
+        "expected": [
+            {"path": "catalog.ts", "old": "Array.isArray(items)", "new": "Array.isArray(products)"},
+            {"path": "catalog.ts", "old": "return items.filter(", "new": "return products.filter("},
+        ],
+        "note": "items renamed to products; its remaining uses, the Array.isArray check and the filter in the "
+                "return, are both in the region",
     },
     {
         "id": "ts-below-rename-param",
@@ -334,9 +337,12 @@ CASES = [
         "steps": [{"path": "render.ts", "old": "export function renderTodos(el: HTMLElement",
                    "new": "export function renderTodos(list: HTMLElement"}],
         "cursor": {"path": "render.ts", "after": "renderTodos(list"},
-        "expected": {"path": "render.ts", "old": '  el.innerHTML = "";', "new": '  list.innerHTML = "";'},
-        "note": "parameter el -> list in renderTodos; first use is the next line (appendChild follows); "
-                "renderCount's el is its own parameter",
+        "expected": [
+            {"path": "render.ts", "old": '  el.innerHTML = "";', "new": '  list.innerHTML = "";'},
+            {"path": "render.ts", "old": "el.appendChild(li)", "new": "list.appendChild(li)"},
+        ],
+        "note": "parameter el -> list in renderTodos; its remaining uses (innerHTML, appendChild) are in the "
+                "region; renderCount's el is its own parameter",
     },
     {
         "id": "ts-below-rename-property",
@@ -424,9 +430,14 @@ CASES = [
             {"path": "form.ts", "old": 'const email = document.getElementById("email") as HTMLInputElement;',
              "new": 'const email = document.querySelector<HTMLInputElement>("#email")!;'},
         ],
-        "expected": {"path": "form.ts", "old": 'const password = document.getElementById("password") as HTMLInputElement;',
-                     "new": 'const password = document.querySelector<HTMLInputElement>("#password")!;'},
-        "note": "two of four getElementById casts converted to querySelector<HTMLInputElement>; password is next",
+        "expected": [
+            {"path": "form.ts", "old": 'const password = document.getElementById("password") as HTMLInputElement;',
+             "new": 'const password = document.querySelector<HTMLInputElement>("#password")!;'},
+            {"path": "form.ts", "old": 'const terms = document.getElementById("terms") as HTMLInputElement;',
+             "new": 'const terms = document.querySelector<HTMLInputElement>("#terms")!;'},
+        ],
+        "note": "two of four getElementById casts converted to querySelector<HTMLInputElement>; the other two "
+                "(password, terms) are the next lines",
     },
     {
         "id": "ts-complete-pasted-selector",
