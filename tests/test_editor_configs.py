@@ -23,7 +23,8 @@ EDITORS = ROOT / "editors"
 VSCODE = EDITORS / "vscode"
 PKG = json.loads((VSCODE / "package.json").read_text())
 PROPS = PKG["contributes"]["configuration"]["properties"]
-CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs"}
+CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs",
+               "editServer.nextEdit.chain"}
 HTTP_ONLY = {"http"}  # `edit-server http` settings: nothing for an editor
 FIX = "run `python editors/vscode/sync_settings.py --write` and describe new keys in package.json"
 

@@ -22,7 +22,9 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = HERE / "package.json"
 PREFIX = "editServer."
 SKIP = {"http"}  # `edit-server http` only: no meaning for an editor
-CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs"}  # the extension's own
+# the extension's own
+CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs",
+               "editServer.nextEdit.chain"}
 
 
 def _schema(t: Any) -> dict[str, Any]:

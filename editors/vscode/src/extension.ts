@@ -2,7 +2,9 @@
 // - inline completions (FIM): LSP 3.18 textDocument/inlineCompletion, wired by the client library;
 //   accepting an item runs its `editServer.accept` command on the server (workspace/executeCommand).
 // - next edits: textDocument/copilotInlineEdit, rendered here with decorations (deleted text struck
-//   through, inserted text shown after it), accepted or dismissed with commands.
+//   through, inserted text shown after it), accepted or dismissed with commands. An edit far from the
+//   cursor or in another document (a jump) shows as a marker after the cursor's line instead; accepting
+//   goes there first, then accepts. After an accept the next edit is asked for at once (a chain).
 import * as vscode from "vscode";
 import {
   CancellationTokenSource,
@@ -17,6 +19,11 @@ const INLINE_EDIT = "textDocument/copilotInlineEdit";
 const DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit";
 const STATUS = "$/editServer/status";
 const CONTEXT_KEY = "editServer.editShown";
+/** A jump marker shows, or the edit it led to: Tab goes there, then accepts. */
+const JUMP_CONTEXT_KEY = "editServer.jumpShown";
+/** An edit starting more than this many lines below / above the cursor is a jump target. */
+const JUMP_BELOW = 8;
+const JUMP_ABOVE = 6;
 
 interface LspPosition { line: number; character: number }
 interface LspRange { start: LspPosition; end: LspPosition }
@@ -26,6 +33,7 @@ interface InlineEdit {
   range: LspRange;
   textDocument: { uri: string; version: number };
   command?: LspCommand;
+  jump?: boolean; // away from the cursor (or in another document): shown as a marker to go to
 }
 interface InlineEditResult { edits: InlineEdit[] }
 interface Status {
@@ -35,7 +43,7 @@ interface Status {
 }
 
 /** Settings of the extension itself, not sent to the server. */
-export const CLIENT_ONLY = new Set(["command", "nextEdit.auto", "nextEdit.delayMs"]);
+export const CLIENT_ONLY = new Set(["command", "nextEdit.auto", "nextEdit.delayMs", "nextEdit.chain"]);
 
 let client: LanguageClient | undefined;
 let nextEdits: NextEditController | undefined;
@@ -78,6 +86,39 @@ function createClient(output: vscode.LogOutputChannel, keys: string[]): Language
   return new LanguageClient("editServer", "edit-server", serverOptions, clientOptions);
 }
 
+/** Whether `edit`, answered for the cursor on `line` of the document `uri`, is a jump: flagged by the server,
+ * in another document, or starting more than JUMP_BELOW lines below / JUMP_ABOVE above the cursor. */
+export function isJump(edit: InlineEdit, uri: string, line: number): boolean {
+  if (edit.jump === true) return true;
+  if (edit.textDocument?.uri && edit.textDocument.uri !== uri) return true;
+  const start = edit.range.start.line;
+  return start > line + JUMP_BELOW || start < line - JUMP_ABOVE;
+}
+
+/** The marker's text: "  ⇥ next edit: L120" (this document) or "  ⇥ next edit: other.py:12". */
+export function jumpLabel(edit: InlineEdit, uri: string): string {
+  const line = edit.range.start.line + 1;
+  const target = edit.textDocument?.uri;
+  if (!target || target === uri) return `  ⇥ next edit: L${line}`;
+  const name = target.replace(/[?#].*$/, "").split("/").pop() || target;
+  let base = name;
+  try {
+    base = decodeURIComponent(name);
+  } catch {
+    // keep it encoded
+  }
+  return `  ⇥ next edit: ${base}:${line}`;
+}
+
+interface Shown {
+  editor: vscode.TextEditor;
+  edit: InlineEdit;
+  version: number;
+  range: vscode.Range;
+  /** a jump target not drawn yet: the target document's version when the reply came (when open) */
+  jump?: { version?: number };
+}
+
 export class NextEditController implements vscode.Disposable {
   private readonly deleted = vscode.window.createTextEditorDecorationType({
     backgroundColor: new vscode.ThemeColor("diffEditor.removedTextBackground"),
@@ -89,21 +130,36 @@ export class NextEditController implements vscode.Disposable {
       backgroundColor: new vscode.ThemeColor("diffEditor.insertedTextBackground"),
     },
   });
-  private shown: { editor: vscode.TextEditor; edit: InlineEdit; version: number; range: vscode.Range } | undefined;
+  private readonly marker = vscode.window.createTextEditorDecorationType({
+    after: { color: new vscode.ThemeColor("editorCodeLens.foreground"), fontStyle: "italic" },
+  });
+  private shown: Shown | undefined;
   private pending: CancellationTokenSource | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** the document version an accept left when it asked for the next edit itself (no second, delayed ask) */
+  private chained: { doc: vscode.TextDocument; version: number } | undefined;
+  /** the request an accept made for the next edit (chain), for tests and callers that wait on it */
+  chain: Promise<boolean> | undefined;
   private readonly subscriptions: vscode.Disposable[] = [];
 
   constructor(private readonly lc: LanguageClient) {
     this.subscriptions.push(
       vscode.workspace.onDidChangeTextDocument((e) => this.onChange(e)),
-      vscode.window.onDidChangeActiveTextEditor(() => this.dismiss()),
+      // another editor: drop the suggestion, unless it is the one a jump just went to
+      vscode.window.onDidChangeActiveTextEditor((ed) => {
+        if (!this.shown || ed?.document !== this.shown.editor.document) this.dismiss();
+      }),
     );
   }
 
   private onChange(e: vscode.TextDocumentChangeEvent): void {
     if (e.contentChanges.length === 0) return;
-    if (this.shown && this.shown.editor.document === e.document) this.dismiss();
+    // a suggestion made for the text as it is now stays (the change event may come after the reply of the
+    // request an accept sent at once)
+    if (this.shown && this.shown.editor.document === e.document && this.shown.version !== e.document.version) {
+      this.dismiss();
+    }
+    if (this.chained && this.chained.doc === e.document && this.chained.version === e.document.version) return;
     const cfg = vscode.workspace.getConfiguration("editServer");
     const editor = vscode.window.activeTextEditor;
     if (!cfg.get<boolean>("nextEdit.auto", true) || !editor || editor.document !== e.document) return;
@@ -131,7 +187,64 @@ export class NextEditController implements vscode.Disposable {
     if (source.token.isCancellationRequested || doc.version !== version) return false;
     const edit = result?.edits?.[0];
     if (!edit) return false;
-    return this.show(editor, edit, version);
+    const line = params.position.line;
+    const shown = isJump(edit, doc.uri.toString(), line)
+      ? this.showJump(editor, edit, version, line)
+      : this.show(editor, edit, version);
+    if (shown) void this.lc.sendNotification(DID_SHOW_INLINE_EDIT, { item: edit });
+    return shown;
+  }
+
+  /** The document of `uri` when it is open. */
+  private openDocument(uri: string): vscode.TextDocument | undefined {
+    return vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri);
+  }
+
+  /** A jump target: a marker after the cursor's line; the edit is drawn once the user goes there. */
+  private showJump(editor: vscode.TextEditor, edit: InlineEdit, version: number, line: number): boolean {
+    this.dismiss();
+    const uri = editor.document.uri.toString();
+    const target = edit.textDocument?.uri && edit.textDocument.uri !== uri ? this.openDocument(edit.textDocument.uri)
+      : editor.document;
+    const range = this.lc.protocol2CodeConverter.asRange(edit.range);
+    if (target && target.getText(range) === edit.text) return false; // changes nothing
+    const at = editor.document.lineAt(Math.min(line, editor.document.lineCount - 1)).range.end;
+    editor.setDecorations(this.marker, [{
+      range: new vscode.Range(at, at),
+      hoverMessage: new vscode.MarkdownString().appendCodeblock(edit.text, editor.document.languageId),
+      renderOptions: { after: { contentText: jumpLabel(edit, uri).replace(/ /g, "\u00a0") } },
+    }]);
+    this.shown = { editor, edit, version, range, jump: { version: target?.version } };
+    void vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
+    void vscode.commands.executeCommand("setContext", JUMP_CONTEXT_KEY, true);
+    return true;
+  }
+
+  /** Go to the shown jump target: the cursor moves to the edit's start (opening its document if it is
+   * another one) and the edit is drawn there; accepting it is the next step. */
+  async jump(): Promise<boolean> {
+    const shown = this.shown;
+    if (!shown?.jump) return false;
+    this.dismiss();
+    if (shown.editor.document.version !== shown.version) return false;
+    const uri = shown.edit.textDocument?.uri;
+    let editor = shown.editor;
+    if (uri && uri !== editor.document.uri.toString()) {
+      try {
+        const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(uri));
+        if (shown.jump.version !== undefined && doc.version !== shown.jump.version) return false; // changed since
+        editor = await vscode.window.showTextDocument(doc);
+      } catch (err) {
+        this.lc.debug(`next edit: cannot open ${uri}: ${String(err)}`);
+        return false;
+      }
+    }
+    const range = this.lc.protocol2CodeConverter.asRange(shown.edit.range);
+    editor.selection = new vscode.Selection(range.start, range.start);
+    editor.revealRange(range, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    if (!this.show(editor, shown.edit, editor.document.version)) return false;
+    void vscode.commands.executeCommand("setContext", JUMP_CONTEXT_KEY, true);
+    return true;
   }
 
   private show(editor: vscode.TextEditor, edit: InlineEdit, version: number): boolean {
@@ -159,15 +272,19 @@ export class NextEditController implements vscode.Disposable {
     }]);
     this.shown = { editor, edit, version, range };
     void vscode.commands.executeCommand("setContext", CONTEXT_KEY, true);
-    void this.lc.sendNotification(DID_SHOW_INLINE_EDIT, { item: edit });
     return true;
   }
 
   /** Run the shown edit's command, then apply the edit. The accept goes first (and is awaited): the server
    * reads messages in order, so it records "accepted" before the document change that it would otherwise
-   * log as the suggestion being typed over (rejected). */
+   * log as the suggestion being typed over (rejected). A jump target is gone to first (`jump`) instead;
+   * after an accept the next edit is asked for at the new cursor (`editServer.nextEdit.chain`). */
   async accept(): Promise<boolean> {
     const shown = this.shown;
+    if (shown?.jump) {
+      await this.jump();
+      return false;
+    }
     this.dismiss();
     if (!shown || shown.editor.document.version !== shown.version) return false;
     const cmd = shown.edit.command;
@@ -183,6 +300,11 @@ export class NextEditController implements vscode.Disposable {
     if (!ok) return false;
     const end = shown.editor.document.positionAt(shown.editor.document.offsetAt(shown.range.start) + shown.edit.text.length);
     shown.editor.selection = new vscode.Selection(end, end);
+    if (vscode.workspace.getConfiguration("editServer").get<boolean>("nextEdit.chain", true)) {
+      if (this.timer) clearTimeout(this.timer);
+      this.chained = { doc: shown.editor.document, version: shown.editor.document.version };
+      this.chain = this.request(shown.editor);
+    }
     return true;
   }
 
@@ -190,9 +312,11 @@ export class NextEditController implements vscode.Disposable {
     if (this.shown) {
       this.shown.editor.setDecorations(this.deleted, []);
       this.shown.editor.setDecorations(this.inserted, []);
+      this.shown.editor.setDecorations(this.marker, []);
       this.shown = undefined;
     }
     void vscode.commands.executeCommand("setContext", CONTEXT_KEY, false);
+    void vscode.commands.executeCommand("setContext", JUMP_CONTEXT_KEY, false);
   }
 
   dispose(): void {
@@ -201,6 +325,7 @@ export class NextEditController implements vscode.Disposable {
     this.dismiss();
     this.deleted.dispose();
     this.inserted.dispose();
+    this.marker.dispose();
     this.subscriptions.forEach((d) => d.dispose());
   }
 }
