@@ -156,6 +156,8 @@ def test_neovim_plugin_against_scripted_server(tmp_path: Path) -> None:
     assert r["statusline_after_inline"] == "edit-server: fim hidden by the gate: score 0.12 < 0.50"
     edit_versions = [e["data"]["version"] for e in events if e["kind"] == "edit"]
     assert edit_versions and edit_versions[0] > 0  # the request carried the buffer version
+    # after the accept the plugin asked again at once (chain, on by default), for the text as accepted
+    assert len(edit_versions) == 2 and edit_versions[1] > edit_versions[0], edit_versions
 
 
 @pytest.mark.e2e
@@ -237,6 +239,12 @@ def test_vscode_manifest() -> None:
     props = pkg["contributes"]["configuration"]["properties"]
     for key in ("editServer.model", "editServer.device", "editServer.gate.enabled", "editServer.command"):
         assert key in props
+    assert props["editServer.nextEdit.chain"]["default"] is True  # ask again after an accept
+    # Tab goes to a jump target (and accepts the edit there) only while its marker shows, never over
+    # an inline suggestion or the suggest widget
+    tab = [k for k in pkg["contributes"]["keybindings"] if k["key"] == "tab"]
+    assert len(tab) == 1 and tab[0]["command"] == "editServer.acceptEdit"
+    assert "editServer.jumpShown" in tab[0]["when"] and "!inlineSuggestionVisible" in tab[0]["when"]
     src = (ROOT / "editors" / "vscode" / "src" / "extension.ts").read_text()
     assert "textDocument/copilotInlineEdit" in src and "textDocument/didShowInlineEdit" in src
     assert "node_modules" in (ROOT / "editors" / "vscode" / ".gitignore").read_text()
@@ -317,3 +325,145 @@ def test_neovim_next_edit_rendering(tmp_path: Path) -> None:
     # 5: an edit that changes nothing is not shown
     assert res[4]["changed"] is False and res[4]["marks"] == []
     assert all(r["changed"] for r in res[:4])
+
+
+# ---- Neovim: jump targets and chains (scripted server) ---------------------------------------------
+JUMP_SERVER = r'''
+import json, sys
+from lsprotocol import types as t
+from pygls.lsp.server import LanguageServer
+
+LOG, REPLIES = sys.argv[1], json.load(open(sys.argv[2]))
+server = LanguageServer("fake-edit-server", "0")
+docs = {}  # file name → [uri, version]
+
+def log(kind, data):
+    with open(LOG, "a") as f:
+        f.write(json.dumps({"kind": kind, "data": data}) + "\n")
+
+@server.feature(t.TEXT_DOCUMENT_DID_OPEN)
+def opened(ls, params):
+    docs[params.text_document.uri.rsplit("/", 1)[-1]] = [params.text_document.uri, params.text_document.version]
+
+@server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
+def changed(ls, params):
+    docs[params.text_document.uri.rsplit("/", 1)[-1]][1] = params.text_document.version
+    log("change", {"uri": params.text_document.uri.rsplit("/", 1)[-1],
+                   "text": "".join(c.text for c in params.content_changes)})
+
+@server.feature("textDocument/copilotInlineEdit")
+def inline_edit(ls, params):
+    name = params.textDocument.uri.rsplit("/", 1)[-1]
+    log("edit", {"uri": name, "line": params.position.line, "character": params.position.character})
+    if not REPLIES:
+        return {"edits": []}
+    r = REPLIES.pop(0)  # {"doc": file name, "text", "range", "jump"?}
+    uri, version = docs[r.pop("doc")]
+    n = len(REPLIES)
+    return {"edits": [{**r, "textDocument": {"uri": uri, "version": version},
+                       "command": {"title": "accept", "command": "editServer.accept",
+                                   "arguments": [{"id": f"e{n}", "kind": "edit", "uri": uri}]}}]}
+
+@server.feature("textDocument/didShowInlineEdit")
+def shown(ls, params):
+    log("shown", {"line": params.item.range.start.line})
+
+@server.command("editServer.accept")
+def accepted(ls, args):
+    log("accept", args[0] if isinstance(args, list) else args)
+
+server.start_io()
+'''
+
+
+@needs_nvim
+def test_neovim_jump_targets_and_chains(tmp_path: Path) -> None:
+    """A far edit (no flag, 119 lines below) and an edit in another file (no flag) show a marker at the
+    cursor's line, not the edit; the accept key goes there (cursor / buffer) and draws it; the next
+    press accepts it and the plugin asks again at once (chain). A flagged near edit is a marker too;
+    the dismiss key drops it. With chain = false, accepting asks nothing more."""
+    work = tmp_path / "ws"
+    (work / ".git").mkdir(parents=True)
+    a_lines = [f"v{i} = {i}" for i in range(130)]
+    a_lines[119] = "old = 1"
+    (work / "a.py").write_text("\n".join(a_lines) + "\n")
+    o_lines = [f"w{i} = {i}" for i in range(20)]
+    o_lines[11] = "y = old"
+    (work / "other.py").write_text("\n".join(o_lines) + "\n")
+    replies = [
+        {"doc": "a.py", "text": "new", "range": _range(119, 0, 119, 3)},
+        {"doc": "other.py", "text": "new", "range": _range(11, 4, 11, 7)},
+        {"doc": "other.py", "text": "w12 = 13", "range": _range(12, 0, 12, 8), "jump": True},
+        {"doc": "other.py", "text": "newer", "range": _range(11, 4, 11, 7)},
+    ]
+    (tmp_path / "replies.json").write_text(json.dumps(replies))
+    server = tmp_path / "jump_server.py"
+    server.write_text(JUMP_SERVER)
+    log = tmp_path / "server.log"
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, str(server), str(log), str(tmp_path / "replies.json")]
+    env = {**os.environ, "ES_PLUGIN": str(NVIM_PLUGIN), "ES_CMD": json.dumps(cmd), "ES_A": str(work / "a.py"),
+           "ES_OTHER": str(work / "other.py"), "ES_OUT": str(out), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    assert NVIM is not None
+    proc = subprocess.run([NVIM, "--headless", "--clean", "-S", str(NVIM_PLUGIN / "tests" / "jump.lua")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert out.is_file(), f"nvim wrote no report (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    r = json.loads(out.read_text())
+    assert "error" not in r, r["error"]
+    assert r["attached"]
+    assert r["is_jump"] == {"below8": False, "below9": True, "above6": False, "above7": True, "flagged": True,
+                            "other_uri": True, "same_uri": False}
+    steps = {s["name"]: s for s in r["steps"]}
+
+    def marker(s: dict[str, Any], buf: str) -> list[dict[str, Any]]:
+        return [m for m in s[f"marks_{buf}"] if (m.get("virt_text") or "").startswith("  ⇥ next edit: ")]
+
+    # 1) far edit: only the marker, at the cursor's line, in its own highlight group; the edit not drawn
+    s = steps["marker_far"]
+    assert r["first_shown"] and s["jump_a"] and s["cursor"] == [1, 0]
+    assert s["marks_a"] == [{"row": 0, "col": 0, "virt_text": "  ⇥ next edit: L120", "virt_pos": "eol",
+                             "virt_hl": "EditServerJump"}]
+    # 2) the key jumps: cursor on the edit, drawn in place (deleted "old" + inline "new" + hint), no marker
+    s = steps["jumped_far"]
+    assert r["jumped"] and s["cursor"] == [120, 0] and s["shown_a"] and not s["jump_a"]
+    assert not marker(s, "a")
+    assert {"row": 119, "col": 0, "hl": "EditServerDelete"} in s["marks_a"]
+    assert any(m.get("virt_text") == "new" and m["virt_pos"] == "inline" for m in s["marks_a"])
+    assert s["line_a120"] == "old = 1"  # not applied yet
+    # 3) the second press accepts; the chain asks at once, at the new cursor: an edit in other.py → marker
+    s = steps["marker_other"]
+    assert r["accepted_far"] and r["chained_far"] and s["line_a120"] == "new = 1"
+    assert s["jump_a"] and [m["virt_text"] for m in marker(s, "a")] == ["  ⇥ next edit: other.py:12"]
+    assert marker(s, "a")[0]["row"] == 119 and s["marks_other"] == []
+    # 4) the key switches to other.py, cursor on the edit, drawn there
+    s = steps["jumped_other"]
+    assert r["jumped_other"] and s["buf"] == "other" and s["cursor"] == [12, 4]
+    assert s["shown_other"] and not s["jump_other"] and not s["shown_a"] and s["marks_a"] == []
+    assert any(m.get("virt_text") == "new" and m["virt_pos"] == "inline" for m in s["marks_other"])
+    # 5) accepted there; the chain asks in other.py: a flagged jump, one line below → a marker all the same
+    s = steps["marker_flagged"]
+    assert r["accepted_other"] and r["chained_other"] and s["line_other12"] == "y = new"
+    assert s["jump_other"] and [m["virt_text"] for m in marker(s, "other")] == ["  ⇥ next edit: L13"]
+    assert len(s["marks_other"]) == 1
+    # 6) dismissed: marker gone, cursor and text where they were
+    s = steps["dismissed"]
+    assert r["dismissed"] and s["marks_other"] == [] and s["cursor"] == steps["marker_flagged"]["cursor"]
+    # 7) chain off: a near edit is drawn in place (as before jumps), accepted, and no request follows
+    s = steps["near"]
+    assert r["near_shown"] and s["shown_other"] and not s["jump_other"] and not marker(s, "other")
+    assert r["accepted_near"] and steps["no_chain"]["requests"] == s["requests"]
+
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    asks = [(e["data"]["uri"], e["data"]["line"], e["data"]["character"]) for e in events if e["kind"] == "edit"]
+    # the requests: the first at the cursor, one after each chained accept, where the accept left the cursor
+    # (after "new"; on its last character at the end of a line in normal mode), then the last explicit one
+    assert asks == [("a.py", 0, 0), ("a.py", 119, 3), ("other.py", 11, 6), ("other.py", 11, 6)], asks
+    order = [e["kind"] for e in events if e["kind"] in ("edit", "accept", "shown")]
+    assert order == ["edit", "shown", "accept", "edit", "shown", "accept", "edit", "shown", "edit", "shown",
+                     "accept"], order
+    # didShowInlineEdit once per suggestion: when its marker shows, not again when it is drawn after the jump
+    assert [e["data"]["line"] for e in events if e["kind"] == "shown"] == [119, 11, 12, 11]
+    # each accept before the change that applies it
+    kinds = [(e["kind"], e["data"].get("text")) for e in events if e["kind"] in ("accept", "change")]
+    assert [k for k, _ in kinds] == ["accept", "change", "accept", "change", "accept", "change"], kinds

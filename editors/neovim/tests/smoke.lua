@@ -148,9 +148,10 @@ local function main()
   out.edit_extmarks = #extmarks('edit_server.next_edit')
   if shown then -- accept with the plugin's <M-CR> mapping (normal mode)
     local lines_before = table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+    local sug = ne.shown[api.nvim_get_current_buf()]
     api.nvim_feedkeys(vim.keycode('<M-CR>'), 'm', false)
-    out.edit_accepted = wait_for(function()
-      return ne.shown[api.nvim_get_current_buf()] == nil
+    out.edit_accepted = wait_for(function() -- gone (the chain's request may show the next one)
+      return ne.shown[api.nvim_get_current_buf()] ~= sug
         and table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n') ~= lines_before
     end, 3000)
     sleep(200)

@@ -32,11 +32,14 @@ M.defaults = {
     enabled = true,
     auto = true, -- request after edits in normal mode and on InsertLeave
     debounce_ms = 300,
+    -- after accepting, ask again at once at the new cursor: a change needed in several places (a rename's
+    -- other uses) comes as a chain of one-place suggestions
+    chain = true,
     keymaps = {
-      accept = '<M-CR>', -- normal + insert mode
+      accept = '<M-CR>', -- normal + insert mode; on a jump marker ("⇥ next edit: L120") it goes there first
       dismiss = '<M-BS>',
     },
-    hl = { insert = 'EditServerInsert', delete = 'EditServerDelete', hint = 'EditServerHint' },
+    hl = { insert = 'EditServerInsert', delete = 'EditServerDelete', hint = 'EditServerHint', jump = 'EditServerJump' },
   },
   notify_errors = true, -- vim.notify on `$/editServer/status` state "error"
 }
@@ -51,6 +54,7 @@ local function set_highlights()
   vim.api.nvim_set_hl(0, 'EditServerInsert', { default = true, link = 'DiffAdd' })
   vim.api.nvim_set_hl(0, 'EditServerDelete', { default = true, link = 'DiffDelete' })
   vim.api.nvim_set_hl(0, 'EditServerHint', { default = true, link = 'Comment' })
+  vim.api.nvim_set_hl(0, 'EditServerJump', { default = true, link = 'DiagnosticHint' })
 end
 
 local function on_status(_, params)

@@ -1,6 +1,11 @@
 -- Next-edit suggestions: request `textDocument/copilotInlineEdit`, render the first edit with extmarks
 -- (inserted text as virtual text, deleted text highlighted), accept (run the server's command, apply)
 -- or dismiss. One suggestion per buffer; any change to the buffer drops it.
+-- An edit far from the cursor or in another document (a jump: the server's `jump: true`, another
+-- `textDocument.uri`, or a range starting more than JUMP_BELOW lines below / JUMP_ABOVE above the
+-- cursor) shows as a marker at the end of the cursor's line; the accept key first goes there (switching
+-- buffers if needed) and draws the edit in place, the next press accepts it. After an accept the plugin
+-- asks again at the new cursor (`chain`), so a change needed in several places comes one place at a time.
 
 local api = vim.api
 local M = {}
@@ -12,18 +17,25 @@ local METHOD = 'textDocument/copilotInlineEdit'
 ---@field edit table the LSP edit {text, range, textDocument, command?}
 ---@field client_id integer
 ---@field version integer buffer version it was computed for
+---@field jump? {bufnr: integer?, version: integer?, label: string} a jump target not drawn yet: the
+---  target's buffer (nil = not loaded) and its version when the reply came
 
 ---@type table<integer, edit_server.Suggestion>
 M.shown = {}
 M.last_response = nil -- {bufnr, err, result} of the latest reply (for statuslines and tests)
 
 local opts = { ---@type table (replaced by setup)
-  hl = { insert = 'EditServerInsert', delete = 'EditServerDelete', hint = 'EditServerHint' },
+  hl = { insert = 'EditServerInsert', delete = 'EditServerDelete', hint = 'EditServerHint', jump = 'EditServerJump' },
   keymaps = {},
   debounce_ms = 300,
+  chain = true,
 }
 local get_client ---@type fun(bufnr: integer?): vim.lsp.Client?
 local timers = {} ---@type table<integer, uv.uv_timer_t>
+local chained = {} ---@type table<integer, integer> buffer version left by an accept that asked again
+
+-- an edit starting further than this from the cursor's line is a jump target, not drawn in place
+local JUMP_BELOW, JUMP_ABOVE = 8, 6
 
 local function buf_version(bufnr)
   return vim.lsp.util.buf_versions[bufnr] or 0
@@ -70,8 +82,45 @@ end
 
 function M.dismiss(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
-  api.nvim_buf_clear_namespace(bufnr, ns, 0, -1)
+  if api.nvim_buf_is_valid(bufnr) then
+    api.nvim_buf_clear_namespace(bufnr, ns, 0, -1)
+  end
   M.shown[bufnr] = nil
+end
+
+--- The buffer of `uri` when one exists (nil otherwise: nothing is created).
+local function uri_buf(uri)
+  for _, b in ipairs(api.nvim_list_bufs()) do
+    if vim.uri_from_bufnr(b) == uri then
+      return b
+    end
+  end
+end
+
+--- Whether `edit`, answered for the cursor at 0-based `row` of `bufnr`, is a jump: flagged by the
+--- server, in another document, or starting more than JUMP_BELOW lines below / JUMP_ABOVE above.
+---@return boolean
+function M.is_jump(bufnr, edit, row)
+  if edit.jump == true then
+    return true
+  end
+  local uri = edit.textDocument and edit.textDocument.uri
+  if uri and uri ~= vim.uri_from_bufnr(bufnr) then
+    return true
+  end
+  local line = edit.range.start.line
+  return line > row + JUMP_BELOW or line < row - JUMP_ABOVE
+end
+
+-- "L120" (same document) or "other.py:12" (1-based line)
+local function jump_label(bufnr, edit)
+  local uri = edit.textDocument and edit.textDocument.uri
+  local line = edit.range.start.line + 1
+  if not uri or uri == vim.uri_from_bufnr(bufnr) then
+    return 'L' .. line
+  end
+  local ok, fname = pcall(vim.uri_to_fname, uri)
+  return (ok and vim.fs.basename(fname) or uri) .. ':' .. line
 end
 
 -- Draw the change of one line region: `old` at (row, col) becomes `new` (no newlines in either
@@ -166,6 +215,32 @@ end
 M._render = render -- for tests
 M._ns = ns
 
+-- Show `edit` as a jump target: a marker at the end of the cursor's line `row`. False when the edit
+-- changes nothing (checked where the target's text is at hand).
+local function render_jump(bufnr, row, edit, encoding)
+  local target = bufnr
+  local uri = edit.textDocument and edit.textDocument.uri
+  if uri and uri ~= vim.uri_from_bufnr(bufnr) then
+    target = uri_buf(uri)
+  end
+  local info = { label = jump_label(bufnr, edit) }
+  if target and api.nvim_buf_is_loaded(target) then
+    local srow, scol = to_byte_pos(target, edit.range.start, encoding)
+    local erow, ecol = to_byte_pos(target, edit.range['end'], encoding)
+    local old = table.concat(api.nvim_buf_get_text(target, srow, scol, erow, ecol, {}), '\n')
+    if old == (edit.text or '') then
+      return nil
+    end
+    info.bufnr, info.version = target, buf_version(target)
+  end
+  row = math.min(row, api.nvim_buf_line_count(bufnr) - 1)
+  api.nvim_buf_set_extmark(bufnr, ns, row, 0, {
+    virt_text = { { '  ⇥ next edit: ' .. info.label, opts.hl.jump or 'EditServerJump' } },
+    virt_text_pos = 'eol',
+  })
+  return info
+end
+
 --- Ask the server for a next edit at the cursor of the current window.
 ---@param cb? fun(shown: boolean)
 function M.request(bufnr, cb)
@@ -181,6 +256,7 @@ function M.request(bufnr, cb)
   local version = buf_version(bufnr)
   local params = vim.lsp.util.make_position_params(win, client.offset_encoding)
   params.textDocument.version = version
+  local row = params.position.line
   client:request(METHOD, params, function(err, result)
     M.last_response = { bufnr = bufnr, err = err, result = result }
     local shown = false
@@ -189,10 +265,18 @@ function M.request(bufnr, cb)
     elseif api.nvim_buf_is_valid(bufnr) and buf_version(bufnr) == version then
       local edit = result and result.edits and result.edits[1]
       M.dismiss(bufnr)
-      if edit and render(bufnr, edit, client.offset_encoding) then
+      if edit and M.is_jump(bufnr, edit, row) then
+        local jump = render_jump(bufnr, row, edit, client.offset_encoding)
+        if jump then
+          M.shown[bufnr] = { edit = edit, client_id = client.id, version = version, jump = jump }
+          shown = true
+        end
+      elseif edit and render(bufnr, edit, client.offset_encoding) then
         M.shown[bufnr] = { edit = edit, client_id = client.id, version = version }
-        client:notify('textDocument/didShowInlineEdit', { item = edit })
         shown = true
+      end
+      if shown then
+        client:notify('textDocument/didShowInlineEdit', { item = edit })
       end
     end
     if cb then
@@ -201,13 +285,62 @@ function M.request(bufnr, cb)
   end, bufnr)
 end
 
+--- Go to the shown jump target of `bufnr`: the cursor moves to the start of the edit (in the target's
+--- buffer, shown in the current window unless a window already shows it), where the edit is drawn in
+--- place; accepting it is the next step. False (and the marker dropped) when the target changed since.
+---@return boolean jumped
+function M.jump(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
+  local sug = M.shown[bufnr]
+  local client = sug and vim.lsp.get_client_by_id(sug.client_id)
+  M.dismiss(bufnr)
+  if not sug or not sug.jump or not client or buf_version(bufnr) ~= sug.version then
+    return false
+  end
+  local edit, jump = sug.edit, sug.jump
+  local target = bufnr
+  local uri = edit.textDocument and edit.textDocument.uri
+  if uri and uri ~= vim.uri_from_bufnr(bufnr) then
+    target = jump.bufnr or vim.uri_to_bufnr(uri)
+    if jump.bufnr and buf_version(target) ~= jump.version then
+      return false -- changed since the server saw it
+    end
+  end
+  if target ~= api.nvim_get_current_buf() then
+    local win = vim.fn.bufwinid(target)
+    local ok = pcall(function()
+      if win ~= -1 then
+        api.nvim_set_current_win(win)
+      else
+        api.nvim_win_set_buf(0, target)
+      end
+    end)
+    if not ok or not api.nvim_buf_is_loaded(target) then
+      return false
+    end
+  end
+  local srow, scol = to_byte_pos(target, edit.range.start, client.offset_encoding)
+  pcall(api.nvim_win_set_cursor, 0, { srow + 1, scol })
+  M.dismiss(target)
+  if not render(target, edit, client.offset_encoding) then
+    return false
+  end
+  M.shown[target] = { edit = edit, client_id = client.id, version = buf_version(target) }
+  return true
+end
+
 --- Run the shown edit's command, then apply the edit. The accept goes out first: the server reads
 --- messages in order, so it records "accepted" before the buffer change it would otherwise log as
---- the suggestion being typed over (rejected).
+--- the suggestion being typed over (rejected). A jump target is gone to first (`M.jump`) instead;
+--- after an accept the next edit is asked for at the new cursor (`chain`).
 ---@return boolean accepted
 function M.accept(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and api.nvim_get_current_buf() or bufnr
   local sug = M.shown[bufnr]
+  if sug and sug.jump then
+    M.jump(bufnr)
+    return false
+  end
   local client = sug and vim.lsp.get_client_by_id(sug.client_id)
   if not sug or not client or buf_version(bufnr) ~= sug.version then
     M.dismiss(bufnr)
@@ -224,6 +357,10 @@ function M.accept(bufnr)
   local win = vim.fn.bufwinid(bufnr)
   if win ~= -1 then
     pcall(api.nvim_win_set_cursor, win, { row + 1, col })
+  end
+  if opts.chain ~= false then
+    chained[bufnr] = buf_version(bufnr) -- the change just made asks no second (debounced) time
+    M.request(bufnr)
   end
   return true
 end
@@ -256,7 +393,10 @@ function M.setup(cfg, client_fn)
   api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI', 'InsertEnter', 'BufLeave' }, {
     group = group,
     callback = function(ev)
-      if M.shown[ev.buf] then
+      local sug = M.shown[ev.buf]
+      -- a suggestion made for the text as it is now stays (TextChanged can come after the reply of
+      -- the request an accept sends at once)
+      if sug and not (ev.event:match('^TextChanged') and sug.version == buf_version(ev.buf)) then
         M.dismiss(ev.buf)
       end
     end,
@@ -265,6 +405,9 @@ function M.setup(cfg, client_fn)
     api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
       group = group,
       callback = function(ev)
+        if ev.event == 'TextChanged' and chained[ev.buf] == buf_version(ev.buf) then
+          return -- the accept that made this change has asked already
+        end
         if get_client(ev.buf) then
           schedule_request(ev.buf)
         end
@@ -281,6 +424,7 @@ function M.setup(cfg, client_fn)
         timers[ev.buf] = nil
       end
       M.shown[ev.buf] = nil
+      chained[ev.buf] = nil
     end,
   })
   -- accept/dismiss keys only act when an edit is shown, else they do what they did before
