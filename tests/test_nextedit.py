@@ -171,3 +171,23 @@ def test_a_missing_model_fails_closed(tmp_path: Path, caplog: pytest.LogCaptureF
     got = serve.rule_candidates(req, built, settings(locator=str(tmp_path / "none.json")))
     assert [c.origin for c in got] == ["repeat"]  # no carried edit without the model
     assert "next-edit location model not used" in caplog.text
+
+
+# ---- the location report ------------------------------------------------------------------------------------
+
+
+def test_locate_finds_the_next_hunk_and_tells_due_from_done() -> None:
+    from edit_server.cli import eval_locate
+
+    cursor = AFTER.index("dim") + 3
+    far = AFTER.index("print(area(size))")
+    due = {"id": "due", "kind": "edit", "language": "python", "path": "a.py", "files": {"a.py": AFTER},
+           "cursor": {"path": "a.py", "offset": cursor}, "expected": None,
+           "history": [unified_diff("a.py", BEFORE, AFTER)],
+           "meta": {"category": "elsewhere", "pending": [{"start": far, "end": far + 18, "text": "print(area(dim))\n"}]}}
+    done = {**due, "id": "done", "history": [], "meta": {"category": "done", "pending": []}}
+    assert eval_locate.next_hunk(due) == (33, 33) and eval_locate.next_hunk(done) is None
+    rep = eval_locate.locate([due, done])["all"]
+    assert rep["with_next"] == 1 and rep["reach"] == 1.0 and rep["top3"] == 1.0
+    assert rep["due_auroc"] == 1.0  # the case with a carried edit is likelier due than the one with none
+    assert "| all | 2 | 1 |" in eval_locate.format_table({"all": rep})

@@ -61,10 +61,13 @@ def view(case: Case, edits: list[Edit]) -> dict[str, Any]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``edit-server eval …``: evals' own commands, with the serving rules' view plugged in, and ``eval rules``
-    (the rules themselves, `edit_server.cli.eval_rules`)."""
-    from edit_server.cli import eval_rules
+    (the rules themselves, `edit_server.cli.eval_rules`) and ``eval locate`` (the location model,
+    `edit_server.cli.eval_locate`)."""
+    from edit_server.cli import eval_locate, eval_rules
     from evals import cli
     from evals.runners import set_serving_view
 
     set_serving_view(view)
-    eval_rules.register(cli.register(sub))
+    commands = cli.register(sub)
+    eval_rules.register(commands)
+    eval_locate.register(commands)
