@@ -205,3 +205,44 @@ def test_no_import_runs_up_a_layer() -> None:
     up = [f"{_rel(m)} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
           for m, p in SOURCES.items() for t in sorted(_imports(p)) if t in SOURCES and _layer(t) > _layer(m)]
     assert up == []
+
+
+def _simple_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every distinct simple cycle (no module twice), once each: rooted at its smallest module, the edges
+    walked in order (``a -> b -> a`` is one circle, ``a -> b -> c -> a`` and ``a -> c -> b -> a`` are two)."""
+    out: list[list[str]] = []
+
+    def walk(start: str, m: str, path: list[str]) -> None:
+        for t in sorted(graph.get(m, ())):
+            if t == start:
+                out.append([*path, start])
+            elif t > start and t not in path:
+                walk(start, t, [*path, t])
+
+    for s in sorted(graph):
+        walk(s, s, [s])
+    return out
+
+
+ENGINE_CIRCLES_MAX = 3
+
+
+def test_simple_cycle_counter() -> None:
+    assert _simple_cycles({"a": {"b"}, "b": {"a", "c"}, "c": {"a"}}) == [["a", "b", "a"], ["a", "b", "c", "a"]]
+    assert _simple_cycles({"a": {"b", "c"}, "b": {"c"}, "c": {"a", "b"}}) == [
+        ["a", "b", "c", "a"], ["a", "c", "a"], ["b", "c", "b"]]
+    assert _simple_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_engine_import_circles() -> None:
+    """Import circles inside engine/: the distinct simple cycles of its module import graph, every import
+    followed (module level, inside functions, under ``if TYPE_CHECKING:``; a module importing its own
+    package's ``__init__`` is not an edge). At most ENGINE_CIRCLES_MAX; 0 since the strategies see the engine
+    through `engine.decoding.steps.StepRunner` and nothing in decoding/ imports engine/engine.py."""
+    graph = {m: {t for t in _imports(p) if t in SOURCES and t.startswith("engine.") and t != m
+                 and not m.startswith(t + ".")} for m, p in SOURCES.items() if m.startswith("engine.")}
+    assert "engine.decoding.steps" in graph["engine.decoding.blocks"]  # the parser sees engine's imports
+    assert not any(t == "engine.engine" for m, ts in graph.items() if m.startswith("engine.decoding.") for t in ts)
+    circles = _simple_cycles(graph)
+    print(f"engine/ import circles: {len(circles)}")
+    assert len(circles) <= ENGINE_CIRCLES_MAX, circles
