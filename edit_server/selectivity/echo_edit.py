@@ -8,8 +8,8 @@ removes is one the history removed (tokens as the candidate rules split them: wo
 characters; whitespace does not count), and it changes at least one. The model's rewrites that echo are
 gated as their own kind (``edit:echo``, `thresholds.gate_kind`, with its own calibrated threshold); the
 others stay ``edit`` — so a model whose free rewrites are not worth showing can still show the ones that
-continue the user's own change. Measured (docs/QUALITY.md "Session 27"): step 1404's echoes were right 1 time in 5
-on held-out cases through the server, so no shipped tier has an ``edit:echo`` threshold yet (it takes ``edit``'s).
+continue the user's own change. No shipped tier has an ``edit:echo`` threshold yet (it takes ``edit``'s): the
+echoes measured so far were not right often enough to show (docs/QUALITY.md).
 
 ``history`` is the edit history the request carries (`edit_server.core.history.Hunk`: ``path`` and a
 unified ``diff``), every file's: a rename in one file echoes in another.

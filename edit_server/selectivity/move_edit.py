@@ -13,10 +13,8 @@ without it, or None.
 * only those rows go, and a copy that stood alone between two blank lines takes one of them with it
   (`candidates.stranded_blanks`); text outside ``[start, end)`` is never touched.
 
-Chosen on the training repositories' sessions (attrs, httpx, structlog, cobra, tqdm, more-itertools: 600
-next-edit cases, 7 exact, 3 wrong, never shown in the 600 quiet ones, session 13; another 600 in session 28:
-7 exact, 11 wrong, 9 of them the blank line a person deletes with the copy — with it, 9 exact, 9 wrong;
-docs/QUALITY.md), never on the held-out ones. Its score for the gate is `SCORE`, a fixed prior like the
+Chosen on the training repositories' sessions, never on the held-out ones (the blank line a person deletes
+with the copy was most of its wrong answers before it was taken too; docs/QUALITY.md). Its score for the gate is `SCORE`, a fixed prior like the
 repeated edit's; it is gated as its own kind (``edit:move``, `thresholds.gate_kind`).
 """
 

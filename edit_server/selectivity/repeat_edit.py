@@ -12,7 +12,7 @@ change across lines). `candidate` returns that rewritten region, or None.
 * a wrap or extension — ``new`` holds ``old`` as a whole token (``x`` → ``x, y=1``, ``bool`` → ``str | bool``,
   ``foo`` → ``self.foo``) — is local to its place and is not repeated; a replacement is (``Decoder`` →
   ``ContentDecoder`` is one: ``Decoder`` is not a whole token there). These rules were chosen on the training
-  repositories' sessions (docs/QUALITY.md, sessions 10 and 28), never on the held-out ones;
+  repositories' sessions (docs/QUALITY.md), never on the held-out ones;
 * a change that is local to its place is not repeated either: one whose lines still hold ``old`` after the
   edit (``relative_url = URL(relative_url)`` → ``relative_url = URL(url)``: an argument changed, nothing was
   renamed), and a changed literal value (``True`` → ``None``, ``1.1`` → ``2.0``: a choice for that flag, not

@@ -61,7 +61,7 @@ def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:
     or several (``multiline`` "never": always one). With "auto" an invoked request on a blank line may run
     over several lines (the user asked for code there); one at the end of a line the user is typing
     finishes that line, unless it opens a block — as an automatic trigger does, so what the user gets there
-    does not hang on how much of a run-on the device had time to decode (docs/QUALITY.md "Session 28"). An
+    does not hang on how much of a run-on the device had time to decode (docs/QUALITY.md). An
     API client's own prompt (not ``from_editor``) runs on as an invoked request always did."""
     line_start = req.text.rfind("\n", 0, req.offset) + 1
     line_end = req.text.find("\n", req.offset)
