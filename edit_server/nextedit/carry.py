@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edit_server.selectivity.candidates import HunkLike, diff_body, tokens
-from edit_server.selectivity.repeat_edit import comment_marker, in_comment, is_value, occurrences
+from edit_server.selectivity.repeat_edit import comment_marker, in_comment, in_string, is_value, occurrences
 
 MAX_HUNKS = 5  # recent hunks read (the history the server keeps per document is about this long)
 MIN_OLD = 2  # characters of a change's old text: one-letter names are everywhere
@@ -121,7 +121,7 @@ def token_changes(a: str, b: str) -> list[tuple[str, str]]:
 
     for tag, i1, i2, j1, j2 in ops:
         o, n = "".join(ta[i1:i2]), "".join(tb[j1:j2])
-        if _quoted(a, len("".join(ta[:i1]))):
+        if in_string(a, len("".join(ta[:i1]))):
             continue
         left, right = near(i1, -1), near(i2, 0)
         if tag == "replace":
@@ -150,23 +150,6 @@ def token_changes(a: str, b: str) -> list[tuple[str, str]]:
             if left and right and not (_WORDY.search(left) or _WORDY.search(right)):
                 out.append((left + o + right, left + right))
     return [(x, y) for x, y in dict.fromkeys(out) if x.strip() and x != y]
-
-
-def _quoted(line: str, i: int) -> bool:
-    """Whether ``line[i]`` is inside a one-line string literal."""
-    quote = ""
-    j = 0
-    while j < i:
-        ch = line[j]
-        if quote:
-            if ch == "\\":
-                j += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'`":
-            quote = ch
-        j += 1
-    return bool(quote)
 
 
 def changes(history: Sequence[HunkLike], max_hunks: int = MAX_HUNKS) -> list[Change]:
@@ -215,7 +198,7 @@ def targets(text: str, change: Change, path: str, skip_rows: set[int] | frozense
         if not change.in_comment and _PROSE.match(line):
             continue  # a docstring's or a comment block's sentence: a name in prose is not code
         hits = [i for i in occurrences(line, change.old)
-                if change.in_comment or not (marker and in_comment(line, i, marker) or _quoted(line, i))]
+                if change.in_comment or not (marker and in_comment(line, i, marker) or in_string(line, i))]
         if hits:
             rows.append(row)
     return rows
@@ -228,7 +211,7 @@ def carry(line: str, subs: Sequence[Change], path: str) -> str:
     for c in subs:
         out, at = [], 0
         for i in occurrences(line, c.old):
-            if i < at or not c.in_comment and (marker and in_comment(line, i, marker) or _quoted(line, i)):
+            if i < at or not c.in_comment and (marker and in_comment(line, i, marker) or in_string(line, i)):
                 continue
             out += [line[at:i], c.new]
             at = i + len(c.old)

@@ -174,8 +174,9 @@ def comment_marker(path: str) -> str | None:
     return "#" if spec.name == "python" else "--" if spec.name == "lua" else "//"
 
 
-def in_comment(text: str, i: int, marker: str) -> bool:
-    """Whether ``text[i]`` is in a line comment: after ``marker`` on its line, outside one-line strings."""
+def _scan(text: str, i: int, marker: str | None) -> str:
+    """What ``text[i]`` lies in on its line: "comment" (after ``marker``), "string" (a one-line string
+    literal) or "" (code)."""
     j = text.rfind("\n", 0, i) + 1
     quote = ""
     while j < i:
@@ -187,10 +188,20 @@ def in_comment(text: str, i: int, marker: str) -> bool:
                 quote = ""
         elif ch in "\"'`":
             quote = ch
-        elif text.startswith(marker, j):
-            return True
+        elif marker and text.startswith(marker, j):
+            return "comment"
         j += 1
-    return False
+    return "string" if quote else ""
+
+
+def in_comment(text: str, i: int, marker: str) -> bool:
+    """Whether ``text[i]`` is in a line comment: after ``marker`` on its line, outside one-line strings."""
+    return _scan(text, i, marker) == "comment"
+
+
+def in_string(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is inside a one-line string literal."""
+    return _scan(text, i, None) == "string"
 
 
 def apply(text: str, start: int, end: int, sub: Substitution, code_only: str | None = None) -> str | None:
