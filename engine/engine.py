@@ -41,7 +41,7 @@ from engine.decoding.heal import heal
 from engine.decoding.heal import supported as heal_supported
 from engine.decoding.policy import default_sampler, parse_decode, resolve, want_fast_cpu
 from engine.decoding.sampler import Denoiser
-from engine.decoding.steps import Job, PrefillHook, StepItem
+from engine.decoding.steps import DecodeJob, PrefillHook, StepItem
 from engine.decoding.stops import scope_rule
 from engine.decoding.window import WindowDecoder
 from engine.formats import FormatNotSupported
@@ -239,7 +239,7 @@ class Engine(ByComplete):
         text = self.tokenizer.decode_content(ids)
         return text.split("\n", 1)[0] if single_line else text
 
-    def emit(self, j: Job, unmasked: int) -> None:
+    def emit(self, j: DecodeJob, unmasked: int) -> None:
         if j.on_step is None:
             return
         canvas = list(j.den.canvas)
@@ -273,18 +273,18 @@ class Engine(ByComplete):
     def forget(self, cache_key: str | None = None) -> None:
         self.cache.clear(cache_key)  # a slot in use now is put back when its request ends
 
-    def slot_key(self, j: Job) -> str | None:
+    def slot_key(self, j: DecodeJob) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
         if not j.cache_key:
             return None
         return j.cache_key + ("#edit" if self.tokenizer.special.region_start in j.prompt else "#fim")
 
-    def take_slot(self, j: Job, need: int) -> Slot:
+    def take_slot(self, j: DecodeJob, need: int) -> Slot:
         slot = cached_slot(self, j, need)
         return slot if self.prefill_hook is None else self.prefill_hook.take_slot(j, slot)
 
     # ---- internals ---------------------------------------------------------------------------
-    def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> Job:
+    def _job(self, req: GenerateRequest, on_step: StepCallback | None) -> DecodeJob:
         if not req.prompt_tokens:
             raise ValueError("generate needs at least one prompt token")
         cfg = resolve(req.sampler, self.sampler)
@@ -303,7 +303,7 @@ class Engine(ByComplete):
         if expand is not None:
             den = ExpandCanvas(req.canvas, cfg, mask_id=sp.mask, expand_id=expand, end_ids=sp.end_ids | stops,
                                newline_ids=newlines, suppress_ids=self.suppressed_ids)
-            return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
+            return DecodeJob(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after)
         scope = req.canvas.scope_indent
         kw: dict[str, Any] = dict(mask_id=sp.mask, end_ids=sp.end_ids | stops, newline_ids=newlines,
                                   block_size=self.block(cfg), suppress_ids=self.suppressed_ids,
@@ -316,7 +316,8 @@ class Engine(ByComplete):
             den = OffsetDenoiser(req.canvas, cfg, offset=len(req.prompt_tokens) % self.block_size, **kw)
         else:
             den = Denoiser(req.canvas, cfg, **kw)
-        return Job(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after, heal=heal_text)
+        return DecodeJob(list(req.prompt_tokens), den, req.cache_key, req.abort, on_step, after,
+                         heal=heal_text)
 
     @torch.no_grad()
     def _run(self, reqs: Sequence[GenerateRequest], hooks: list[StepCallback | None]) -> list[GenerateResult]:
@@ -375,10 +376,10 @@ class Engine(ByComplete):
         return self.tokenizer.decode_content([*req.prompt_tokens, *after])
 
     # -- block-causal: exact prefix cache ------------------------------------------------------
-    def _prefill(self, j: Job) -> None:
+    def _prefill(self, j: DecodeJob) -> None:
         chunk = min(PREFILL_CHUNK, CPU_PREFILL_CHUNK) if self.device.type == "cpu" else PREFILL_CHUNK
 
-        def run(job: Job) -> None:
+        def run(job: DecodeJob) -> None:
             prefill(self, job, chunk)
 
         if self.prefill_hook is None:
@@ -386,7 +387,7 @@ class Engine(ByComplete):
         else:
             self.prefill_hook.prefill(j, run)
 
-    def _release(self, j: Job) -> None:
+    def _release(self, j: DecodeJob) -> None:
         assert j.slot is not None and j.kv is not None
         j.kv.length = j.base
         key = self.slot_key(j)

@@ -29,10 +29,10 @@ from engine.caches.prefix import KVCache
 from engine.decoding.expand import ExpandCanvas
 
 if TYPE_CHECKING:
-    from engine.decoding.steps import Job, StepItem, StepRunner
+    from engine.decoding.steps import DecodeJob, StepItem, StepRunner
 
 
-def _length(j: Job) -> int:
+def _length(j: DecodeJob) -> int:
     return len(j.prompt) + len(j.den.canvas) + len(j.after)
 
 
@@ -52,7 +52,7 @@ def _gather(kv: KVCache, rows: list[int]) -> KVCache:
 class _Batch:
     """The dual cache of the fixed-length requests: row ``rows[id(job)]`` of ``kv``."""
 
-    def __init__(self, eng: StepRunner, jobs: list[Job]) -> None:
+    def __init__(self, eng: StepRunner, jobs: list[DecodeJob]) -> None:
         self.eng = eng
         fixed = [j for j in jobs if not isinstance(j.den, ExpandCanvas)] if eng.approx_cache else []
         self.rows = {id(j): r for r, j in enumerate(fixed)}
@@ -64,7 +64,7 @@ class _Batch:
         elif fixed:
             self.kv = KVCache.for_model(eng.args, len(fixed), self.cap, eng.dtype, eng.device)
 
-    def shrink(self, live: list[Job]) -> None:
+    def shrink(self, live: list[DecodeJob]) -> None:
         """Drop the rows of finished requests (one copy, then less work per step)."""
         keep = [j for j in live if id(j) in self.rows]
         if self.kv is None or len(keep) == self.kv.batch:
@@ -76,7 +76,7 @@ class _Batch:
         self.rows = {id(j): r for r, j in enumerate(keep)}
 
 
-def decode_bidirectional(eng: StepRunner, jobs: list[Job]) -> None:
+def decode_bidirectional(eng: StepRunner, jobs: list[DecodeJob]) -> None:
     """Denoise every job's canvas; one batched forward per step and phase (module docstring)."""
     batch = _Batch(eng, jobs)
     for j in jobs:
@@ -98,7 +98,7 @@ def decode_bidirectional(eng: StepRunner, jobs: list[Job]) -> None:
             _block_step(eng, batch, part)
 
 
-def _full_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
+def _full_step(eng: StepRunner, batch: _Batch, js: list[DecodeJob]) -> None:
     seqs = [j.prompt + j.den.canvas + j.after for j in js]
     lengths = [len(s) for s in seqs]
     width = max(lengths)
@@ -130,7 +130,7 @@ def _full_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
     _advance(eng, items)
 
 
-def _block_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
+def _block_step(eng: StepRunner, batch: _Batch, js: list[DecodeJob]) -> None:
     """One batched forward per block width (a request's last block may be shorter): padding a
     shorter block would write over the stale keys / values right after it, which it attends to."""
     widths = [len(j.den.block_ids()) for j in js]
@@ -138,7 +138,7 @@ def _block_step(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
         _block_forward(eng, batch, [j for j, x in zip(js, widths, strict=True) if x == w])
 
 
-def _block_forward(eng: StepRunner, batch: _Batch, js: list[Job]) -> None:
+def _block_forward(eng: StepRunner, batch: _Batch, js: list[DecodeJob]) -> None:
     assert batch.kv is not None
     rows = [batch.rows[id(j)] for j in js]
     kv = batch.kv if rows == list(range(batch.kv.batch)) else _gather(batch.kv, rows)

@@ -26,7 +26,7 @@ from engine.decoding.sampler import Denoiser
 from engine.textdiff import common_prefix
 
 if TYPE_CHECKING:
-    from engine.decoding.steps import Job, StepRunner
+    from engine.decoding.steps import DecodeJob, StepRunner
 
 
 class OffsetDenoiser(Denoiser):
@@ -50,7 +50,7 @@ class OffsetDenoiser(Denoiser):
 
 
 # ---- prefill ---------------------------------------------------------------------------------
-def prefill(eng: StepRunner, j: Job, chunk: int = 2048) -> None:
+def prefill(eng: StepRunner, j: DecodeJob, chunk: int = 2048) -> None:
     """Commit the prompt (its whole blocks when aligned absolutely) to the KV cache, reusing the
     longest cached prefix of the same document (in whole blocks when aligned absolutely)."""
     t0 = time.perf_counter()
@@ -92,7 +92,7 @@ def prefill(eng: StepRunner, j: Job, chunk: int = 2048) -> None:
 DONOR_MIN = 16  # tokens another slot must share beyond this one's before its KV is copied
 
 
-def cached_slot(eng: StepRunner, j: Job, need: int) -> Slot:
+def cached_slot(eng: StepRunner, j: DecodeJob, need: int) -> Slot:
     """The job's slot (per document and prompt kind), seeded from the document's other slot when that
     one shares a longer token prefix with the prompt (a next edit after typing: the FIM prompt's
     context sections, which the edit prompt shares)."""
@@ -115,7 +115,7 @@ def cached_slot(eng: StepRunner, j: Job, need: int) -> Slot:
 # ---- decoding --------------------------------------------------------------------------------
 
 
-def decode_blocks(eng: StepRunner, jobs: list[Job]) -> None:
+def decode_blocks(eng: StepRunner, jobs: list[DecodeJob]) -> None:
     """Denoise all jobs' canvases; one batched forward per step.
 
     A finished block is committed inside the next step's forward: its clean tokens go in

@@ -24,7 +24,7 @@ import torch
 
 if TYPE_CHECKING:
     from engine.config import ModelArgs
-    from engine.decoding.steps import Job, StepRunner
+    from engine.decoding.steps import DecodeJob, StepRunner
 
 
 def supported(args: ModelArgs) -> bool:
@@ -41,7 +41,7 @@ def choices(eng: StepRunner, text: str) -> list[int]:
     return tok.ids_starting_with(text, line_breaks=False) + tok.ids_of_prefixes(text)
 
 
-def heal(eng: StepRunner, j: Job) -> None:
+def heal(eng: StepRunner, j: DecodeJob) -> None:
     """Choose and commit the healed token(s) after ``j``'s prefilled prompt (their KV, the slot's tokens, the last
     hidden state) and set ``j.healed`` to the text they add after ``j.heal``. Usually one token; two or more
     where the natural split puts part of ``j.heal`` in an earlier token (``'    '`` → ``'   '``, ``' return'``).
@@ -77,13 +77,13 @@ def heal(eng: StepRunner, j: Job) -> None:
     j.timings["prefill_ms"] = j.timings.get("prefill_ms", 0.0) + ms  # part of readying the prompt
 
 
-def _logprobs(eng: StepRunner, j: Job) -> torch.Tensor:
+def _logprobs(eng: StepRunner, j: DecodeJob) -> torch.Tensor:
     """Log-probabilities of the next token after ``j``'s prompt (the whole vocabulary)."""
     assert j.last_hidden is not None
     return torch.log_softmax(eng.model.logits(j.last_hidden[None, None])[0, 0].float(), dim=-1)
 
 
-def _choose(eng: StepRunner, j: Job, rest: str, ids: list[int]) -> int:
+def _choose(eng: StepRunner, j: DecodeJob, rest: str, ids: list[int]) -> int:
     """The next healed token among ``ids`` (`choices` for ``rest``). Greedy, except where the best is a proper
     prefix of ``rest`` and a token spelling all of it is also a choice: a prefix pick is a promise that the
     model goes on spelling ``rest`` next, which it may not want to (after a code fence, ``py`` beats
@@ -102,7 +102,7 @@ def _choose(eng: StepRunner, j: Job, rest: str, ids: list[int]) -> int:
     return part[1] if path > whole[0] else whole[1]
 
 
-def _peek(eng: StepRunner, j: Job, pick: int, then: list[int]) -> float:
+def _peek(eng: StepRunner, j: DecodeJob, pick: int, then: list[int]) -> float:
     """The log of the probability mass ``then`` holds after ``pick`` follows ``j``'s prompt: ``pick`` goes in
     with one forward, which is then taken back (the cache's length, the prompt, the hidden state)."""
     assert j.kv is not None and j.slot is not None
@@ -114,7 +114,7 @@ def _peek(eng: StepRunner, j: Job, pick: int, then: list[int]) -> float:
     return float(torch.logsumexp(lp[torch.tensor(then, device=lp.device)], dim=0))
 
 
-def _commit(eng: StepRunner, j: Job, ids: list[int]) -> None:
+def _commit(eng: StepRunner, j: DecodeJob, ids: list[int]) -> None:
     """Append ``ids`` to ``j``'s prompt as prompt, through the engine's prefill hook where it has one (an aligned
     engine encodes a prompt's last token by its policy, the others by its reference)."""
     hook = getattr(eng, "prefill_hook", None)
@@ -124,7 +124,7 @@ def _commit(eng: StepRunner, j: Job, ids: list[int]) -> None:
         hook.extend(j, ids, lambda job, new: forward(eng, job, new))
 
 
-def forward(eng: StepRunner, j: Job, ids: list[int]) -> None:
+def forward(eng: StepRunner, j: DecodeJob, ids: list[int]) -> None:
     """Append ``ids`` to ``j``'s prompt: their KV in its slot, the slot's tokens, the last hidden state."""
     assert j.kv is not None and j.slot is not None
     kv, at = j.kv, j.ctx

@@ -4,9 +4,9 @@ The strategies (block-causal `engine.decoding.blocks`, bidirectional `engine.dec
 `engine.decoding.window.WindowDecoder`) and the call renderer (`engine.calls`) see the engine only as a
 `StepRunner`: the model and where it runs, the prefix cache, and a few calls — take a prefix-cache slot,
 run one denoising step for several jobs (``step``: one LM-head matmul, the denoisers' step, the step
-events), the canvas text. Each request is a `Job`. An engine variant changes how the prompt is prefilled
-by plugging in a `PrefillHook` (the aligned-reward engine, `engine.loading.stacked`), not by overriding
-the engine's methods."""
+events), the canvas text. Each request is a `DecodeJob`. An engine variant changes how the prompt is
+prefilled by plugging in a `PrefillHook` (the aligned-reward engine, `engine.loading.stacked`), not by
+overriding the engine's methods."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Job:
+class DecodeJob:
     """One request being decoded: its prompt, its denoiser and where its KV lives."""
 
     prompt: list[int]
@@ -55,7 +55,7 @@ class Job:
     healed_ids: list[int] = field(default_factory=list)  # ... and the tokens, committed after the prompt
 
 
-StepItem = tuple[Job, Tensor, "Tensor | None"]  # (job, hidden states of its block, the state before it)
+StepItem = tuple[DecodeJob, Tensor, "Tensor | None"]  # (job, hidden states of its block, the state before it)
 
 
 class StepRunner(Protocol):
@@ -83,9 +83,9 @@ class StepRunner(Protocol):
         """The denoising block of a call (the model's when it was trained with one)."""
         ...
 
-    def slot_key(self, j: Job) -> str | None: ...
+    def slot_key(self, j: DecodeJob) -> str | None: ...
 
-    def take_slot(self, j: Job, need: int) -> Slot:
+    def take_slot(self, j: DecodeJob, need: int) -> Slot:
         """``j``'s prefix-cache slot with room for ``need`` positions."""
         ...
 
@@ -94,7 +94,7 @@ class StepRunner(Protocol):
         positions each unmasked."""
         ...
 
-    def emit(self, j: Job, unmasked: int) -> None:
+    def emit(self, j: DecodeJob, unmasked: int) -> None:
         """``j``'s step event (its ``on_step``)."""
         ...
 
@@ -104,15 +104,15 @@ class StepRunner(Protocol):
 class PrefillHook(Protocol):
     """Changes how a block-causal prompt is prefilled."""
 
-    def take_slot(self, j: Job, slot: Slot) -> Slot:
+    def take_slot(self, j: DecodeJob, slot: Slot) -> Slot:
         """The slot the engine took for ``j``, adjusted."""
         ...
 
-    def prefill(self, j: Job, run: Callable[[Job], None]) -> None:
+    def prefill(self, j: DecodeJob, run: Callable[[DecodeJob], None]) -> None:
         """Prefill ``j``; ``run`` is the engine's own prefill."""
         ...
 
-    def extend(self, j: Job, ids: list[int], forward: Callable[[Job, list[int]], None]) -> None:
+    def extend(self, j: DecodeJob, ids: list[int], forward: Callable[[DecodeJob, list[int]], None]) -> None:
         """Commit ``ids`` after ``j``'s prefilled prompt, as prompt (token healing's picks); ``forward`` is the
         engine's own commit."""
         ...

@@ -29,7 +29,7 @@ from engine.decoding.graphs import pow2
 
 if TYPE_CHECKING:
     from engine.caches.prefix import KVCache
-    from engine.decoding.steps import Job, StepRunner
+    from engine.decoding.steps import DecodeJob, StepRunner
 
 NGRAM = (3, 2)  # prompt-lookup match lengths, longest first
 
@@ -111,7 +111,7 @@ def step_mask(ctx: int, pending: int, window: int, device: torch.device) -> Tens
 class WindowDecoder:
     """Decodes one job of `engine.Engine` in window mode (see the module docstring)."""
 
-    def __init__(self, eng: StepRunner, job: Job) -> None:
+    def __init__(self, eng: StepRunner, job: DecodeJob) -> None:
         self.eng, self.j = eng, job
         den = job.den
         cfg = den.cfg

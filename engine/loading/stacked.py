@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from engine.caches.prefix import Slot
-from engine.decoding.steps import Job
+from engine.decoding.steps import DecodeJob
 from engine.engine import Engine
 from engine.loading.adapter import AdapterError, load_adapter
 from engine.loading.base import sha256_file
@@ -230,7 +230,7 @@ class ReferencePrefill:
     def __init__(self, eng: AlignedEngine) -> None:
         self.eng = eng
 
-    def take_slot(self, j: Job, slot: Slot) -> Slot:
+    def take_slot(self, j: DecodeJob, slot: Slot) -> Slot:
         """The engine's cached slot (or one seeded from a donor), minus a last row that may hold
         policy KV: a cached prompt that is a strict prefix of this one ends in such a row."""
         n = len(slot.tokens)
@@ -238,7 +238,7 @@ class ReferencePrefill:
             slot.tokens = slot.tokens[:-1]
         return slot
 
-    def prefill(self, j: Job, run: Callable[[Job], None]) -> None:
+    def prefill(self, j: DecodeJob, run: Callable[[DecodeJob], None]) -> None:
         eng, n = self.eng, len(j.prompt)
         with eng.lora.use(False):
             run(j)
@@ -251,7 +251,7 @@ class ReferencePrefill:
         j.forwards += 1
         j.last_hidden = j.slot.last_hidden = h[0, -1]
 
-    def extend(self, j: Job, ids: list[int], forward: Callable[[Job, list[int]], None]) -> None:
+    def extend(self, j: DecodeJob, ids: list[int], forward: Callable[[DecodeJob, list[int]], None]) -> None:
         """Healed tokens after the prompt, encoded as a prompt's are: the prompt's last token (the policy's until
         now) and all new ones but the last by the reference, the last by the policy — the KV the reward scorer
         reads from the cached slot (`engine.reward`)."""
