@@ -191,3 +191,28 @@ def test_locate_finds_the_next_hunk_and_tells_due_from_done() -> None:
     assert rep["with_next"] == 1 and rep["reach"] == 1.0 and rep["top3"] == 1.0
     assert rep["due_auroc"] == 1.0  # the case with a carried edit is likelier due than the one with none
     assert "| all | 2 | 1 |" in eval_locate.format_table({"all": rep})
+
+
+def test_align_locator_fits_a_model_the_server_loads(tmp_path: Path) -> None:
+    from edit_server.cli import align_locator
+
+    def case(i: int, repo: str, due: bool) -> dict:
+        name = f"size{i}"
+        before = f"def area({name}):\n    total = {name} * 2\n    return total\n"
+        after = before.replace(f"def area({name})", f"def area(dim{i})")
+        cursor = after.index(f"dim{i}") + len(f"dim{i}")
+        line = after.index(f"{name} * 2")
+        want = [{"path": "a.py", "start": line, "end": line + len(name), "text": f"dim{i}"}]
+        return {"id": f"{repo}:{i}", "kind": "edit", "language": "python", "path": "a.py", "files": {"a.py": after},
+                "cursor": {"path": "a.py", "offset": cursor}, "expected": want if due else None,
+                "history": [unified_diff("a.py", before, after)],
+                "meta": {"repo": repo, "category": "next-edit" if due else "done", "pending": []}}
+
+    cases = [case(i, repo, due) for repo in ("r1", "r2", "r3") for i, due in enumerate([True] * 6 + [False] * 2)]
+    loc, report = align_locator.train(cases, target=0.5)
+    assert report["cases"] == 24 and report["right"] == 18 and report["repositories"] == ["r1", "r2", "r3"]
+    assert loc.features == propose.FEATURES and loc.threshold <= 1.0
+    f = tmp_path / "loc.json"
+    f.write_text(json.dumps(loc.to_json()))
+    assert locator.load(str(f)).coef == loc.coef
+    assert [p["threshold"] for p in report["out_of_fold"]] == list(align_locator.THRESHOLDS)

@@ -21,12 +21,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edit_server.nextedit import locator as locating
-from edit_server.nextedit.propose import FEATURES, Proposal
-from edit_server.nextedit.serve import proposals
-from edit_server.selectivity.select import Output, select
+
+if TYPE_CHECKING:  # the serving modules are imported where used: `align` runs on a GPU image without msgspec
+    from edit_server.nextedit.propose import Proposal
 
 TARGET = 0.7
 
@@ -43,6 +43,8 @@ def label(cases: Sequence[dict[str, Any]], jumps: bool = False, rules: Sequence[
     """Every case's proposals that pass the candidate filter, judged (``rules``: the rules on; None: the
     settings' defaults)."""
     from edit_server.cli.eval_rules import prepare, settings_for
+    from edit_server.nextedit.serve import proposals
+    from edit_server.selectivity.select import Output, select
     from evals.next_edit import judge, judge_jump
 
     settings = settings_for(rules)
@@ -66,6 +68,8 @@ def label(cases: Sequence[dict[str, Any]], jumps: bool = False, rules: Sequence[
 
 
 def matrix(rows: Sequence[Labelled]) -> list[list[float]]:
+    from edit_server.nextedit.propose import FEATURES
+
     return [[r.proposal.feats.get(f, 0.0) for f in FEATURES] for r in rows]
 
 
@@ -145,6 +149,8 @@ def train(cases: Sequence[dict[str, Any]], target: float = TARGET, c: float = 1.
     t = choose(points, target)
     scaler, model = fit(rows, c)
     repos = sorted({r.group for r in rows})
+    from edit_server.nextedit.propose import FEATURES
+
     report = {"cases": len(cases), "proposals": len(rows), "right": sum(r.right for r in rows),
               "repositories": repos, "target_precision": target, "threshold": t, "out_of_fold": points}
     loc = locating.Locator(tuple(FEATURES), tuple(float(m) for m in scaler.mean_),
