@@ -20,13 +20,13 @@ def test_isotonic_is_monotone_and_pools_violators() -> None:
     assert pts == [(0.1, 0.0), (0.2, 0.5), (0.4, 1.0)]  # (0.2, 0.3) pooled; x = lowest score of a step
 
 
-def synthetic(n: int, kind: str = "fim", seed: int = 0) -> list[align_common.Outcome]:
+def synthetic(n: int, kind: str = "fim", seed: int = 0) -> list[align_common.AlignOutcome]:
     """P(accepted) = score: a perfectly calibrated score."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         s = rng.random()
-        out.append(align_common.Outcome(f"{kind}{i}", kind, s, rng.random() < s))
+        out.append(align_common.AlignOutcome(f"{kind}{i}", kind, s, rng.random() < s))
     return out
 
 

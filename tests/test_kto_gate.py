@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edit_server.cli import align_data, main
-from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.cli.align_common import AlignOutcome, fit, save
 from edit_server.core import loader
 from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
@@ -101,7 +101,7 @@ def test_eval_reports_become_records_and_heldout_runs_never_train(tmp_path: Path
 # ---- the gate ----------------------------------------------------------------------------------
 def calibration(adapter: Path) -> None:
     """Reward score ≥ 0 ⇒ accepted (a perfectly informative reward) for both kinds."""
-    outs = [Outcome(f"{k}{i}", k, s, s >= 0) for k in ("fim", "edit") for i, s in enumerate(
+    outs = [AlignOutcome(f"{k}{i}", k, s, s >= 0) for k in ("fim", "edit") for i, s in enumerate(
         [x / 10 for x in range(-20, 20)])]
     save(fit(outs, 0.9, 10), kto_gate.calibration_path(adapter), 0.9)
 

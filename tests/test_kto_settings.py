@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.cli.align_common import AlignOutcome, fit, save
 from edit_server.core.requests import FimRequest
 from edit_server.core.settings import Gate, Settings, resolve
 from edit_server.selectivity import kto_gate
@@ -15,13 +15,13 @@ from edit_server.selectivity.select import fim_result
 from engine.reward import Reward
 
 
-def outcomes() -> list[Outcome]:
+def outcomes() -> list[AlignOutcome]:
     """Scores -2.0 … 1.9 per kind; the higher the score the likelier accepted (all from 1.0 on, every
     other one from 0 on, none below): precision rises with the threshold."""
     out = []
     for k in ("fim", "edit"):
         for i, x in enumerate(range(-20, 20)):
-            out.append(Outcome(f"{k}{i}", k, x / 10, x >= 10 or (x >= 0 and x % 2 == 0)))
+            out.append(AlignOutcome(f"{k}{i}", k, x / 10, x >= 10 or (x >= 0 and x % 2 == 0)))
     return out
 
 

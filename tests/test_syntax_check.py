@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.cli.align_common import AlignOutcome, fit, save
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import Gate, Settings
 from edit_server.lsp.features import hidden_reason
@@ -199,7 +199,8 @@ def test_both_gates_hide_a_suggestion_that_introduces_a_syntax_error(tmp_path) -
     from engine.reward import Reward
 
     adapter = tmp_path / "kto"
-    outs = [Outcome(f"{k}{i}", k, x / 10, x >= 0) for k in ("fim", "edit") for i, x in enumerate(range(-20, 20))]
+    outs = [AlignOutcome(f"{k}{i}", k, x / 10, x >= 0)
+            for k in ("fim", "edit") for i, x in enumerate(range(-20, 20))]
     save(fit(outs, 0.9, 10), kto_gate.calibration_path(adapter), 0.9)
     high = Reward(5.0, 0.0, 5, 0.0, 0.0, 1.0, True, str(adapter))
     assert fim_result(req, "a + b", [0.01] * 3, s, high).show  # the reward decides ...

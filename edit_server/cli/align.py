@@ -22,12 +22,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from edit_server.cli.align_common import NEGATIVE, POSITIVE, Outcome, fit, save
+from edit_server.cli.align_common import NEGATIVE, POSITIVE, AlignOutcome, fit, save
 from edit_server.selectivity.thresholds import default_calibration_path, gate_kind
 
 
 # ---- data ---------------------------------------------------------------------------------------
-def from_feedback(db: str | Path) -> list[Outcome]:
+def from_feedback(db: str | Path) -> list[AlignOutcome]:
     """Suggestions with a known outcome from the server's sqlite store."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -40,10 +40,10 @@ def from_feedback(db: str | Path) -> list[Outcome]:
             continue
         prev = label.get(sid)
         label[sid] = (kind, float(score), event in POSITIVE or (prev is not None and prev[2]))
-    return [Outcome(sid, k, s, a) for sid, (k, s, a) in label.items()]
+    return [AlignOutcome(sid, k, s, a) for sid, (k, s, a) in label.items()]
 
 
-def from_eval(report_dir: str | Path) -> list[Outcome]:
+def from_eval(report_dir: str | Path) -> list[AlignOutcome]:
     """Scored suggestions of an eval run (``results.jsonl``): a case run (``eval replay|cases --no-gate``;
     accepted = the suggestion is right) or a HumanEval-infilling run through the server (``eval
     humaneval-infill --via-lsp``, gate off; accepted = the completed program passes its tests)."""
@@ -57,13 +57,13 @@ def from_eval(report_dir: str | Path) -> list[Outcome]:
             continue
         if "passed" in r:  # HumanEval-infilling: FIM completions scored by their tests
             if r.get("shown"):
-                out.append(Outcome(str(r["id"]), "fim", float(r["score"]), bool(r["passed"])))
+                out.append(AlignOutcome(str(r["id"]), "fim", float(r["score"]), bool(r["passed"])))
             continue
         if not r.get("suggestion"):
             continue
         accepted = bool(r.get("accepted")) and not r.get("quiet_case")
         kind = gate_kind(str(r.get("kind", "fim")), r.get("origin"))  # a rule's candidate: calibrated apart
-        out.append(Outcome(str(r["id"]), kind, float(r["score"]), accepted))
+        out.append(AlignOutcome(str(r["id"]), kind, float(r["score"]), accepted))
     return out
 
 

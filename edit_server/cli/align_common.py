@@ -22,7 +22,7 @@ NEGATIVE = {"rejected", "expired"}
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AlignOutcome:
     id: str
     kind: str  # "fim" | "edit"
     score: float
@@ -58,18 +58,18 @@ def isotonic(xs: Sequence[float], ys: Sequence[float]) -> list[tuple[float, floa
     return [(b[2], b[0] / b[1]) for b in blocks]
 
 
-def _held_out(o: Outcome) -> bool:
+def _held_out(o: AlignOutcome) -> bool:
     return zlib.crc32(o.id.encode()) % 4 == 0  # a stable 25 % split
 
 
-def _precision_coverage(data: Sequence[Outcome], threshold: float) -> tuple[float, float]:
+def _precision_coverage(data: Sequence[AlignOutcome], threshold: float) -> tuple[float, float]:
     shown = [o for o in data if o.score >= threshold]
     if not shown:
         return 1.0, 0.0
     return sum(o.accepted for o in shown) / len(shown), len(shown) / len(data)
 
 
-def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibration:
+def fit_kind(data: Sequence[AlignOutcome], target_precision: float) -> KindCalibration:
     """Lowest threshold (most coverage) at which the precision of the shown suggestions reaches the
     target on both the fitting part and the held-out part; ``points`` is the calibrated map."""
     train = [o for o in data if not _held_out(o)] or list(data)
@@ -85,9 +85,9 @@ def fit_kind(data: Sequence[Outcome], target_precision: float) -> KindCalibratio
                            precision, coverage, points, curve)
 
 
-def fit(outcomes: Iterable[Outcome], target_precision: float, min_count: int = 20
+def fit(outcomes: Iterable[AlignOutcome], target_precision: float, min_count: int = 20
         ) -> dict[str, KindCalibration]:
-    by_kind: dict[str, list[Outcome]] = {}
+    by_kind: dict[str, list[AlignOutcome]] = {}
     for o in outcomes:
         by_kind.setdefault(o.kind, []).append(o)
     return {k: fit_kind(v, target_precision) for k, v in sorted(by_kind.items()) if len(v) >= min_count}

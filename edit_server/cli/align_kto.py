@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edit_server.cli.align_common import Outcome, fit, save
+from edit_server.cli.align_common import AlignOutcome, fit, save
 from edit_server.selectivity import kto_gate
 
 TOP_LAYERS = 8  # = engine.train.kto.trainer.KtoConfig.top_layers (not imported here: no torch at start-up)
@@ -106,7 +106,7 @@ def calibrate(adapter: Path, data: Path, *, model: str, device: str, target: flo
         if rec.source.endswith("-truth"):  # the gate only ever sees model outputs
             continue
         rw = scorer.score_text(prompt_from_dict(rec.prompt), rec.completion)
-        outcomes.append(Outcome(rec.id, gate_kind(rec.kind), rw.score, rec.label))
+        outcomes.append(AlignOutcome(rec.id, gate_kind(rec.kind), rw.score, rec.label))
     cal = fit(outcomes, target, min_count)
     if cal:
         save(cal, kto_gate.calibration_path(adapter), target)
