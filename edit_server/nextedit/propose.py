@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,8 +50,9 @@ _BASE = (
     "bias", "o_carry", "o_repeat", "o_analog", "o_move", "o_import", "jump", "joint",
     "age", "age0", "same_file", "pairs", "consistency", "hunk_changes", "clean", "old_ident", "new_ident",
     "old_len", "extends", "shrinks", "value", "declares", "comment_change", "rows", "rows_doc", "new_in_doc",
-    "old_left_doc", "dist", "below", "cursor_row", "likeness", "in_string", "region_lines_changed",
+    "old_left_doc", "dist", "cursor_row", "likeness", "in_string", "region_lines_changed",
     "times", "history", "cursor_blank", "last_size", "left_match", "right_match", "camel", "new_before",
+    "new_fresh", "same_scope", "other_scope",
     *(f"lang_{x}" for x in LANGS),
 )
 # a jump's features are kept apart (``j_`` + name): a place outside the region is right for other reasons
@@ -121,6 +123,25 @@ def setting(text: str, cursor: int, path: str, history: Sequence[HunkLike]) -> S
     return Setting(len(mine), size, not text[ls:len(text) if le < 0 else le].strip(), times)
 
 
+_SCOPE = re.compile(r"^\s*(?:(?:pub(?:\([\w:]+\))?|export|async|static|public|private|protected)\s+)*"
+                    r"(?:def|fn|func|function|class|impl|struct|interface)\b")
+
+
+def scope_of(lines: Sequence[str], row: int) -> int | None:
+    """The row of the innermost function / class header above ``row`` at a smaller indent (None: top level)."""
+    if not 0 <= row < len(lines):
+        return None
+    line = lines[row]
+    indent = len(line) - len(line.lstrip()) if line.strip() else 10**6
+    for r in range(row - 1 if _SCOPE.match(line) else row, -1, -1):
+        cand = lines[r]
+        if cand.strip() and len(cand) - len(cand.lstrip()) < indent and _SCOPE.match(cand):
+            return r
+        if cand.strip():
+            indent = min(indent, len(cand) - len(cand.lstrip()) + (0 if _SCOPE.match(cand) else 1))
+    return None
+
+
 def _around(line: str, old: str) -> tuple[str, str]:
     """The characters just before and after ``old``'s first occurrence in ``line`` (spaces skipped)."""
     i = line.find(old)
@@ -145,10 +166,11 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
         f["joint"] = float(len(changes) > 1)
         f["age"] = float(min(c.age for c in changes))
     rows = list(changed_rows) or _changed_rows(text, p)
+    # no feature says above or below the cursor: the training sessions are replayed top to bottom (every next
+    # hunk lies below), so one would learn the replay's order, not the user's
     if rows:
         d = min(rows, key=lambda r: abs(r - cur_row))
         f["dist"] = math.log1p(abs(d - cur_row))
-        f["below"] = float(d >= cur_row)
         f["cursor_row"] = float(cur_row in rows)
     f["rows"] = math.log1p(len(rows))
     f["rows_doc"] = math.log1p(rows_doc)
@@ -165,7 +187,14 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
         f["right_match"] = sum(x[1] == right for x in near) / max(1, len(near))
         f["camel"] = float(c.old[:1].isupper())
         written = "\n".join(lines[r] for r in (skip or ()) if r < len(lines))
-        f["new_before"] = math.log1p(max(0, len(_occ(text, c.new)) - len(_occ(written, c.new))))
+        before = max(0, len(_occ(text, c.new)) - len(_occ(written, c.new)))
+        f["new_before"] = math.log1p(before)
+        # a name the edit wrote that nothing else in the file has: a rename under way, its declaration or other
+        # uses still to follow
+        f["new_fresh"] = float(before == 0 and bool(carrying._IDENT.fullmatch(c.new)))
+        home = scope_of(lines, cur_row)
+        f["same_scope"] = float(all(scope_of(lines, r) == home for r in rows))
+        f["other_scope"] = float(home is not None and any(scope_of(lines, r) not in (home, None) for r in rows))
     if p.jump:
         return {f"j_{k}": v for k, v in f.items() if k in _BASE}
     return {k: v for k, v in f.items() if k in _BASE}
@@ -214,8 +243,20 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
                             features(p, text, path, cursor, group, rows, rows_doc, ctx, skip)))
 
     region_rows = range(r0, max(r0 + 1, r1))
+    # a rule's rewrite that a carried change also makes is described by that change (its features); the
+    # rule's own origin is kept: the rules come first
+    carried: dict[str, tuple[list[Change], list[int], int]] = {}
+    for group in _groups(chs):
+        rows = sorted(set().union(*(carrying.targets(text, c, path, skip) for c in group)))
+        inside = [r for r in rows if r in region_rows]
+        if inside:
+            new_lines = lines[r0:r1]
+            for r in inside:
+                new_lines[r - r0] = carrying.carry(lines[r], group, path)
+            carried.setdefault("\n".join(new_lines) + ("\n" if text[start:end].endswith("\n") else ""),
+                               (group, inside, len(rows)))
     for origin, new in rules:
-        add(Proposal(start, end, new, origin), (), (), 0)
+        add(Proposal(start, end, new, origin), *carried.get(new, ((), (), 0)))
     for group in _groups(chs):
         rows = sorted(set().union(*(carrying.targets(text, c, path, skip) for c in group)))
         if not rows:
