@@ -37,8 +37,10 @@ from edit_server.nextedit import serve as nextedit
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import (
     Candidate,
+    Output,
     edit_results,
     fim_result,
+    select,
     skip_reason,
 )
 from edit_server.selectivity.thresholds import gate_kind, model_thresholds
@@ -252,10 +254,29 @@ class Pipeline:
         if not await self._debounced((uri, "edit")):
             return None
         answer = await self._edit(req, None, uri)
+        if answer is None or not answer.suggestion.show:
+            answer = self._elsewhere(req)  # nothing here: a carried edit due in another open document
         now = self.docs.get(uri)
         if answer is None or not answer.suggestion.show or now is None or now.version != version:
             return None  # nothing to change, hidden by the gate, or the document moved on
         return answer
+
+    def _elsewhere(self, req: EditRequest) -> EditAnswer | None:
+        """The carried edit worth showing in another open document (a jump there), or None."""
+        others = [nextedit.OpenDocument(d.uri, d.path, d.text, d.version) for d in self.docs if d.uri != req.uri]
+        found = nextedit.other_documents(req, others, self.settings)
+        if found is None:
+            return None
+        model = {**model_thresholds(self.worker.engine), **nextedit.thresholds(self.settings)}
+        doc = found.doc
+        sug, edits = select(Output("edit", doc.path, doc.text, found.start, found.end, found.new, [found.probability],
+                                   history=req.history, origin=nextedit.CARRY), self.settings, model)
+        if sug is None or not sug.show:
+            return None
+        sug.jump = True
+        self._report(sug)
+        self.feedback.offered(sug.id, gate_kind(sug.kind, sug.origin), doc.uri, sug.score)
+        return EditAnswer(sug, edits, doc.text, doc.version, doc.uri)
 
     async def infill_prompt(self, key: str, prompt: FimPrompt, max_tokens: int,
                             on_step: StepCallback | None = None) -> Suggestion | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from edit_server.context.options import EditBuilt
 from edit_server.core.history import Hunk
-from engine.templates import EditPrompt, FimPrompt
+from engine.templates import FimPrompt
 
 
 @dataclass
@@ -58,15 +59,6 @@ class TextEdit:
     text: str
 
 
-@dataclass
-class EditBuilt:
-    """An edit prompt and where its region sits in the request's document text."""
-
-    prompt: EditPrompt
-    region_start: int
-    region_end: int
-
-
 Built = FimPrompt | EditBuilt
 
 
@@ -83,8 +75,9 @@ class InlineAnswer:
 class EditAnswer:
     suggestion: Suggestion
     edits: list[TextEdit]
-    text: str
+    text: str  # the document the edits apply to (the request's, or another open one's for a jump there)
     version: int
+    uri: str = ""  # that document ("": the request's)
 
 
 def new_id() -> str:

@@ -90,7 +90,7 @@ async def inline_edit(ls: Host, args: tuple[str, int | None, int, int]) -> dict[
     if ans is None:
         return {"edits": []}
     s = ans.suggestion
-    return {"edits": [convert.inline_edit(ans.text, uri, ans.version, e, s.id, s.score, s.origin, s.jump)
+    return {"edits": [convert.inline_edit(ans.text, ans.uri or uri, ans.version, e, s.id, s.score, s.origin, s.jump)
                       for e in ans.edits]}
 
 

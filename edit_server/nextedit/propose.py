@@ -220,10 +220,11 @@ def _groups(chs: Sequence[Change]) -> list[list[Change]]:
 
 
 def propose(text: str, path: str, cursor: int, start: int, end: int, history: Sequence[HunkLike],
-            rules: Sequence[tuple[str, str]] = (), jumps: bool = True) -> list[Proposal]:
+            rules: Sequence[tuple[str, str]] = (), jumps: bool = True, region: bool = True) -> list[Proposal]:
     """Every candidate for the next edit of ``text`` (the region ``[start, end)`` around ``cursor``):
-    the carried edits in the region and, with ``jumps``, each change's nearest place outside it; the
-    rules' region rewrites ``rules`` ((origin, new region)). Each with its features."""
+    the carried edits in the region (without ``region``: none — a document the cursor is not in) and, with
+    ``jumps``, each change's nearest place outside it; the rules' region rewrites ``rules`` ((origin, new
+    region)). Each with its features."""
     chs = carrying.changes(history)
     skip = carrying.written_rows(history, path)
     starts = _rows(text)
@@ -242,7 +243,7 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
         out.append(Proposal(p.start, p.end, p.new, p.origin, p.jump,
                             features(p, text, path, cursor, group, rows, rows_doc, ctx, skip)))
 
-    region_rows = range(r0, max(r0 + 1, r1))
+    region_rows = range(r0, max(r0 + 1, r1)) if region else range(0)
     # a rule's rewrite that a carried change also makes is described by that change (its features); the
     # rule's own origin is kept: the rules come first
     carried: dict[str, tuple[list[Change], list[int], int]] = {}

@@ -8,12 +8,13 @@ the server serves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Settings
 from edit_server.nextedit import locator as locating
-from edit_server.nextedit.propose import Proposal, propose
+from edit_server.nextedit.propose import ORIGIN, Proposal, propose
 from edit_server.selectivity.select import Candidate, rule_candidate
 
 
@@ -63,6 +64,49 @@ def rule_candidates(req: EditRequest, built: EditBuilt, settings: Settings) -> l
     if loc is None:
         return rules
     return located(req, built, rules, loc, carry=nxt.carry_edit, jumps=nxt.jumps)
+
+
+@dataclass(frozen=True)
+class OpenDocument:
+    """Another document the editor has open: where a carried edit may be due next."""
+
+    uri: str
+    path: str
+    text: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A carried edit in another open document: ``doc.text[start:end]`` → ``new``, its probability."""
+
+    doc: OpenDocument
+    start: int
+    end: int
+    new: str
+    probability: float
+
+
+CARRY = ORIGIN  # a carried edit's origin (gate kind ``edit:carry``)
+MAX_OTHER_CHARS = 400_000  # another document larger than this is not searched
+
+
+def other_documents(req: EditRequest, docs: Iterable[OpenDocument], settings: Settings) -> Elsewhere | None:
+    """The likeliest carried edit in another open document (its first place from the top), or None: what
+    the server offers as a jump into that file when nothing in the cursor's document is worth showing."""
+    nxt = settings.next_edit
+    loc = load_locator(nxt.locator)
+    if loc is None or not (nxt.carry_edit and nxt.jumps) or not req.history:
+        return None
+    best: Elsewhere | None = None
+    for doc in docs:
+        if doc.path == req.path or not doc.path or len(doc.text) > MAX_OTHER_CHARS:
+            continue
+        for p in propose(doc.text, doc.path, 0, 0, 0, req.history, region=False):
+            q = loc.probability(p.feats)
+            if best is None or q > best.probability:
+                best = Elsewhere(doc, p.start, p.end, p.new, q)
+    return best
 
 
 def thresholds(settings: Settings) -> dict[str, float]:

@@ -61,3 +61,24 @@ def test_a_rename_is_carried_then_offered_as_a_jump(tmp_path: Path) -> None:
         assert "error" not in s.request("bye", "shutdown")
         s.send({"jsonrpc": "2.0", "method": "exit"})
         s.close()
+
+
+def test_a_rename_with_no_use_left_here_jumps_to_another_open_file(tmp_path: Path) -> None:
+    other = "file:///tmp/edit-server-carry/main.py"
+    s = RawServer()
+    try:
+        ready_session(s, gate={"enabled": True}, debounceMs=0, historyPauseMs=0,
+                      nextEdit={"locator": _model(tmp_path / "loc.json")})
+        for uri, text in ((URI, "class Store:\n    def get_user(self, uid):\n        return uid\n"),
+                          (other, "from area import Store\n\nstore = Store()\nprint(store.get_user(7))\n")):
+            s.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+        _change(s, 2, 1, 8, 16, "find_user")  # def get_user -> def find_user
+        edits = _next(s, 1, 2, 1, 17)
+        assert [(e["textDocument"]["uri"], e["range"]["start"]["line"], e["text"], e.get("jump")) for e in edits] == [
+            (other, 3, "find", True)]
+        assert edits[0]["textDocument"]["version"] == 1
+    finally:
+        assert "error" not in s.request("bye", "shutdown")
+        s.send({"jsonrpc": "2.0", "method": "exit"})
+        s.close()
