@@ -6,9 +6,10 @@ from __future__ import annotations
 from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import NextEdit, Settings
-from edit_server.selectivity import analog_edit
-from edit_server.selectivity.analog_edit import changed_pairs, transfer
-from edit_server.selectivity.select import edit_results, rule_candidate
+from edit_server.nextedit import analog_edit
+from edit_server.nextedit.analog_edit import changed_pairs, transfer
+from edit_server.nextedit.rules import rule_candidate
+from edit_server.selectivity.select import edit_results
 from edit_server.selectivity.thresholds import gate_kind
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff

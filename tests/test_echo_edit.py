@@ -6,8 +6,9 @@ from __future__ import annotations
 from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, Settings
+from edit_server.nextedit.rules import rule_candidate
 from edit_server.selectivity import echo_edit
-from edit_server.selectivity.select import Candidate, edit_results, rule_candidate
+from edit_server.selectivity.select import Candidate, edit_results
 from edit_server.selectivity.thresholds import gate_kind, gate_threshold
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff

@@ -91,6 +91,11 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
      lambda f: f == "evals/lsp_client.py", _under("pygls.lsp.client")),
     ("evals/ drives the server as a client (its own evals/lsp_client.py, the one client): it imports no edit_server",
      lambda f: not f.startswith("evals/"), _under("edit_server")),
+    ("the next edit's candidates (edit_server/nextedit/) sit above selection: the gate, the selection and the "
+     "feedback store never import them", lambda f: not f.startswith("edit_server/selectivity/"),
+     _under("edit_server.nextedit")),
+    ("the location model is fitted offline: only edit_server/cli/ imports scikit-learn",
+     lambda f: f.startswith("edit_server/cli/"), _under("sklearn")),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
     ok, bad = _uses(allowed, banned)

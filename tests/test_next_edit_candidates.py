@@ -13,13 +13,10 @@ from edit_server.core.messages import Job, Outcome
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, NextEdit, Settings
 from edit_server.core.worker import alternatives_wanted
-from edit_server.selectivity import candidates, import_edit, move_edit, repeat_edit
-from edit_server.selectivity.select import (
-    Candidate,
-    edit_result,
-    edit_results,
-    rule_candidate,
-)
+from edit_server.nextedit import import_edit, move_edit, repeat_edit
+from edit_server.nextedit.rules import rule_candidate
+from edit_server.selectivity import candidates
+from edit_server.selectivity.select import Candidate, edit_result, edit_results
 from engine.api import RewriteCall
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff

@@ -165,8 +165,8 @@ def test_edit_result_drops_a_filtered_candidate() -> None:
 
 
 def test_a_removed_line_that_starts_with_two_dashes_is_diff_body_not_a_header() -> None:
+    from edit_server.nextedit.repeat_edit import hunk_substitution
     from edit_server.selectivity.echo_edit import history_changes
-    from edit_server.selectivity.repeat_edit import hunk_substitution
 
     old = "x = 1\n-- keep this\ny = 2\n"
     new = "x = 1\ny = 2\n"

@@ -2,9 +2,9 @@
 server, seconds (issue 25).
 
 What the server shows for a next edit while the model's rewrites are never shown (the shipped tiers' ``edit``
-threshold is ∞) is the best of the rules' candidates (`edit_server.selectivity.select.RULES`). Judging a change
+threshold is ∞) is the best of the rules' candidates (`edit_server.nextedit.rules.RULES`). Judging a change
 to a rule through `edit-server eval replay` takes tens of minutes a run and tells only the served total; here
-each case goes through the same functions the server calls — `select.rule_candidate` per rule, the candidate
+each case goes through the same functions the server calls — `nextedit.rules.rule_candidate` per rule, the candidate
 filter (`candidates.reject_reason`), the gate and `select.edit_results` over the rules on in the settings'
 order — and is judged like `evals.next_edit` (the cases of `edit-server eval replay REPOS --build-only`):
 
@@ -42,8 +42,9 @@ from edit_server.core.history import Hunk
 from edit_server.core.requests import EditBuilt, EditRequest, Suggestion
 from edit_server.core.settings import Settings
 from edit_server.nextedit import serve as nextedit
+from edit_server.nextedit.rules import RULES, rule_candidate
 from edit_server.selectivity import candidates, echo_edit
-from edit_server.selectivity.select import RULES, Candidate, Output, edit_results, rule_candidate, select
+from edit_server.selectivity.select import Candidate, Output, edit_results, select
 from edit_server.selectivity.thresholds import MODEL_ORIGINS
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW, EditPrompt
 from engine.textdiff import line_span

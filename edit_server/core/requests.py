@@ -48,7 +48,7 @@ class Suggestion:
     completion_tokens: int = 0
     finish_reason: str = "stop"  # the engine's: end | length | newline (…) — "length" = cut at max tokens
     threshold: float | None = None  # the show threshold the gate held its score against (None: no gate)
-    origin: str = "model"  # a next edit's source: "model", "sampled", or a rule's (`select.RULES`)
+    origin: str = "model"  # a next edit's source: "model", "sampled", or a rule's (`nextedit.rules.RULES`)
     jump: bool = False  # a next edit outside the editable region: the editor offers it as a place to go
 
 

@@ -48,18 +48,18 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # "syntax": the largest syntax node around the cursor of at most 20 lines (`context.window.region_lines`)
     region: Literal["lines", "syntax"] = "lines"
     # one more candidate without the model: the user's last in-line substitution (a rename, a changed
-    # literal) repeated at its other occurrences in the region (`edit_server.selectivity.repeat_edit`);
+    # literal) repeated at its other occurrences in the region (`edit_server.nextedit.repeat_edit`);
     # on: it finds held-out next edits exactly and shows nothing in quiet cases (docs/QUALITY.md)
     repeat_edit: bool = True
     # and another: the last edit's token-level changes carried over to the region's look-alike lines
-    # (`edit_server.selectivity.analog_edit`); gated as ``edit:analog``. On its fixed score it showed too
+    # (`edit_server.nextedit.analog_edit`); gated as ``edit:analog``. On its fixed score it showed too
     # many wrong edits; scored by the location model (``locator`` below) it earns its place
     analog_edit: bool = True
     # and another: the other copy of the line(s) the user just pasted, deleted (finishing a move;
-    # `edit_server.selectivity.move_edit`); gated as ``edit:move``
+    # `edit_server.nextedit.move_edit`); gated as ``edit:move``
     move_edit: bool = True
     # and another: a name the user's new import binds taken out of the region's other import of it (the whole
-    # line when it binds nothing else; `edit_server.selectivity.import_edit`); gated as ``edit:import``
+    # line when it binds nothing else; `edit_server.nextedit.import_edit`); gated as ``edit:import``
     import_edit: bool = True
     # the recent edits' token changes carried to the places that still hold the old text — in the region and,
     # with ``jumps``, the nearest place elsewhere in the document (`edit_server.nextedit`); every rule's
@@ -70,7 +70,7 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     locator: str = ""
 
     def rules(self) -> list[str]:
-        """The model-free candidates on (`edit_server.selectivity.select.RULES` keys), in ranking order."""
+        """The model-free candidates on (`edit_server.nextedit.rules.RULES` keys), in ranking order."""
         on = (("repeat", self.repeat_edit), ("analog", self.analog_edit), ("move", self.move_edit), ("import", self.import_edit))
         return [name for name, enabled in on if enabled]
 

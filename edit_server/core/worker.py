@@ -312,7 +312,7 @@ class EngineWorker:
         reward decides, and the show thresholds of the model's rewrites are infinite — the free ones'
         (``edit``) and those that echo the recent edits (``edit:echo``, `echo_edit`): the model's own
         ``show_thresholds`` or the user's calibration. Then the model is not asked: the rules' candidates
-        (`select.RULES`) need only the region."""
+        (`nextedit.rules.RULES`) need only the region."""
         if job.kind != "edit" or not job.gated or not job.settings.gate.enabled or self.scorer is not None:
             return False
         model = model_thresholds(self.engine)

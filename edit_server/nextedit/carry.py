@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from edit_server.nextedit.repeat_edit import comment_marker, in_comment, in_string, is_value, occurrences
 from edit_server.selectivity.candidates import HunkLike, diff_body, tokens
-from edit_server.selectivity.repeat_edit import comment_marker, in_comment, in_string, is_value, occurrences
 
 MAX_HUNKS = 5  # recent hunks read (the history the server keeps per document is about this long)
 MIN_OLD = 2  # characters of a change's old text: one-letter names are everywhere

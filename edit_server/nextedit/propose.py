@@ -8,7 +8,7 @@ functions, no model).
 * **carry elsewhere** (a jump): the nearest such line outside the region — below the cursor first, as
   one reads — rewritten alone;
 * **the rules'** region candidates (the repeated edit, the finished move, the superseded import, the
-  look-alike lines: `edit_server.selectivity.select.RULES`), passed in, scored on the same scale.
+  look-alike lines: `edit_server.nextedit.rules.RULES`), passed in, scored on the same scale.
 
 `features` describes a proposal as the numbers `locator.Locator` was trained on (names in `FEATURES`); the
 location model's probability that the proposal is the user's next edit, exactly, is the one scale every

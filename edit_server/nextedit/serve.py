@@ -15,7 +15,8 @@ from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Settings
 from edit_server.nextedit import locator as locating
 from edit_server.nextedit.propose import ORIGIN, Proposal, propose
-from edit_server.selectivity.select import Candidate, rule_candidate
+from edit_server.nextedit.rules import rule_candidate
+from edit_server.selectivity.select import Candidate
 
 
 def proposals(req: EditRequest, built: EditBuilt, rules: Sequence[Candidate], carry: bool = True,

@@ -28,17 +28,7 @@ from typing import Any, Literal
 
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
-from edit_server.selectivity import (
-    analog_edit,
-    candidates,
-    echo_edit,
-    gate,
-    import_edit,
-    kto_gate,
-    move_edit,
-    repeat_edit,
-    syntax_check,
-)
+from edit_server.selectivity import candidates, echo_edit, gate, kto_gate, syntax_check
 from edit_server.selectivity.thresholds import MODEL_ORIGINS, gate_kind, gate_threshold
 from engine.decoding.stops import lines_cut
 
@@ -216,8 +206,8 @@ def fim_result(req: FimRequest, text: str, confidences: list[float], settings: S
 @dataclass(frozen=True)
 class Candidate:
     """One rewrite of a next edit's region: the model's (``origin`` "model", or "sampled" for an
-    alternative; its confidences and reward) or a model-free rule's (`RULES`: "repeat", the repeated last
-    edit; "analog", its changes carried to look-alike lines; "move", the finished move; "import", the superseded import — each with its module's ``SCORE``)."""
+    alternative; its confidences and reward) or a model-free candidate's (`edit_server.nextedit`: a rule's —
+    "repeat", "analog", "move", "import" — or a carried edit, "carry"; scored by the location model)."""
 
     new: str
     confidences: list[float]
@@ -241,12 +231,3 @@ def edit_results(req: EditRequest, built: EditBuilt, cands: Sequence[Candidate],
                         c.confidences, c.reward, cursor=req.offset, history=req.history, origin=c.origin)
                  for c in cands], settings, model)
 
-
-RULES = {"repeat": repeat_edit, "analog": analog_edit, "move": move_edit, "import": import_edit}  # a rule's origin -> its module
-
-
-def rule_candidate(origin: str, req: EditRequest, built: EditBuilt) -> Candidate | None:
-    """A model-free rule's candidate for the region (``origin``: a key of `RULES`), or None."""
-    rule = RULES[origin]
-    new = rule.candidate(req.text, built.region_start, built.region_end, req.path, req.history)
-    return None if new is None else Candidate(new, [rule.SCORE], None, origin)
