@@ -31,8 +31,8 @@ Use::
 from edit_server.context.budget import Shares, TokenCounter
 from edit_server.context.builder import ContextBuilder, open_builder
 from edit_server.context.exclusions import Exclusions
-from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
+from edit_server.context.options import BuildReport, ContextOptions, EditBuilt, FimBuild
 from edit_server.context.secrets import is_secret_line, redact
 
-__all__ = ["BuildReport", "ContextBuilder", "ContextOptions", "EditBuild", "Exclusions", "FimBuild",
+__all__ = ["BuildReport", "ContextBuilder", "ContextOptions", "EditBuilt", "Exclusions", "FimBuild",
            "Shares", "TokenCounter", "is_secret_line", "open_builder", "redact"]

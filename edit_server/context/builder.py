@@ -30,7 +30,7 @@ from edit_server.context import collect
 from edit_server.context import sources as src
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
-from edit_server.context.options import BuildReport, ContextOptions, EditBuild, FimBuild
+from edit_server.context.options import BuildReport, ContextOptions, EditBuilt, FimBuild
 from edit_server.context.secrets import rules_for
 from edit_server.context.sticky import STICKY_GROW, Others, StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
@@ -291,7 +291,7 @@ class ContextBuilder(Workspace):
         return ctx.diff(Path(path))
 
     def build_edit(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
-                   budget: int | None = None, max_history: int | None = None) -> EditBuild:
+                   budget: int | None = None, max_history: int | None = None) -> EditBuilt:
         """``max_history``: diffs at most (default: the options' ``max_history``; the server passes the
         model's trained count, core/contexts.edit_history)."""
         t0 = time.perf_counter()
@@ -299,7 +299,7 @@ class ContextBuilder(Workspace):
         o = self.options
         big = self._too_big("edit", path, text, budget)
         if big is not None:
-            return EditBuild(EditPrompt("", "", "", 0, big.path), offset, offset, big)
+            return EditBuilt(EditPrompt("", "", "", 0, big.path), offset, offset, big)
         with self._lock:
             self.exclusions.start_recording()
             doc = self._doc(path, text)
@@ -330,7 +330,7 @@ class ContextBuilder(Workspace):
             if reason:
                 rep.blocked, rep.total, rep.excluded = reason, head, {path: reason}
                 self.exclusions.stop_recording()
-                return EditBuild(EditPrompt("", "", "", 0, rel), offset, offset, rep)
+                return EditBuilt(EditPrompt("", "", "", 0, rel), offset, offset, rep)
             self._maybe_extract(doc, costs)
             w_share = int(avail * o.edit_shares.window)
 
@@ -365,7 +365,7 @@ class ContextBuilder(Workspace):
             if self.tokenizer is not None and not self.counter.exact:
                 prompt, win = fit(self.counter, self.tokenizer, rep, prompt, win, make, window, render_edit, costs)
             rep.ms = (time.perf_counter() - t0) * 1e3
-            return EditBuild(prompt, region.start, region.end, rep)
+            return EditBuilt(prompt, region.start, region.end, rep)
 
     def _region(self, doc: Document, offset: int) -> tuple[int, int]:
         """The editable region in lines (``edit_region``: "lines", else the syntax node around the cursor)."""

@@ -88,11 +88,15 @@ class FimBuild:
 
 
 @dataclass
-class EditBuild:
+class EditBuilt:
+    """An edit prompt and where its region sits in the request's document text; ``report``: the context
+    builder's report (``ContextBuilder.build_edit`` sets it; ``None`` where no builder made the prompt, or
+    once the pipeline keeps only prompt and region)."""
+
     prompt: EditPrompt
     region_start: int
     region_end: int
-    report: BuildReport
+    report: BuildReport | None = None
 
 
 def check_roots(roots: Sequence[str | os.PathLike[str]]) -> tuple[list[Path], list[str]]:
