@@ -250,8 +250,10 @@ def test_top_layer_adapter_runs_the_layers_below_once_with_the_same_reward(tmp_p
     r = kto.rewards([(ids, canvas_for(res.tokens, sp.eom, sp.pad, 8))], torch.Generator().manual_seed(0),
                     grad=False)
     assert forked.cached and abs(full.r) > 1e-3
+    # Forking runs the top layer on other tensor shapes than the full pass, so float32 sums round
+    # differently (~1e-5 on a reward near 2); a wrongly skipped or repeated layer moves r by far more.
     for got in (forked, cold):
-        assert got.r == pytest.approx(full.r, abs=1e-5) and got.logp_ref == pytest.approx(full.logp_ref, abs=1e-4)
+        assert got.r == pytest.approx(full.r, abs=1e-4) and got.logp_ref == pytest.approx(full.logp_ref, abs=1e-4)
     assert full.r == pytest.approx(float(r[0]), abs=1e-4)
 
 
