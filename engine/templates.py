@@ -46,7 +46,7 @@ EDIT_LAYOUTS: tuple[str, ...] = ("history-file", "file-history")
 DEFAULT_EDIT_LAYOUT: EditLayout = "history-file"
 # the diffs a next-edit prompt shows (newest last): training renders a session's last EDIT_HISTORY steps, each
 # cut at EDIT_DIFF_CHARS characters (engine.train.tasks_edit, git_sessions); the adapter's metadata records
-# the count (``edit_history``) and the server shows no more (edit_server.core.contexts.edit_history)
+# the count (``edit_history``) and the server shows no more (edit_server.serving.contexts.edit_history)
 EDIT_HISTORY = 3
 EDIT_DIFF_CHARS = 1500
 # a next edit's editable region in lines: up to EDIT_REGION_ABOVE above the cursor's line and EDIT_REGION_BELOW

@@ -23,7 +23,7 @@ SETTLE = "editServer.settle"
 # the same case gives the same prompt in every run: one history hunk per replayed edit whatever the timing,
 # the builder's background work (indexing the document, git) done before each build
 REPRODUCIBLE: dict[str, Any] = {"historyPauseMs": 0, "settleContext": True}
-DIGEST_LOGGER = "edit_server.core.contexts"  # logs "context <kind> digest <hash> (...)" at DEBUG
+DIGEST_LOGGER = "edit_server.serving.contexts"  # logs "context <kind> digest <hash> (...)" at DEBUG
 _DIGEST = re.compile(r"context (?:fim|edit) digest (\S+ \([^)]*\))")
 log = logging.getLogger(__name__)
 

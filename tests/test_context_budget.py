@@ -148,9 +148,9 @@ def test_this_file_history_first(ws, tmp_path: Path) -> None:
 
 def test_edit_history_is_capped_at_the_models_count(ws, tmp_path: Path) -> None:
     """``max_history``: the newest diffs only (this file's first), oldest first in the prompt; FIM keeps the
-    options' count. The server passes the model's trained count (core/contexts.edit_history)."""
-    from edit_server.core.contexts import edit_history
+    options' count. The server passes the model's trained count (serving/contexts.edit_history)."""
     from edit_server.core.settings import Settings
+    from edit_server.serving.contexts import edit_history
     from engine.templates import EDIT_HISTORY
 
     b, main, text = ws

@@ -11,10 +11,10 @@ import pytest
 from edit_server.cli import build_parser, main
 from edit_server.cli.context import parse_location, server_context
 from edit_server.context import ContextOptions
-from edit_server.core.contexts import auto_budget
 from edit_server.core.requests import FimRequest
 from edit_server.core.settings import Settings, build_settings
-from edit_server.core.worker import EngineWorker
+from edit_server.serving.contexts import auto_budget
+from edit_server.serving.worker import EngineWorker
 
 
 def test_parse_location() -> None:

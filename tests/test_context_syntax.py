@@ -197,8 +197,8 @@ def test_the_builder_takes_the_region_the_settings_name(tmp_path: Path) -> None:
         str(tmp_path / "main.py"), text, cur, [])
     assert text[syntax.region_start:syntax.region_end] == "def run():\n" + body + "    return y0\n"
     # a didChangeConfiguration of nextEdit.region reaches a running builder (SETTINGS_FIELDS)
-    from edit_server.core.contexts import BuilderContext
     from edit_server.core.settings import NextEdit, Settings
+    from edit_server.serving.contexts import BuilderContext
 
     b = ContextBuilder([tmp_path], TOK, options(git=False))
     ctx = BuilderContext(b, Settings(), b.options.budget, 3)

@@ -11,9 +11,9 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from edit_server.core.contexts import edit_history, on_cpu
 from edit_server.core.settings import Settings
 from edit_server.http.app import make_app
+from edit_server.serving.contexts import edit_history, on_cpu
 from engine import Engine
 from engine.api import EngineAPI
 from engine.remote import RemoteConfig, RemoteEngine

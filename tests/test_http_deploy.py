@@ -14,9 +14,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from edit_server.cli import build_parser
-from edit_server.core.loader import FACTORY_ENV
 from edit_server.core.settings import Settings, resolve
 from edit_server.http.app import make_app
+from edit_server.serving.loader import FACTORY_ENV
 from tests.test_http import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[1]

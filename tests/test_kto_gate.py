@@ -12,9 +12,9 @@ import pytest
 
 from edit_server.cli import align_data, main
 from edit_server.cli.align_common import AlignOutcome, fit, save
-from edit_server.core import loader
 from edit_server.selectivity import gate, kto_gate
 from edit_server.selectivity.feedback import SCHEMA_VERSION, FeedbackStore
+from edit_server.serving import loader
 from engine.engine import Engine
 from engine.reward import Reward
 from engine.specs import random_checkpoint
@@ -148,7 +148,7 @@ def test_serving_with_an_aligned_adapter_never_imports_training_code() -> None:
     import sys
 
     code = ("import sys\n"
-            "import edit_server.lsp.server, edit_server.http.app, edit_server.core.pipeline, edit_server.core.worker\n"
+            "import edit_server.lsp.server, edit_server.http.app, edit_server.serving.pipeline, edit_server.serving.worker\n"
             "import edit_server.selectivity.kto_gate, engine.reward, engine.loading.stacked\n"
             "print(sorted(m for m in sys.modules if m.startswith('engine.train') or '.align' in m))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -344,8 +344,8 @@ def test_the_server_worker_scores_with_the_aligned_adapter(tmp_path: Path) -> No
     from edit_server.core.messages import Job
     from edit_server.core.requests import FimRequest
     from edit_server.core.settings import Gate, Settings
-    from edit_server.core.worker import EngineWorker
     from edit_server.selectivity.select import fim_result
+    from edit_server.serving.worker import EngineWorker
 
     adapter = write_stacked(tmp_path)
     calibration(adapter)

@@ -138,7 +138,7 @@ def test_no_import_cycle_at_import_time() -> None:
     """Module-level imports form no cycle (an import inside a function, or only for type checking, is
     not followed)."""
     graph = _graph(functions=False)
-    assert "engine.api" in graph["edit_server.core.pipeline"]  # the parser sees the imports
+    assert "engine.api" in graph["edit_server.serving.pipeline"]  # the parser sees the imports
     assert _cycles(graph) == []
 
 
@@ -148,7 +148,7 @@ def test_no_import_cycle_through_functions() -> None:
     ``cli/align_common.py``). Imports only for type checking are not followed."""
     graph = _graph(functions=True)
     assert "edit_server.cli.bench_batch" in graph["edit_server.cli.bench_engine"]  # a function-level import is seen
-    assert "edit_server.core.pipeline" in _imports(SOURCES["edit_server.lsp.suggest"])  # TYPE_CHECKING: seen
+    assert "edit_server.serving.pipeline" in _imports(SOURCES["edit_server.lsp.suggest"])  # TYPE_CHECKING: seen
     assert "edit_server.lsp.suggest" in graph["edit_server.lsp.server"]
     assert _cycles(graph) == []
 

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import msgspec
 
-from edit_server.core.contexts import max_lines
 from edit_server.core.messages import Job
 from edit_server.core.requests import FimRequest
 from edit_server.core.settings import Settings, build_settings
-from edit_server.core.worker import engine_call
 from edit_server.selectivity.select import fim_result
+from edit_server.serving.contexts import max_lines
+from edit_server.serving.worker import engine_call
 from engine.templates import FimPrompt
 
 CPU = SimpleNamespace(info={"device": "cpu"})
@@ -55,8 +55,8 @@ def test_the_pipeline_cuts_longer_output() -> None:
 def test_completion_time_budgets_per_kind_and_device() -> None:
     """``singleLineBudgetMs`` / ``multilineBudgetMs`` (0 = auto: 600 / 1,200 ms on a CPU, 1,000 / 2,000
     elsewhere) reach the engine call of each kind; a setting wins on any device."""
-    from edit_server.core import contexts
-    from edit_server.core.contexts import completion_budget_ms
+    from edit_server.serving import contexts
+    from edit_server.serving.contexts import completion_budget_ms
 
     s = Settings()
     assert [completion_budget_ms(s, e, True) for e in (CPU, GPU, REMOTE, None)] == \

@@ -12,11 +12,11 @@ from edit_server.core.history import Hunk
 from edit_server.core.messages import Job, Outcome
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Gate, NextEdit, Settings
-from edit_server.core.worker import alternatives_wanted
 from edit_server.nextedit import import_edit, move_edit, repeat_edit
 from edit_server.nextedit.rules import rule_candidate
 from edit_server.selectivity import candidates
 from edit_server.selectivity.select import Candidate, edit_result, edit_results
+from edit_server.serving.worker import alternatives_wanted
 from engine.api import RewriteCall
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff
@@ -327,7 +327,7 @@ def test_one_candidate_is_exactly_the_single_rewrite_path() -> None:
 
 
 def test_pipeline_candidates_follow_the_settings() -> None:
-    from edit_server.core.pipeline import edit_candidates
+    from edit_server.serving.pipeline import edit_candidates
 
     req, built = _req(BEFORE, RENAMED, RENAMED.index("(n)") + 2)
     res = GenerateResult(RENAMED, [1, 2], [0.9, 0.9], 1, 1, 10, 0, "end")
@@ -346,7 +346,7 @@ def test_pipeline_candidates_follow_the_settings() -> None:
 
 
 def test_pipeline_offers_the_rules_unless_they_are_off() -> None:
-    from edit_server.core.pipeline import edit_candidates
+    from edit_server.serving.pipeline import edit_candidates
 
     req, built = _req(IMPORTS, PASTED, len("from warnings import warn"))
     out = Outcome(built, GenerateResult(PASTED, [1], [0.9], 1, 1, 10, 0, "end"), 1, None, [])
@@ -401,7 +401,7 @@ def test_variants_are_sampled_reproducible_and_reuse_the_prompt_kv(eng: Any) -> 
 
 
 def test_worker_returns_the_alternatives(eng: Any) -> None:
-    from edit_server.core.worker import EngineWorker
+    from edit_server.serving.worker import EngineWorker
 
     states: list[tuple[str, str]] = []
     w = EngineWorker(lambda s, m: states.append((s, m)))
@@ -438,7 +438,7 @@ class CountingEngine:
 def test_the_model_is_not_asked_for_a_rewrite_no_threshold_would_show(eng: Any) -> None:
     from edit_server.core.requests import FimRequest
     from edit_server.core.settings import Gate
-    from edit_server.core.worker import EngineWorker
+    from edit_server.serving.worker import EngineWorker
 
     never = CountingEngine(eng, {"edit": {"threshold": float("inf")}, "fim": {"threshold": 0.5}})
     w = EngineWorker(lambda s, m: None)
@@ -521,7 +521,7 @@ def test_pipeline_asks_for_alternatives_on_next_edits_only_not_on_the_engine_rou
     (``/v1/engine/complete``: the caller gets one result) makes one."""
     import asyncio
 
-    from edit_server.core.pipeline import Pipeline
+    from edit_server.serving.pipeline import Pipeline
 
     class Counting:
         def __init__(self, inner: Any) -> None:
@@ -565,7 +565,7 @@ def test_edit_confidences_are_the_changed_tokens() -> None:
 
 
 def test_rewrites_carry_their_changed_confidences_and_the_gate_scores_them(eng: Any) -> None:
-    from edit_server.core.pipeline import edit_candidates, edit_scored
+    from edit_server.serving.pipeline import edit_candidates, edit_scored
 
     region = "def add(a, b):\n    return a + b\n"
     p = EditPrompt("import os\n\n", region, "\nprint(add(1, 2))\n", 5, path="m.py")
@@ -618,8 +618,8 @@ def test_the_repeated_edit_is_gated_apart_from_the_models_rewrites(tmp_path: Any
 def test_feedback_keeps_the_repeated_edit_apart(eng: Any) -> None:
     """Shown suggestions go to the feedback store under the gate's kind: `align gate --feedback` calibrates
     the repeated edit (``edit:repeat``) apart from the model's rewrites (``edit``), as it does from evals."""
-    from edit_server.core.pipeline import Pipeline
     from edit_server.core.requests import Suggestion
+    from edit_server.serving.pipeline import Pipeline
 
     p = Pipeline(Settings(feedback_db=":memory:"), lambda *_: None, engine=eng)
     try:

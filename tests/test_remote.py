@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from edit_server.core.remote import api_key, remote_engine
 from edit_server.core.settings import build_settings, parse_set
+from edit_server.serving.remote import api_key, remote_engine
 from engine.api import OneByOne
 from engine.remote import RemoteConfig, RemoteEngine, RemoteError
 from engine.templates import EditPrompt, FimPrompt, Section

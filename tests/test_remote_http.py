@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from edit_server.core.pipeline import Pipeline
 from edit_server.core.settings import Settings, build_settings
 from edit_server.http.app import make_app
+from edit_server.serving.pipeline import Pipeline
 from engine.api import OneByOne
 from engine.remote import RemoteConfig, RemoteEngine
 from engine.templates import EditPrompt, FimPrompt, Section

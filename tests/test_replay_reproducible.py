@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from edit_server.context import ContextBuilder
-from edit_server.core.contexts import prompt_digest
 from edit_server.core.documents import EditEvent
 from edit_server.core.history import EditHistory
+from edit_server.serving.contexts import prompt_digest
 from engine.git_history import extract_sessions, git_env, states_of
 from engine.textdiff import changed_span
 from evals.replay_sessions import SessionReplayOptions, session_case

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from edit_server.core import contexts
-from edit_server.core.contexts import auto_budget, make_context
 from edit_server.core.messages import Configure, Job
 from edit_server.core.requests import EditRequest, FimRequest, TextEdit
 from edit_server.core.settings import Settings
-from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import diff_edits, skip_reason
+from edit_server.serving import contexts
+from edit_server.serving.contexts import auto_budget, make_context
+from edit_server.serving.suggest_cache import SuggestCache
+from edit_server.serving.worker import EngineWorker
 from engine.api import EngineAPI, OneByOne
 from engine.types import GenerateResult
 
@@ -401,7 +401,7 @@ class Forgetful(Lifecycle):
 
 
 def test_closing_a_document_and_clearing_history_free_the_engines_cache() -> None:
-    from edit_server.core.pipeline import Pipeline
+    from edit_server.serving.pipeline import Pipeline
 
     eng = Forgetful()
     p = Pipeline(Settings(), Recorder(), [], engine=eng)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from edit_server.core.pipeline import Pipeline
 from edit_server.core.settings import Settings
 from edit_server.http.app import make_app
+from edit_server.serving.pipeline import Pipeline
 from engine import Engine, FimPrompt
 from engine.calls import FormatRequest
 from engine.config import preset

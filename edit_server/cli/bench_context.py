@@ -5,7 +5,7 @@ committed in several commits with git (for co-change). Reports warm build times 
 for FIM and edit at a ``--budget`` token budget, and per keystroke: didChange (``update_document``),
 the incremental reparse, the build after it, and the secret redaction of the edited line (uncached).
 The builder's options are the server's for the settings (``build_settings``: ``--budget`` is
-``contextBudget``, ``--set`` any other key; ``core/contexts.context_options``).
+``contextBudget``, ``--set`` any other key; ``serving/contexts.context_options``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from edit_server.cli.flags import settings_from_args
     from edit_server.context.builder import ContextBuilder
     from edit_server.context.secrets import redact_line
-    from edit_server.core.contexts import context_options
+    from edit_server.serving.contexts import context_options
     from engine.tokenizer import Tokenizer
 
     try:

@@ -2,7 +2,7 @@
 
 The server's prompt for the same settings: the settings come through ``build_settings`` (``--config``,
 ``--set``, ``--model``, ``--device``, ``--budget`` = ``contextBudget``), the builder's options and budget
-through ``core/contexts.make_context``, as the server's worker makes them. Counts use the model's
+through ``serving/contexts.make_context``, as the server's worker makes them. Counts use the model's
 tokenizer when a model is named (``--model``, or ``model`` in ``--set`` / ``--config``: only then is torch
 imported and the model loaded on the settings' device); otherwise the byte-level test tokenizer, and an
 auto budget as for an unknown model on a CPU.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from edit_server.core.contexts import BuilderContext
+    from edit_server.serving.contexts import BuilderContext
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,8 +58,8 @@ def server_context(args: argparse.Namespace, roots: list[Path]) -> BuilderContex
     import msgspec
 
     from edit_server.cli.flags import config_options, settings_from_args
-    from edit_server.core.contexts import make_context
     from edit_server.core.settings import parse_set
+    from edit_server.serving.contexts import make_context
 
     settings = settings_from_args(args, {"contextBudget": args.budget} if args.budget is not None else None)
     if args.exclude:

@@ -33,7 +33,7 @@ def common_flags(p: argparse.ArgumentParser, model_default: str | None = None, c
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--log-debug", action="append", default=[], metavar="LOGGER",
                    help="log this logger at DEBUG whatever --log-level says (repeatable), e.g. "
-                        "edit_server.core.contexts: a digest of every prompt built (hashes, no text)")
+                        "edit_server.serving.contexts: a digest of every prompt built (hashes, no text)")
 
 
 def cli_settings(args: argparse.Namespace) -> dict:

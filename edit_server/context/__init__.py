@@ -19,7 +19,7 @@ Use::
   background thread (``wait_idle`` for tests / CLI).
 * Options: ``ContextOptions.from_settings`` (the one settings struct, core/settings.py; no other defaults).
 * Budget: tokens of ``render_fim``/``render_edit`` ids, a build's ``budget`` or ``options.budget`` (the
-  server's: core/contexts.auto_budget); ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
+  server's: serving/contexts.auto_budget); ``report.total`` is exact with a tokenizer (rendered and trimmed if the tokenizer is not additive).
 * ``report.blocked`` set: the current file is excluded or too large, or the editable region holds a
   secret — the prompt is empty and no suggestion should be made.
 * Secrets never reach a prompt: every section is redacted (``secrets.py``, detect-secrets + supplements),

@@ -5,7 +5,7 @@ event loop; ``build_fim``/``build_edit`` are meant to be called from a worker th
 ms). Workspace indexing and git run in this builder's own background thread; builds read snapshots.
 
 Budget (tokens of the rendered prompt, ``render_fim``/``render_edit`` ids): a build's ``budget``, else
-``options.budget`` (the server's: ``contextBudget`` or its auto value, core/contexts.auto_budget). Fixed
+``options.budget`` (the server's: ``contextBudget`` or its auto value, serving/contexts.auto_budget). Fixed
 parts first (header, special tokens, the editable region), then the cursor window gets at least
 ``shares.window`` of the rest; history, definitions, imports, git, open files get their share plus what
 earlier sources left; what is still left extends the window. A next edit's prompt has its own shares
@@ -293,7 +293,7 @@ class ContextBuilder(Workspace):
     def build_edit(self, path: str, text: str, offset: int, history: Sequence[src.HunkLike] = (),
                    budget: int | None = None, max_history: int | None = None) -> EditBuilt:
         """``max_history``: diffs at most (default: the options' ``max_history``; the server passes the
-        model's trained count, core/contexts.edit_history)."""
+        model's trained count, serving/contexts.edit_history)."""
         t0 = time.perf_counter()
         offset = max(0, min(offset, len(text)))
         o = self.options

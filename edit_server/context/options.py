@@ -27,7 +27,7 @@ class ContextOptions:
     options with :meth:`from_settings`, as the server, ``edit-server context`` and ``bench context`` do;
     the rest are the builder's own tuning."""
 
-    budget: int  # total prompt tokens when a build names none (the server's: core/contexts.auto_budget)
+    budget: int  # total prompt tokens when a build names none (the server's: serving/contexts.auto_budget)
     exclude: tuple[str, ...]  # exclude globs besides .gitignore and the built-in ones (settings ``exclude``)
     max_line_chars: int | None  # longer lines are cut in every prompt section ("…") (``limits.maxLineChars``)
     max_doc_chars: int  # larger documents: no parse, no context (``limits.maxDocumentChars``)

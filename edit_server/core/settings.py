@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 MIN_CONTEXT_BUDGET = 256  # below this no prompt fits the template's markers and a useful window
-MAX_CONTEXT_BUDGET = 32768  # contextBudget's ceiling; also the auto budget's cap on a GPU (core/contexts.py)
+MAX_CONTEXT_BUDGET = 32768  # contextBudget's ceiling; also the auto budget's cap on a GPU (serving/contexts.py)
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 

@@ -13,7 +13,7 @@ formats in zed.py / mercury.py):
                                 (neither needs a key)
 ``GET /metrics``                Prometheus text (metrics.py)
 
-Every route uses the same :class:`~edit_server.core.pipeline.Pipeline` as the LSP server: one worker
+Every route uses the same :class:`~edit_server.serving.pipeline.Pipeline` as the LSP server: one worker
 (requests queued together from any number of editors run as one batched engine call), one gate
 (calibrated thresholds included), one settings struct, one feedback store. A newer request for the same
 user and file aborts the older one; a client that disconnects cancels its generation.
@@ -38,12 +38,12 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from edit_server import __version__
-from edit_server.core.pipeline import Pipeline
 from edit_server.core.settings import Settings
 from edit_server.http import common, handlers, handlers_engine, handlers_mercury
 from edit_server.http.auth import KeyRing, RateLimiter, retry_after
 from edit_server.http.common import Ctx, Reply, Stream
 from edit_server.http.metrics import MeteredEngine, Registry
+from edit_server.serving.pipeline import Pipeline
 from engine import options
 from engine.api import EngineAPI
 from engine.types import EngineInfo

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings
 from edit_server.http.zed import SETTING, SUPPORTED, UnsupportedFormat
+from edit_server.serving.pipeline import Pipeline
 from engine.types import EngineInfo
 
 

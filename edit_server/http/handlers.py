@@ -1,6 +1,6 @@
 """Zed's ``/v1/completions`` (edit_server/http/zed.py parses the prompt formats), free of aiohttp; the shared
 pieces (:class:`~edit_server.http.common.Ctx`, replies, guards) are in common.py, the Mercury routes in
-handlers_mercury.py. Every handler goes through the one :class:`~edit_server.core.pipeline.Pipeline` (worker,
+handlers_mercury.py. Every handler goes through the one :class:`~edit_server.serving.pipeline.Pipeline` (worker,
 gate, feedback); the supersede key carries the user, so two people editing a file with the same path never
 cancel each other.
 """

@@ -16,10 +16,10 @@ from typing import Any
 
 from lsprotocol import types as lsp
 
-from edit_server.core.pipeline import EMPTY
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings
 from edit_server.selectivity.thresholds import gate_threshold
+from edit_server.serving.pipeline import EMPTY
 
 
 def declares_inline_completion(initialize: Any) -> bool:

@@ -1,4 +1,4 @@
-"""The LSP front end (pygls): wire messages → :class:`edit_server.core.pipeline.Pipeline` calls → LSP results.
+"""The LSP front end (pygls): wire messages → :class:`edit_server.serving.pipeline.Pipeline` calls → LSP results.
 
 Only this package imports pygls / lsprotocol. Handlers run on the event loop and only parse and call the
 pipeline; context building and generation run on its engine worker thread, awaited without blocking.
@@ -25,7 +25,6 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol, lsp_method
 
 from edit_server import __version__
-from edit_server.core.pipeline import Pipeline
 from edit_server.core.requests import Suggestion
 from edit_server.core.settings import Settings, build_settings
 from edit_server.lsp import convert, suggest, workspace
@@ -35,6 +34,7 @@ from edit_server.lsp.features import (
     lenient_initialize,
 )
 from edit_server.selectivity.thresholds import gate_kind
+from edit_server.serving.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from edit_server.core.requests import InlineAnswer
 from edit_server.lsp import convert
 
 if TYPE_CHECKING:
-    from edit_server.core.pipeline import Pipeline
+    from edit_server.serving.pipeline import Pipeline
 
 log = logging.getLogger("edit_server.lsp.server")
 

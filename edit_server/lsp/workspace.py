@@ -17,7 +17,7 @@ from edit_server.context.options import changed_roots
 from edit_server.lsp.convert import uri_path
 
 if TYPE_CHECKING:
-    from edit_server.core.pipeline import Pipeline
+    from edit_server.serving.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 WATCHER_ID = "edit-server-watched-files"

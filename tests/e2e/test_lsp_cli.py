@@ -100,7 +100,7 @@ def test_demo_replays_a_session(tmp_path: Path) -> None:
     assert out.stdout.count(" ms  '    return 2") == 6 and out.stdout.count(" ms  ") == 7
     assert "edit(s)" in out.stdout
     # the server logged one line per model call, with the prompt size, cache reuse and step counts
-    calls = [ln for ln in log.read_text().splitlines() if "edit_server.core.worker" in ln and " steps, " in ln]
+    calls = [ln for ln in log.read_text().splitlines() if "edit_server.serving.worker" in ln and " steps, " in ln]
     fim = [ln for ln in calls if " fim file:" in ln]
     assert 1 <= len(fim) <= 6 and sum(" edit file:" in ln for ln in calls) == 1
     assert all("prompt tokens" in ln and "decode" in ln for ln in calls)

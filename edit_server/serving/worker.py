@@ -1,4 +1,4 @@
-"""The engine worker thread: loads the model (`edit_server.core.loader`), runs context building +
+"""The engine worker thread: loads the model (`edit_server.serving.loader`), runs context building +
 generation off the event loop.
 
 One thread owns the engine. Jobs for the same (document, kind) supersede each other: submitting a new
@@ -18,8 +18,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from edit_server.core.contexts import Context, completion_budget_ms, make_context, max_lines
-from edit_server.core.loader import load_engine
 from edit_server.core.messages import (
     CloseDocument,
     Configure,
@@ -40,6 +38,8 @@ from edit_server.core.settings import Settings
 from edit_server.selectivity import echo_edit
 from edit_server.selectivity.select import is_single_line
 from edit_server.selectivity.thresholds import gate_kind, gate_threshold, model_thresholds
+from edit_server.serving.contexts import Context, completion_budget_ms, make_context, max_lines
+from edit_server.serving.loader import load_engine
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
 from engine.types import GenerateResult
@@ -237,7 +237,7 @@ class EngineWorker:
                 log.warning("closing the engine failed", exc_info=True)
 
     def _remote(self, item: Load) -> EngineAPI:
-        from edit_server.core.remote import remote_engine
+        from edit_server.serving.remote import remote_engine
 
         def local() -> EngineAPI:
             self.on_status("busy", f"remote failed: loading the local model {item.spec!r}")

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import msgspec
 
-from edit_server.core.contexts import max_lines
 from edit_server.core.documents import DocumentStore
 from edit_server.core.history import EditHistory, Hunk
 from edit_server.core.messages import Job, Outcome, ProgressFn, StatusFn
-from edit_server.core.remote import load_key
 from edit_server.core.requests import (
     Built,
     EditAnswer,
@@ -31,8 +29,6 @@ from edit_server.core.requests import (
     Suggestion,
 )
 from edit_server.core.settings import Settings
-from edit_server.core.suggest_cache import SuggestCache
-from edit_server.core.worker import EngineWorker
 from edit_server.nextedit import serve as nextedit
 from edit_server.selectivity.feedback import FeedbackStore
 from edit_server.selectivity.select import (
@@ -44,6 +40,10 @@ from edit_server.selectivity.select import (
     skip_reason,
 )
 from edit_server.selectivity.thresholds import gate_kind, model_thresholds
+from edit_server.serving.contexts import max_lines
+from edit_server.serving.remote import load_key
+from edit_server.serving.suggest_cache import SuggestCache
+from edit_server.serving.worker import EngineWorker
 from engine.api import EngineAPI
 from engine.templates import EditPrompt, FimPrompt
 from engine.types import GenerateResult, StepCallback
