@@ -90,13 +90,12 @@ def test_outcomes_from_a_humaneval_run_through_the_server(tmp_path: Path, capsys
 def test_the_models_own_thresholds_apply_unless_the_user_calibrated(tmp_path: Path) -> None:
     """The model's shipped show thresholds (engine info ``show_thresholds``) replace ``gate.threshold``
     for their kinds; the user's calibration file wins; "off" means the setting alone."""
-    from types import SimpleNamespace
+    from engine.types import EngineInfo
 
-    eng = SimpleNamespace(info={"show_thresholds": {"fim": {"threshold": 0.86, "precision": 0.7}}})
-    model = thresholds.model_thresholds(eng)
+    model = thresholds.model_thresholds(EngineInfo(show_thresholds={"fim": {"threshold": 0.86, "precision": 0.7}}))
     assert model == {"fim": 0.86}
-    assert thresholds.model_thresholds(SimpleNamespace(info={"show_thresholds": {"fim": 3}})) == {}
-    assert thresholds.model_thresholds(SimpleNamespace(info={})) == {} == thresholds.model_thresholds(None)
+    assert thresholds.model_thresholds(EngineInfo(show_thresholds={"fim": 3})) == {}
+    assert thresholds.model_thresholds(EngineInfo()) == {} == thresholds.model_thresholds(None)
     s = Settings()
     assert thresholds.gate_threshold(s, "fim", model) == 0.86
     assert thresholds.gate_threshold(s, "edit", model) == s.gate.threshold  # no shipped value for that kind

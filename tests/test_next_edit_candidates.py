@@ -4,6 +4,9 @@ the repeated last edit (no model), and the one selection stage picking the best 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +18,12 @@ from edit_server.core.settings import Gate, NextEdit, Settings
 from edit_server.nextedit import import_edit, move_edit, repeat_edit
 from edit_server.nextedit.rules import rule_candidate
 from edit_server.selectivity import candidates
-from edit_server.selectivity.select import Candidate, edit_result, edit_results
+from edit_server.selectivity.select import Candidate, edit_result, edit_results, rewrite_hidden
 from edit_server.serving.worker import alternatives_wanted
 from engine.api import RewriteCall
 from engine.templates import EditPrompt
 from engine.textdiff import unified_diff
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 
 
 def _hunk(old: str, new: str, path: str = "m.py") -> Hunk:
@@ -418,6 +421,33 @@ def test_worker_returns_the_alternatives(eng: Any) -> None:
     finally:
         w.stop()
         w.join(5)
+
+
+def test_the_decision_to_skip_the_model_holds_in_both_directions(tmp_path: Path) -> None:
+    """`select.rewrite_hidden`: hidden (the model not asked) only when the gate is on, no reward decides and
+    neither the model's rewrites (``edit``) nor their echoes (``edit:echo``) have a finite threshold — the
+    model's own or the user's calibration; shown whenever any of those fails."""
+    inf = float("inf")
+    never = EngineInfo(show_thresholds={"edit": {"threshold": inf}})
+    assert rewrite_hidden(Settings(), never, aligned=False)  # edit:echo takes edit's: both inf
+    both = EngineInfo(show_thresholds={"edit": {"threshold": inf}, "edit:echo": {"threshold": inf}})
+    assert rewrite_hidden(Settings(), both, aligned=False)
+    assert not rewrite_hidden(Settings(), EngineInfo(show_thresholds={"edit": {"threshold": 0.9}}), aligned=False)
+    echo = EngineInfo(show_thresholds={"edit": {"threshold": inf}, "edit:echo": {"threshold": 0.8}})
+    assert not rewrite_hidden(Settings(), echo, aligned=False)  # an echoing rewrite could still show
+    assert not rewrite_hidden(Settings(), None, aligned=False)  # no engine info: gate.threshold
+    assert not rewrite_hidden(Settings(), EngineInfo(), aligned=False)  # nothing shipped: gate.threshold
+    assert not rewrite_hidden(Settings(gate=Gate(enabled=False)), never, aligned=False)
+    assert not rewrite_hidden(Settings(), never, aligned=True)  # the reward decides, not the thresholds
+    assert not rewrite_hidden(Settings(gate=Gate(calibration="off")), never, aligned=False)
+    mine = tmp_path / "gate.json"  # the user's calibration wins over the model's, either way
+    mine.write_text(json.dumps({"kinds": {"edit": {"threshold": 0.4}}}))
+    assert not rewrite_hidden(Settings(gate=Gate(calibration=str(mine))), never, aligned=False)
+    mine.write_text(json.dumps({"kinds": {"edit": {"threshold": inf}}}))
+    os.utime(mine, (1, 1))  # a new mtime: the calibration is read again
+    shipped = EngineInfo(show_thresholds={"edit": {"threshold": 0.9}})
+    assert rewrite_hidden(Settings(gate=Gate(calibration=str(mine))), shipped, aligned=False)
+    assert not rewrite_hidden(Settings(gate=Gate(calibration=str(tmp_path / "none.json"))), never, aligned=False)
 
 
 class CountingEngine:

@@ -346,7 +346,7 @@ def test_the_tiers_show_thresholds_reach_the_ar_engine(cached: tuple[Path, base.
     assert recorded["edit"]["measured"]
     first = _ar_ck(cached, monkeypatch, tmp_path)  # built from the GGUF, then cached
     assert first.meta["show_thresholds"] == recorded
-    assert model_thresholds(Engine.from_checkpoint(first, device="cpu")) == {"edit": float("inf")}
+    assert model_thresholds(Engine.from_checkpoint(first, device="cpu").info) == {"edit": float("inf")}
     later = {"edit": {"threshold": 0.7}, "fim": {"threshold": 0.4}}
     monkeypatch.setattr(tiers, "show_thresholds", lambda model: later)
     again = _ar_ck(cached, monkeypatch, tmp_path)

@@ -20,7 +20,7 @@ from edit_server.serving.contexts import auto_budget, make_context
 from edit_server.serving.suggest_cache import SuggestCache
 from edit_server.serving.worker import EngineWorker
 from engine.api import EngineAPI, OneByOne
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 
 
 def apply(text: str, edits: list[TextEdit]) -> str:
@@ -178,7 +178,7 @@ def test_worker_supersede_and_batching(worker: Any) -> None:
 
 class Broken(OneByOne):
     tokenizer = None
-    info: dict = {}
+    info = EngineInfo()
 
     def complete(self, *a: Any, **k: Any) -> Any:
         raise RuntimeError("boom")
@@ -208,7 +208,7 @@ class Lifecycle(OneByOne):
     tokenizer, args = None, None
 
     def __init__(self) -> None:
-        self.info = {"model": "lifecycle", "device": "cpu"}
+        self.info = EngineInfo(model="lifecycle", device="cpu")
         self.meta = {"revision": "0123abc"}
         self.failure: str | None = None
         self.closed = 0
@@ -237,10 +237,11 @@ def test_worker_uses_the_engines_meta_degraded_and_close() -> None:
     first, second = Lifecycle(), Lifecycle()
     try:
         w.load("x", "cpu", Settings(), first)
-        assert w.ready.wait(30) and first.info["revision"] == "0123abc"
+        assert w.ready.wait(30)
         first.failure = "remote timed out"
-        assert w.submit(_fim("a")).result(30) is not None
-        assert rec.states[-1] == ("degraded", "remote timed out")
+        assert w.submit(_fim("a")).result(30) is not None  # after the load's last step (one thread)
+        assert first.info.revision == "0123abc" and rec.states[-1] == ("degraded", "remote timed out")
+        assert ("ready", "lifecycle () on cpu") in [(st, m.partition(", loaded in")[0]) for st, m in rec.states]
         first.failure = None
         assert w.submit(_fim("a")).result(30) is not None and rec.states[-1] == ("ready", "idle")
         w.load("x", "cpu", Settings(), second)

@@ -7,7 +7,8 @@ the line cap (engines that do not stop there themselves), the gate's filters (`g
 `gate.clean_edit`), the edits against the document, the syntax errors they would introduce
 (`syntax_check`), and the show/hide decision (`kto_gate.decide`: the implicit reward when there is one,
 else the confidence score against the calibrated threshold). `fim_result` / `edit_result` state the two
-kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all.
+kinds' requests as an `Output`. Before the engine runs, `skip_reason` says whether to ask at all, and
+`rewrite_hidden` whether a next edit's model rewrite could be shown at all.
 
 A next edit may have several candidates for one region (`Candidate`: the model's rewrite, sampled
 alternatives, the model-free rules' — settings ``nextEdit.candidates``, ``nextEdit.repeatEdit`` /
@@ -29,8 +30,9 @@ from typing import Any, Literal
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest, Suggestion, TextEdit, new_id
 from edit_server.core.settings import Settings
 from edit_server.selectivity import candidates, echo_edit, gate, kto_gate, syntax_check
-from edit_server.selectivity.thresholds import MODEL_ORIGINS, gate_kind, gate_threshold
+from edit_server.selectivity.thresholds import MODEL_ORIGINS, gate_kind, gate_threshold, model_thresholds
 from engine.decoding.stops import lines_cut
+from engine.types import EngineInfo
 
 
 def skip_reason(req: FimRequest, settings: Settings) -> str | None:
@@ -44,6 +46,19 @@ def skip_reason(req: FimRequest, settings: Settings) -> str | None:
             req.text[line_start:req.offset], req.text[req.offset:line_end], settings.auto_trigger_max_right):
         return "auto-trigger rule"
     return None
+
+
+def rewrite_hidden(settings: Settings, info: EngineInfo | None, aligned: bool) -> bool:
+    """Whether a next edit's model rewrite could never be shown: the gate is on, no aligned adapter's
+    reward decides (``aligned``: a reward scorer is loaded), and the show thresholds of the model's rewrites
+    are infinite — the free ones' (``edit``) and those that echo the recent edits (``edit:echo``,
+    `echo_edit`): the model's own ``show_thresholds`` (``info``: the engine's) or the user's calibration.
+    Then the model is not asked: the rules' candidates (`nextedit.rules.RULES`) need only the region."""
+    if not settings.gate.enabled or aligned:
+        return False
+    model = model_thresholds(info)
+    return all(gate_threshold(settings, gate_kind("edit", origin), model) == float("inf")
+               for origin in ("model", echo_edit.ORIGIN))
 
 
 def is_single_line(req: FimRequest, multiline: str = "auto") -> bool:

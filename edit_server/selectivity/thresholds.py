@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import options
+from engine.types import EngineInfo
 
 if TYPE_CHECKING:  # msgspec is not needed to fit or read thresholds (`align` runs on the GPU image without it)
     from edit_server.core.settings import Settings
@@ -50,9 +51,10 @@ def load_thresholds(path: str | Path) -> dict[str, float]:
         raise ValueError(f"{p}: not a gate calibration file ({e})") from e
 
 
-def model_thresholds(engine: object) -> dict[str, float]:
-    """kind -> show threshold the model ships (``info["show_thresholds"]``: ``{kind: {"threshold": x, …}}``)."""
-    shipped = (getattr(engine, "info", None) or {}).get("show_thresholds") or {}
+def model_thresholds(info: EngineInfo | None) -> dict[str, float]:
+    """kind -> show threshold the model ships (``info``: the engine's `EngineInfo`, None: no engine;
+    ``info.show_thresholds``: ``{kind: {"threshold": x, …}}``)."""
+    shipped = EngineInfo.of(info).show_thresholds or {}
     try:
         return {str(k): float(v["threshold"]) for k, v in shipped.items()}
     except (KeyError, TypeError, ValueError):

@@ -267,7 +267,7 @@ class Pipeline:
         found = nextedit.other_documents(req, others, self.settings)
         if found is None:
             return None
-        model = {**model_thresholds(self.worker.engine), **nextedit.thresholds(self.settings)}
+        model = {**model_thresholds(self.worker.info), **nextedit.thresholds(self.settings)}
         doc = found.doc
         sug, edits = select(Output("edit", doc.path, doc.text, found.start, found.end, found.new, [found.probability],
                                    history=req.history, origin=nextedit.CARRY), self.settings, model)
@@ -315,7 +315,7 @@ class Pipeline:
             return None
         sug = fim_result(req, out.text, out.confidences, settings, out.reward,
                          max_lines=max_lines(settings, self.worker.engine),
-                         model=model_thresholds(self.worker.engine))
+                         model=model_thresholds(self.worker.info))
         if sug is None:
             self._report(Suggestion("", "fim", "", 0, 0, 0.0, False, EMPTY))
             return None
@@ -330,7 +330,7 @@ class Pipeline:
             return None
         assert isinstance(out.built, EditBuilt)
         cands, outcomes = edit_candidates(req, out, self.settings)
-        model = {**model_thresholds(self.worker.engine), **nextedit.thresholds(self.settings)}
+        model = {**model_thresholds(self.worker.info), **nextedit.thresholds(self.settings)}
         i, sug, edits = edit_results(req, out.built, cands, self.settings, model)
         if sug is None:
             return None

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,12 @@ from edit_server.core.messages import (
 )
 from edit_server.core.requests import Built, EditBuilt, FimRequest
 from edit_server.core.settings import Settings
-from edit_server.selectivity import echo_edit
-from edit_server.selectivity.select import is_single_line
-from edit_server.selectivity.thresholds import gate_kind, gate_threshold, model_thresholds
+from edit_server.selectivity.select import is_single_line, rewrite_hidden
 from edit_server.serving.contexts import Context, completion_budget_ms, make_context, max_lines
 from edit_server.serving.loader import load_engine
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
 from engine.templates import FimPrompt
-from engine.types import GenerateResult
+from engine.types import EngineInfo, GenerateResult
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +85,11 @@ class EngineWorker:
         self._live: list[Job] = []  # queued or running
         self._thread = threading.Thread(target=self._run, name="engine-worker", daemon=True)
         self._thread.start()
+
+    @property
+    def info(self) -> EngineInfo | None:
+        """What the loaded engine says about itself (None: no engine loaded)."""
+        return self.engine.info if self.engine is not None else None
 
     # -- called from the event loop ------------------------------------------------------------
     def load(self, spec: str, device: str, settings: Settings, engine: EngineAPI | None = None) -> None:
@@ -210,14 +214,14 @@ class EngineWorker:
             self.degraded = self._ctx.degraded
             self.ready.set()
 
-            info = eng.info
+            info = EngineInfo.of(eng.info)
             rev = eng.meta.get("revision")
-            if rev and "revision" not in info:  # a hub model: the pinned commit
-                info["revision"] = rev
-            msg = (f"{info.get('model', item.spec)} ({info.get('label', '')}) on "
-                   f"{info.get('device', item.device)}, loaded in {time.perf_counter() - t0:.1f}s")
-            if info.get("warning"):  # a remote backend over plain http to another machine
-                msg += f"; {info['warning']}"
+            if rev and info.revision is None:  # a hub model: the pinned commit
+                eng.info = info = replace(info, revision=str(rev))
+            msg = (f"{info.model or item.spec} ({info.label}) on "
+                   f"{info.device or item.device}, loaded in {time.perf_counter() - t0:.1f}s")
+            if info.warning:  # a remote backend over plain http to another machine
+                msg += f"; {info.warning}"
             if self.degraded:
                 self.on_status("degraded", f"{msg}; {self.degraded}")
             else:
@@ -308,16 +312,10 @@ class EngineWorker:
         return self._ctx.fim(job.req) if isinstance(job.req, FimRequest) else self._ctx.edit(job.req)
 
     def rewrite_hidden(self, job: Job) -> bool:
-        """Whether a next edit's model rewrite could never be shown: the gate is on, no aligned adapter's
-        reward decides, and the show thresholds of the model's rewrites are infinite — the free ones'
-        (``edit``) and those that echo the recent edits (``edit:echo``, `echo_edit`): the model's own
-        ``show_thresholds`` or the user's calibration. Then the model is not asked: the rules' candidates
-        (`nextedit.rules.RULES`) need only the region."""
-        if job.kind != "edit" or not job.gated or not job.settings.gate.enabled or self.scorer is not None:
-            return False
-        model = model_thresholds(self.engine)
-        return all(gate_threshold(job.settings, gate_kind("edit", origin), model) == float("inf")
-                   for origin in ("model", echo_edit.ORIGIN))
+        """Whether a next edit's model rewrite could never be shown, so the model is not asked: the
+        selection's decision (`select.rewrite_hidden`) for a gated next edit."""
+        return job.kind == "edit" and job.gated and rewrite_hidden(
+            job.settings, self.info, aligned=self.scorer is not None)
 
     def _generate(self, built: list[tuple[Job, Built]]) -> None:
         run = []
