@@ -96,6 +96,15 @@ def _uses(allowed: Rule, banned: Rule) -> tuple[list[str], list[str]]:
      _under("edit_server.nextedit")),
     ("the location model is fitted offline: only edit_server/cli/ imports scikit-learn",
      lambda f: f.startswith("edit_server/cli/"), _under("sklearn")),
+    ("edit_server/core/ is the vocabulary: it imports nothing of the orchestration (edit_server/serving/), the "
+     "front ends (lsp/, http/) or the CLI", lambda f: not f.startswith("edit_server/core/"),
+     _under("edit_server.serving", "edit_server.lsp", "edit_server.http", "edit_server.cli")),
+    ("the stages the orchestration drives (context/, selectivity/, nextedit/) never import it (edit_server/serving/)",
+     lambda f: not f.startswith(("edit_server/context/", "edit_server/selectivity/", "edit_server/nextedit/")),
+     _under("edit_server.serving")),
+    ("the orchestration (edit_server/serving/) never imports the front ends (lsp/, http/) or the CLI on top",
+     lambda f: not f.startswith("edit_server/serving/"),
+     _under("edit_server.lsp", "edit_server.http", "edit_server.cli")),
 ])
 def test_import_rule(rule: str, allowed: Rule, banned: Rule) -> None:
     ok, bad = _uses(allowed, banned)
@@ -203,7 +212,8 @@ def _layer(module: str) -> int:
 
 
 def test_no_import_runs_up_a_layer() -> None:
-    """engine -> engine/train -> serving (edit_server/{core,context,lsp,http,selectivity}) -> evals (a client
+    """engine -> engine/train -> serving (edit_server/ below cli/: core, context, selectivity, nextedit, serving,
+    lsp, http; their order among themselves: the rules above) -> evals (a client
     of the server: it imports nothing of serving, not even for its LSP client) -> the front ends on top (CLIs, benchmarks,
     demo, the offline align commands)."""
     assert _layer("edit_server.cli.align_kto") == 4 and _layer("evals.lsp_client") == 3
