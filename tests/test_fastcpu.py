@@ -86,7 +86,8 @@ def test_int8_gemm_is_per_token(monkeypatch: pytest.MonkeyPatch, bias: bool) -> 
     monkeypatch.setattr(fastcpu, "INT8_GEMM", True)
     got = lin(x)
     rel = (got - want).norm(dim=1) / want.norm(dim=1)
-    assert rel.max() < 0.02, rel
+    # 7-bit activations (CPUs without VNNI, where 8 bits would saturate) round twice as coarsely
+    assert rel.max() < (0.03 if fastcpu.REDUCE_RANGE else 0.02), rel
     assert lin._packed is not None
     lin._packed = None  # decode-sized batches keep the weight-only kernel: nothing is packed
     lin(x[:fastcpu.SMALL])
