@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from engine.templates import EditPrompt, FimPrompt
-from engine.types import AbortSignal, EngineInfo, GenerateResult, SamplerConfig, StepCallback
+from engine.types import AbortSignal, EngineInfo, GenerateResult, PrefillPlan, SamplerConfig, StepCallback
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,16 @@ class EngineAPI(Protocol):
         """Run ``calls`` together (one batched forward per step where the model allows it)."""
         ...
 
+    def prefill_plan(self, prompt: FimPrompt, cache_key: str) -> PrefillPlan | None:
+        """What prefilling ``prompt`` for the document ``cache_key`` would cost now (None: the engine cannot
+        tell, e.g. a remote backend)."""
+        ...
+
+    def prefetch(self, prompt: FimPrompt, cache_key: str, abort: AbortSignal | None = None) -> int:
+        """Prefill ``prompt`` ahead of a request (idle time), stopping soon after ``abort`` is set; the
+        prompt tokens computed (0: nothing to do, or the engine does not prefetch)."""
+        ...
+
     def infill(self, prompt: FimPrompt, max_tokens: int = 64, single_line: bool = False,
                sampler: SamplerConfig | None = None, cache_key: str | None = None,
                abort: AbortSignal | None = None, on_step: StepCallback | None = None) -> GenerateResult:
@@ -114,6 +124,12 @@ class EngineBase:
 
     def forget(self, cache_key: str | None = None) -> None:
         return None
+
+    def prefill_plan(self, prompt: FimPrompt, cache_key: str) -> PrefillPlan | None:
+        return None
+
+    def prefetch(self, prompt: FimPrompt, cache_key: str, abort: AbortSignal | None = None) -> int:
+        return 0
 
 
 class ByComplete(EngineBase):

@@ -33,6 +33,7 @@ from engine.checkpoint import LoadedCheckpoint
 from engine.config import ModelArgs
 from engine.cpu import fastcpu
 from engine.cpu import gemm as cpu_gemm
+from engine.decoding import ahead
 from engine.decoding.bidir import decode_bidirectional
 from engine.decoding.blocks import OffsetDenoiser, cached_slot, decode_blocks, prefill
 from engine.decoding.expand import ExpandCanvas
@@ -56,6 +57,7 @@ from engine.types import (
     EngineInfo,
     GenerateRequest,
     GenerateResult,
+    PrefillPlan,
     SamplerConfig,
     StepCallback,
     StepEvent,
@@ -102,6 +104,7 @@ class Engine(ByComplete):
         if cache_bytes is None:
             cache_bytes = prefix_budget(self.args, self.kv_dtype, self.device)
         self.cache = PrefixCache(cache_bytes)
+        self.rate = ahead.PrefillRate(self.device)  # what a prefill costs here, as measured (prefill_plan)
         # captured decode steps over pooled KV arenas (engine.decoding.graphs): dense models on CUDA
         self.graphs = (StepGraphs(model, self.kv_dtype, self.device)
                        if want_graphs(cuda_graphs, self.device, self.args) else None)
@@ -273,6 +276,12 @@ class Engine(ByComplete):
     def forget(self, cache_key: str | None = None) -> None:
         self.cache.clear(cache_key)  # a slot in use now is put back when its request ends
 
+    def prefill_plan(self, prompt: FimPrompt, cache_key: str) -> PrefillPlan | None:
+        return ahead.plan(self, prompt, cache_key)
+
+    def prefetch(self, prompt: FimPrompt, cache_key: str, abort: AbortSignal | None = None) -> int:
+        return ahead.prefetch(self, prompt, cache_key, abort)
+
     def slot_key(self, j: DecodeJob) -> str | None:
         """One slot per document and prompt kind (FIM / next edit differ after the shared context)."""
         if not j.cache_key:
@@ -381,6 +390,7 @@ class Engine(ByComplete):
 
         def run(job: DecodeJob) -> None:
             prefill(self, job, chunk)
+            self.rate.observe(job.base - job.cached, job.timings["prefill_ms"], max(1, job.forwards))
 
         if self.prefill_hook is None:
             run(j)

@@ -208,6 +208,16 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class PrefillPlan:
+    """What a prompt's prefill would cost now (``EngineAPI.prefill_plan``): its tokens, how many of them no
+    cached slot of the document holds, and the engine's estimate of computing those."""
+
+    tokens: int
+    uncached: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What an engine says about itself (``EngineAPI.info``): shown by ``/health``, ``edit-server check`` and the
     server's status, written into benchmark reports, and read by the serving rules — the device (``on_cpu``), the

@@ -24,7 +24,7 @@ VSCODE = EDITORS / "vscode"
 PKG = json.loads((VSCODE / "package.json").read_text())
 PROPS = PKG["contributes"]["configuration"]["properties"]
 CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs",
-               "editServer.nextEdit.chain"}
+               "editServer.nextEdit.chain", "editServer.cursorRestMs"}
 HTTP_ONLY = {"http"}  # `edit-server http` settings: nothing for an editor
 FIX = "run `python editors/vscode/sync_settings.py --write` and describe new keys in package.json"
 

@@ -31,6 +31,7 @@ from edit_server.context import sources as src
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuilt, FimBuild
+from edit_server.context.quick import QUICK_MAX, QUICK_MIN, QuickPrompts
 from edit_server.context.secrets import rules_for
 from edit_server.context.sticky import STICKY_GROW, Others, StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
@@ -57,22 +58,26 @@ class ContextBuilder(Workspace):
         self.tokenizer = tokenizer
         self.counter = TokenCounter(tokenizer)
         self._sticky: dict[str, StickyFim] = {}  # path -> its last full FIM build (context.sticky)
+        self._quick = QuickPrompts()  # the served heads quick prompts after a jump reuse (context.quick)
         self.is_fallback = False  # only the current document, whatever the roots (``fallback``)
         super().__init__(roots, options)
 
     def update_options(self, options: ContextOptions | None = None, **changes: object) -> None:
         with self._lock:
             self._sticky.clear()  # new exclusions / budget / caps: no build from before them is reused
+            self._quick.clear()
         super().update_options(options, **changes)
 
     def close_document(self, path: str) -> None:
         with self._lock:
             self._sticky.pop(path, None)
+            self._quick.clear(path)
         super().close_document(path)
 
     def files_changed(self, changes: Sequence[tuple[str, bool]]) -> None:
         with self._lock:
             self._sticky.clear()  # a sticky build's sections may come from a changed file
+            self._quick.clear()
         super().files_changed(changes)
 
     def set_roots(self, roots: Sequence[Path], removed: Sequence[Path] = ()) -> None:
@@ -80,6 +85,7 @@ class ContextBuilder(Workspace):
             return  # it reads no file at all: nothing to follow
         with self._lock:
             self._sticky.clear()  # sections read from the old roots are not reused
+            self._quick.clear()
         super().set_roots(roots, removed)
 
     @classmethod
@@ -236,6 +242,53 @@ class ContextBuilder(Workspace):
             if self.settled and (old is None or (win.start_line, win.end_line) != bounds):
                 self._keep_sticky(path, doc, win, key, rep, tuple(sections), hist, git_diff)
             rep.ms = (time.perf_counter() - t0) * 1e3
+            return FimBuild(prompt, rep)
+
+    def served_fim(self, path: str, build: FimBuild) -> None:
+        """``build`` (this builder's) is the FIM prompt an answer was computed from: its sections and history
+        are what the prefix cache holds for the document, which a quick prompt reuses."""
+        if build.report.blocked or self.options.sticky_ttl_s <= 0:
+            return
+        with self._lock:
+            self._quick.served(path, build.prompt, build.report.budget, build.report.sources)
+
+    def quick_fim(self, path: str, text: str, offset: int, tokens: int, history: Sequence[src.HunkLike] = (),
+                  budget: int | None = None) -> FimBuild | None:
+        """A first prompt after a jump (`edit_server.context.quick`): the sections and history last served for
+        the document and a window of about ``tokens`` tokens around the cursor; None when nothing fresh was
+        served for it at this budget, or the document gives no context now."""
+        offset = max(0, min(offset, len(text)))
+        if self._too_big("fim", path, text, budget) is not None:
+            return None
+        with self._lock:
+            head = self._quick.head(path, self._budget(budget), self.options.sticky_ttl_s)
+            if head is None or self.exclusions.reason(path, text=text):
+                return None
+            self.exclusions.start_recording()
+            doc = self._doc(path, text)
+            rel = self.display(path)
+            rep = BuildReport("fim", rel, head.budget, exact=self.counter.tokenizer is not None,
+                              counting=self._counting, degraded=self.degraded, quick=True)
+            rep.sources = copy_reports(head.sources)
+            costs = self._line_costs(doc)
+            key, git_diff = others_key(history, path), self._git_diff(path)
+            old = self._quick.window(path)
+            got = old.miss(text, offset, len(doc.lines), key, head.budget, git_diff,
+                           self.options.sticky_ttl_s) if old else "no quick window"
+            tokens = max(QUICK_MIN, min(QUICK_MAX, tokens))
+            win = None if isinstance(got, str) else fim_window_between(doc, offset, *got, self.counter, costs)
+            rep.sticky_miss = got if isinstance(got, str) else ""
+            if win is None or win.tokens > 2 * tokens:  # a new window (or typing doubled the old one)
+                win = fim_window(doc, offset, tokens, self.counter, costs, self.options.prefix_ratio)
+                starts, n = doc.line_starts, len(doc.lines)
+                self._quick.keep(path, StickyFim(
+                    head.budget, doc.text[:starts[win.start_line]],
+                    doc.text[starts[win.end_line]:] if win.end_line < n else "", win.start_line,
+                    n - win.end_line, key, head.sections, head.history, [], {}, win.tokens, 0, git_diff))
+            prompt = FimPrompt(win.before, win.after, rel, head.history, head.sections, self.options.layout)  # type: ignore[arg-type]
+            rep.fixed = 1 + self.counter.count_text(f"{rel}\n") + fim_specials(prompt)
+            rep.sticky = not rep.sticky_miss
+            self._finish(rep, win, list(head.sections))
             return FimBuild(prompt, rep)
 
     def _keep_sticky(self, path: str, doc: Document, win: Window, key: Others,

@@ -79,6 +79,7 @@ class BuildReport:
     failed: dict[str, str] = field(default_factory=dict)  # source -> error type (the source was dropped)
     sticky: bool = False  # the sections, history and window lines of the document's last build (typing)
     sticky_miss: str = ""  # why the document's last build was not reused ("" when it was, or for edits)
+    quick: bool = False  # a quick prompt after a jump: the served head, a short window (context.quick)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What the engine worker thread is asked and answers: a suggestion :class:`Job` and its :class:`Outcome`, and
 the commands queued in order with the jobs (load a model, new settings, a document closed, the engine's cache
-forgotten, new workspace folders, files changed on disk, a settle barrier, stop)."""
+forgotten, new workspace folders, files changed on disk, a settle barrier, where the cursor rests, stop)."""
 
 from __future__ import annotations
 
@@ -85,11 +85,19 @@ class Settle:
 
 
 @dataclass(frozen=True)
+class Rest:
+    """The cursor rests at ``req.offset``: prefill the completion prompt there while nothing else runs
+    (`edit_server.serving.ahead`)."""
+    key: str  # the document's engine cache key (its URI)
+    req: FimRequest
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
-Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle | Stop
+Message = Job | Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle | Rest | Stop
 
 
 @dataclass

@@ -43,12 +43,13 @@ DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
 DID_PARTIAL_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 STATUS = "$/editServer/status"
+CURSOR_REST = "$/editServer/cursorRest"  # client → server: where the cursor rests after a move (debounced)
 COPILOT_STATUS = "didChangeStatus"
 ACCEPT = "editServer.accept"
 CLEAR_HISTORY = "editServer.clearHistory"
 DOCUMENT_STATE = "editServer.documentState"
 SETTLE = "editServer.settle"
-RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT}
+RAW_METHODS = {INLINE_EDIT, DID_SHOW_COMPLETION, DID_PARTIAL_ACCEPT, DID_SHOW_INLINE_EDIT, CURSOR_REST}
 _DROPPED = object()
 
 
@@ -381,6 +382,20 @@ def build(cli: dict[str, Any] | None = None) -> EditServer:
     def did_show_inline_edit(ls: EditServer, params: Any) -> None:
         if (sid := _item_id(params)) and ls.pipeline is not None:
             ls.pipeline.shown(sid)
+
+    @ls.feature(CURSOR_REST)
+    def cursor_rest(ls: EditServer, params: Any) -> None:
+        """The cursor rests here (``{textDocument: {uri}, position}``, sent by the plugins a moment after a
+        move): the completion prompt there is prefilled while the server is idle. A notification: bad params
+        are logged and dropped."""
+        try:
+            uri, _version, line, ch = suggest.validate_inline_edit(params, CURSOR_REST)
+        except JsonRpcInvalidParams as e:
+            log.warning("%s dropped: %s", CURSOR_REST, e)
+            return
+        doc = ls.pipeline.docs.get(uri) if ls.pipeline is not None else None
+        if ls.pipeline is not None and doc is not None:
+            ls.pipeline.cursor_rest(uri, convert.position_to_offset(doc.text, line, ch, doc.line_starts()))
 
     @ls.feature(DID_PARTIAL_ACCEPT)
     def did_partial_accept(ls: EditServer, params: Any) -> None:

@@ -29,8 +29,9 @@ class Host(Protocol):
     def status_now(self, state: str, message: str) -> None: ...
 
 
-def validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
-    """(uri, version, line, character) of a copilotInlineEdit request, or a -32602 error."""
+def validate_inline_edit(params: Any, method: str = "copilotInlineEdit") -> tuple[str, int | None, int, int]:
+    """(uri, version, line, character) of a copilotInlineEdit request (or another ``method`` with the same
+    params), or a -32602 error."""
     try:
         td, pos = params["textDocument"], params["position"]
         uri, line, ch = td["uri"], pos["line"], pos["character"]
@@ -41,7 +42,7 @@ def validate_inline_edit(params: Any) -> tuple[str, int | None, int, int]:
         ok = False
     if not ok:
         raise JsonRpcInvalidParams.of(ValueError(
-            "copilotInlineEdit expects {textDocument: {uri, version}, position: {line, character}}"))
+            f"{method} expects {{textDocument: {{uri, version}}, position: {{line, character}}}}"))
     return uri, version, line, ch
 
 

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from edit_server.context import ContextBuilder, ContextOptions, open_builder
-from edit_server.context.options import SETTINGS_FIELDS, BuildReport
+from edit_server.context.options import SETTINGS_FIELDS, BuildReport, FimBuild
 from edit_server.core.requests import EditBuilt, EditRequest, FimRequest
 from edit_server.core.settings import MAX_CONTEXT_BUDGET, MIN_CONTEXT_BUDGET, Settings
 from engine.api import EngineAPI
@@ -134,11 +134,27 @@ class BuilderContext:
             log.warning("context: background work still pending after the settle timeout")
 
     def fim(self, req: FimRequest) -> FimPrompt | None:
+        b = self.fim_build(req)
+        return None if b is None else b.prompt
+
+    def fim_build(self, req: FimRequest) -> FimBuild | None:
+        """The full FIM build for ``req`` (None: the context blocked the file)."""
         self.update_document(req.path, req.text, req.version)
         self._settle(req.path, req.text)
         b = self.builder.build_fim(req.path, req.text, req.offset, req.history, budget=self.budget)
         _log_build(b.report, b.prompt)
-        return None if b.report.blocked else b.prompt
+        return None if b.report.blocked else b
+
+    def quick_fim(self, req: FimRequest, tokens: int) -> FimPrompt | None:
+        """A quick prompt after a jump (`edit_server.context.quick`), or None."""
+        b = self.builder.quick_fim(req.path, req.text, req.offset, tokens, req.history, budget=self.budget)
+        if b is not None:
+            _log_build(b.report, b.prompt)
+        return None if b is None else b.prompt
+
+    def served(self, req: FimRequest, build: FimBuild) -> None:
+        """``build`` is the prompt answered for ``req``'s document (what a quick prompt reuses)."""
+        self.builder.served_fim(req.path, build)
 
     def edit(self, req: EditRequest) -> EditBuilt | None:
         self.update_document(req.path, req.text, req.version)
@@ -155,9 +171,9 @@ def _log_build(r: BuildReport, prompt: FimPrompt | EditPrompt | None = None) -> 
     """One INFO line per context build: sizes, lines and reuse only (never text); at DEBUG, a digest of
     the prompt and of each of its parts (`prompt_digest`: hashes, never text), to compare runs."""
     if log.isEnabledFor(logging.INFO):
-        log.info("context %s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s%s, %.1f ms",
-                  r.kind, r.total, r.budget, r.fixed, r.window.used, *r.window_lines, sum(x.used for x in r.sources),
-                  r.sticky, f" ({r.sticky_miss})" if r.sticky_miss else "", r.ms)
+        log.info("context %s%s: %d of %d tokens (fixed %d, window %d, lines %d-%d, sources %d), sticky %s%s, %.1f ms",
+                 r.kind, " (quick)" if r.quick else "", r.total, r.budget, r.fixed, r.window.used, *r.window_lines,
+                 sum(x.used for x in r.sources), r.sticky, f" ({r.sticky_miss})" if r.sticky_miss else "", r.ms)
     if prompt is not None and log.isEnabledFor(logging.DEBUG):
         log.debug("context %s digest %s; sources %s", r.kind, prompt_digest(prompt),
                   " ".join(f"{x.name}={x.used}" for x in r.sources))

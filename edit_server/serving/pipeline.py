@@ -244,6 +244,17 @@ class Pipeline:
             return InlineAnswer(Suggestion(sug.id, "fim", hit[1], cur, cur, sug.score, True), now.text, now.version)
         return InlineAnswer(sug, text, version)
 
+    def cursor_rest(self, uri: str, offset: int) -> None:
+        """The cursor rests at ``offset`` (an editor plugin says so after a move): the completion prompt there
+        is prefilled while the server is idle (`edit_server.serving.ahead`), so the first suggestion the user
+        asks for there is computed from a cached prompt."""
+        doc = self.docs.get(uri)
+        if doc is None or not self.ready or self._too_big(doc.text) or not self.settings.inline_completion.enabled:
+            return
+        offset = max(0, min(offset, len(doc.text)))
+        self.worker.rest(uri, FimRequest(uri, doc.path, doc.text, doc.version, offset, True,
+                                         self._history(doc.path, doc.text, offset)))
+
     async def next_edit(self, uri: str, offset: int) -> EditAnswer | None:
         """Rewrite the editable region around ``offset`` given the recent edits (None: no edit)."""
         doc = self.docs.get(uri)

@@ -29,6 +29,7 @@ from edit_server.core.messages import (
     Message,
     Outcome,
     ProgressFn,
+    Rest,
     SetRoots,
     Settle,
     StatusFn,
@@ -37,6 +38,7 @@ from edit_server.core.messages import (
 from edit_server.core.requests import Built, EditBuilt, FimRequest
 from edit_server.core.settings import Settings
 from edit_server.selectivity.select import is_single_line, rewrite_hidden
+from edit_server.serving.ahead import Ahead, first_prompt, rest_prompt
 from edit_server.serving.contexts import Context, completion_budget_ms, make_context, max_lines
 from edit_server.serving.loader import load_engine
 from engine.api import Call, EngineAPI, InfillCall, RewriteCall
@@ -83,6 +85,7 @@ class EngineWorker:
         self._q: queue.Queue[Message] = queue.Queue()
         self._lock = threading.Lock()
         self._live: list[Job] = []  # queued or running
+        self._ahead = Ahead()  # full prompts prefilled while the queue is empty (serving.ahead)
         self._thread = threading.Thread(target=self._run, name="engine-worker", daemon=True)
         self._thread.start()
 
@@ -94,28 +97,36 @@ class EngineWorker:
     # -- called from the event loop ------------------------------------------------------------
     def load(self, spec: str, device: str, settings: Settings, engine: EngineAPI | None = None) -> None:
         self.ready.clear()
-        self._q.put(Load(spec, device, settings, engine))
+        self._put(Load(spec, device, settings, engine))
 
     def set_settings(self, settings: Settings) -> None:
-        self._q.put(Configure(settings))
+        self._put(Configure(settings))
 
     def close_document(self, path: str, key: str = "") -> None:
-        self._q.put(CloseDocument(path, key))
+        self._put(CloseDocument(path, key))
 
     def forget(self) -> None:
-        self._q.put(Forget())
+        self._put(Forget())
 
     def files_changed(self, changes: list[tuple[str, bool]]) -> None:
-        self._q.put(FilesChanged(tuple(changes)))
+        self._put(FilesChanged(tuple(changes)))
 
     def settle(self, timeout: float) -> Future:
         done: Future = Future()
-        self._q.put(Settle(done, timeout))
+        self._put(Settle(done, timeout))
         return done
 
     def set_roots(self, roots: list[Path], removed: list[Path] | None = None) -> None:
         """The workspace folders changed: requests queued after this see only the new ones."""
-        self._q.put(SetRoots(tuple(roots), tuple(removed or ())))
+        self._put(SetRoots(tuple(roots), tuple(removed or ())))
+
+    def rest(self, key: str, req: FimRequest) -> None:
+        """The cursor rests at ``req.offset``: its completion prompt is prefilled while nothing else runs."""
+        self._put(Rest(key, req))
+
+    def _put(self, item: Message) -> None:
+        self._q.put(item)
+        self._ahead.interrupt()  # a prefill ahead stops after its current chunk: this comes first
 
     def submit(self, job: Job) -> Future:
         with self._lock:
@@ -123,7 +134,7 @@ class EngineWorker:
                 if old.key == job.key and old.kind == job.kind:
                     old.abort.abort()
             self._live.append(job)
-        self._q.put(job)
+        self._put(job)
         return job.future
 
     def abort_document(self, uri: str) -> None:
@@ -136,7 +147,7 @@ class EngineWorker:
         with self._lock:
             for j in self._live:
                 j.abort.abort()
-        self._q.put(Stop())
+        self._put(Stop())
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -145,7 +156,7 @@ class EngineWorker:
     def _run(self) -> None:
         held: Message | None = None  # a command met while draining a batch: next, before anything queued after it
         while True:
-            item, held = (held, None) if held is not None else (self._q.get(), None)
+            item, held = (held, None) if held is not None else (self._next(), None)
             if isinstance(item, Stop):
                 self._fail_pending()
                 self._close(self.engine)
@@ -166,13 +177,35 @@ class EngineWorker:
                     break
             self._run_jobs(jobs)
 
-    def _command(self, item: Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle) -> None:
-        if isinstance(item, CloseDocument):
+    def _next(self) -> Message:
+        """The next message; while none is queued, the waiting prompts are prefilled (`serving.ahead`)."""
+        while self._ahead.pending and self.engine is not None:
+            try:
+                return self._q.get_nowait()
+            except queue.Empty:
+                self._ahead.run_one(self.engine, busy=lambda: not self._q.empty())
+        return self._q.get()
+
+    def _command(self, item: Load | Configure | CloseDocument | Forget | SetRoots | FilesChanged | Settle | Rest,
+                 ) -> None:
+        if isinstance(item, Rest):
+            if self._ctx is not None and self.engine is not None:
+                try:
+                    prompt = rest_prompt(item.req, self._ctx)
+                except Exception:
+                    log.warning("context building for a resting cursor failed", exc_info=True)
+                    return
+                if prompt is not None:
+                    self._ahead.want(item.key, prompt)
+        elif isinstance(item, CloseDocument):
             if self._ctx is not None and item.path:
                 self._ctx.close_document(item.path)
+            if item.key:
+                self._ahead.drop(item.key)
             if self.engine is not None and item.key:
                 self.engine.forget(item.key)  # its prompts' KV: memory the next document can use
         elif isinstance(item, Forget):
+            self._ahead.drop()
             if self.engine is not None:
                 self.engine.forget()
         elif isinstance(item, Settle):
@@ -186,9 +219,11 @@ class EngineWorker:
                 self._ctx.set_roots(self.roots, list(item.removed))
                 self.degraded = self._ctx.degraded
         elif isinstance(item, Configure):
+            self._ahead.drop()  # prompts built under the old settings
             if self._ctx is not None:
                 self._ctx.configure(item.settings, self.engine)
         else:
+            self._ahead.drop()
             self._load(item)
 
     def _load(self, item: Load) -> None:
@@ -309,7 +344,9 @@ class EngineWorker:
 
     def _build(self, job: Job) -> Built | None:
         assert self._ctx is not None
-        return self._ctx.fim(job.req) if isinstance(job.req, FimRequest) else self._ctx.edit(job.req)
+        if isinstance(job.req, FimRequest):
+            return first_prompt(job, self._ctx, self.engine, self._ahead)
+        return self._ctx.edit(job.req)
 
     def rewrite_hidden(self, job: Job) -> bool:
         """Whether a next edit's model rewrite could never be shown, so the model is not asked: the

@@ -24,7 +24,7 @@ PREFIX = "editServer."
 SKIP = {"http"}  # `edit-server http` only: no meaning for an editor
 # the extension's own
 CLIENT_ONLY = {"editServer.command", "editServer.nextEdit.auto", "editServer.nextEdit.delayMs",
-               "editServer.nextEdit.chain"}
+               "editServer.nextEdit.chain", "editServer.cursorRestMs"}
 
 
 def _schema(t: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import {
 const INLINE_EDIT = "textDocument/copilotInlineEdit";
 const DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit";
 const STATUS = "$/editServer/status";
+const CURSOR_REST = "$/editServer/cursorRest";
 const CONTEXT_KEY = "editServer.editShown";
 /** A jump marker shows, or the edit it led to: Tab goes there, then accepts. */
 const JUMP_CONTEXT_KEY = "editServer.jumpShown";
@@ -43,10 +44,11 @@ interface Status {
 }
 
 /** Settings of the extension itself, not sent to the server. */
-export const CLIENT_ONLY = new Set(["command", "nextEdit.auto", "nextEdit.delayMs", "nextEdit.chain"]);
+export const CLIENT_ONLY = new Set(["command", "nextEdit.auto", "nextEdit.delayMs", "nextEdit.chain", "cursorRestMs"]);
 
 let client: LanguageClient | undefined;
 let nextEdits: NextEditController | undefined;
+let rest: CursorRest | undefined;
 
 /** The server settings the user set (any scope) → nested initializationOptions (camelCase), from the
  * keys package.json contributes (generated from the server's settings struct). Settings left at their
@@ -345,6 +347,42 @@ export function statusBar(s: Status, hidden: string): { text: string; tooltip: s
   return { text, tooltip };
 }
 
+/** Tells the server where the cursor rests a moment after it moves to another line without a text change
+ * (a jump, not typing): the server prefills the completion prompt there before the user asks. */
+export class CursorRest implements vscode.Disposable {
+  private last = new Map<string, { line: number; version: number }>();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly subscription: vscode.Disposable;
+
+  constructor(private readonly send: (uri: string, position: LspPosition) => void) {
+    this.subscription = vscode.window.onDidChangeTextEditorSelection((e) => this.moved(e.textEditor));
+  }
+
+  /** The editor's cursor moved: a new line with the text unchanged starts the timer. */
+  moved(editor: vscode.TextEditor): void {
+    const delay = vscode.workspace.getConfiguration("editServer").get<number>("cursorRestMs", 150);
+    const doc = editor.document;
+    const pos = editor.selection.active;
+    const key = doc.uri.toString();
+    const prev = this.last.get(key);
+    this.last.set(key, { line: pos.line, version: doc.version });
+    if (delay <= 0 || (prev && (prev.line === pos.line || prev.version !== doc.version))) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      const now = vscode.window.activeTextEditor;
+      if (now?.document === doc && now.selection.active.line === pos.line) {
+        this.send(key, { line: now.selection.active.line, character: now.selection.active.character });
+      }
+    }, delay);
+  }
+
+  dispose(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.subscription.dispose();
+  }
+}
+
 async function start(context: vscode.ExtensionContext, output: vscode.LogOutputChannel, bar: vscode.StatusBarItem) {
   client = createClient(output, settingKeys(context.extension.packageJSON));
   let hidden = "";
@@ -357,12 +395,16 @@ async function start(context: vscode.ExtensionContext, output: vscode.LogOutputC
   });
   await client.start();
   nextEdits = new NextEditController(client);
-  context.subscriptions.push(nextEdits);
+  const lc = client;
+  rest = new CursorRest((uri, position) => void lc.sendNotification(CURSOR_REST, { textDocument: { uri }, position }));
+  context.subscriptions.push(nextEdits, rest);
 }
 
 async function stop(): Promise<void> {
   nextEdits?.dispose();
   nextEdits = undefined;
+  rest?.dispose();
+  rest = undefined;
   const c = client;
   client = undefined;
   if (c) await c.stop();

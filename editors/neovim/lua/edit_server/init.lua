@@ -22,6 +22,8 @@ M.defaults = {
   },
   inline_completion = {
     enabled = true, -- vim.lsp.inline_completion (ghost text while typing)
+    -- ms the cursor stays on a new line before the server prefills the prompt there (0: never tell it)
+    rest_ms = 150,
     keymaps = {
       accept = '<Tab>', -- insert mode; falls back to a literal <Tab> when nothing is shown
       next = '<M-]>',
@@ -169,6 +171,9 @@ function M.setup(opts)
   if cfg.inline_completion.enabled then
     vim.lsp.inline_completion.enable(true)
     inline_keymaps(cfg.inline_completion.keymaps)
+    if (cfg.inline_completion.rest_ms or 0) > 0 then
+      require('edit_server.rest').setup(cfg.inline_completion.rest_ms, M.client)
+    end
   end
   if cfg.next_edit.enabled then
     require('edit_server.next_edit').setup(cfg.next_edit, M.client)
