@@ -60,3 +60,23 @@ class MergingTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return TOK.decode([i for i in ids if i != self.merged])
+
+
+HELPER_UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
+
+
+def helper_calls(n: int = 60) -> str:
+    """A ``main.py`` of ``n`` small functions calling ``HELPER_UTIL``'s helper and Thing."""
+    return "from lib.util import helper, Thing\n" + "".join(
+        f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" for i in range(n))
+
+
+def indexed_workspace(root: Path, tokenizer: Any = None) -> tuple[ContextBuilder, str, str]:
+    """``two_module_workspace`` over ``HELPER_UTIL`` + ``helper_calls()``, opened and indexed: (builder,
+    main.py's path, its text)."""
+    text = helper_calls()
+    b, main = two_module_workspace(root, HELPER_UTIL, text, tokenizer=tokenizer)
+    b.update_document(str(main), text, 1)
+    b.build_fim(str(main), text, 10, [], budget=700)  # schedules indexing
+    assert b.wait_idle()
+    return b, str(main), text

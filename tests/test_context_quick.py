@@ -11,32 +11,15 @@ import pytest
 from edit_server.context import ContextBuilder
 from edit_server.context.quick import QUICK_MIN
 from engine.templates import render_fim
-from tests.context_util import TOK, two_module_workspace
-
-UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
-
-
-def _text(n: int = 60) -> str:
-    return "from lib.util import helper, Thing\n" + "".join(
-        f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" for i in range(n))
+from engine.textdiff import common_prefix as _lcp
+from tests.context_util import TOK, indexed_workspace
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Iterator[tuple[ContextBuilder, str, str]]:
-    text = _text()
-    b, main = two_module_workspace(tmp_path, UTIL, text)
-    b.update_document(str(main), text, 1)
-    b.build_fim(str(main), text, 10, [], budget=700)
-    assert b.wait_idle()
-    yield b, str(main), text
+    b, path, text = indexed_workspace(tmp_path)
+    yield b, path, text
     b.close()
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def test_a_quick_prompt_keeps_the_served_head_and_computes_a_short_window(ws) -> None:

@@ -12,32 +12,20 @@ import edit_server.context.builder as builder_mod
 from edit_server.context import ContextBuilder
 from edit_server.context import sticky as sticky_mod
 from engine.templates import render_edit, render_fim
-from tests.context_util import TOK, Hunk, MergingTokenizer, two_module_workspace
-
-UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
-
-
-def _text(n: int = 60) -> str:
-    return "from lib.util import helper, Thing\n" + "".join(
-        f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" for i in range(n))
+from engine.textdiff import common_prefix as _lcp
+from tests.context_util import (
+    TOK,
+    Hunk,
+    MergingTokenizer,
+    indexed_workspace,
+)
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Iterator[tuple[ContextBuilder, str, str]]:
-    text = _text()
-    b, main = two_module_workspace(tmp_path, UTIL, text)
-    b.update_document(str(main), text, 1)
-    b.build_fim(str(main), text, 10, [], budget=700)  # schedules indexing
-    assert b.wait_idle()
-    yield b, str(main), text
+    b, path, text = indexed_workspace(tmp_path)
+    yield b, path, text
     b.close()
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _type(b: ContextBuilder, path: str, text: str, offset: int, typed: str, version: int = 2,
@@ -189,12 +177,8 @@ def test_typing_stays_sticky_when_per_line_counts_overestimate(tmp_path: Path) -
     budget) and a keystroke compares what it added against that reserve, not per-line sums against
     exact ones — typing keeps the build, and the window's first line, for many keystrokes."""
     tok = MergingTokenizer(" ")
-    text = _text()
-    b, main = two_module_workspace(tmp_path, UTIL, text, tokenizer=tok)
-    path = str(main)
-    b.update_document(path, text, 1)
-    b.build_fim(path, text, 10, [], budget=700)
-    assert b.wait_idle() and not b.counter.exact and b.counter.exact_text
+    b, path, text = indexed_workspace(tmp_path, tokenizer=tok)
+    assert not b.counter.exact and b.counter.exact_text
     offset = text.index("def f30") + len("def f30(x):\n    y = ")
     first = b.build_fim(path, text, offset, [], budget=700)
     assert not first.report.sticky and first.report.window_lines[0] > 0  # cut by the budget

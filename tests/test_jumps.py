@@ -21,9 +21,12 @@ from engine.textdiff import common_prefix
 from engine.types import AbortSignal, EngineInfo, GenerateResult, PrefillPlan
 from tests.context_util import TOK
 
-UTIL = "def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n"
-TEXT = "from lib.util import helper, Thing\n" + "".join(
-    f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" for i in range(120))
+UTIL = ("def helper(a, b):\n    return a * b\n\n\nclass Thing:\n    def grow(self, k):\n        return k\n\n\n"
+        "def scale(v, by):\n    return [x * by for x in v]\n")
+# the first half of the file calls helper / Thing, the second half scale: other definitions near the cursor
+TEXT = "from lib.util import helper, scale, Thing\n" + "".join(
+    f"\n\ndef f{i}(x):\n    y = helper(x, {i})\n    return Thing(y).grow({i})\n" if i < 60 else
+    f"\n\ndef f{i}(x):\n    y = scale(x, {i})\n    return scale(y, {i})\n" for i in range(120))
 MS_PER_TOKEN = 2.0  # the fake's prefill cost: a 2-core CPU's
 
 
@@ -33,7 +36,7 @@ class CachedFake(OneByOne):
 
     tokenizer, args = None, None
 
-    def __init__(self, block: bool = False) -> None:
+    def __init__(self, block: bool = False, head_only: bool = False) -> None:
         self.info = EngineInfo(model="cached-fake", device="cpu")
         self.slots: dict[str, list[int]] = {}
         self.served: list[FimPrompt] = []
@@ -41,6 +44,7 @@ class CachedFake(OneByOne):
         self.computed: list[int] = []  # tokens each prefetch computed
         self.interrupted = 0
         self.block = block  # prefetch until aborted (a long prefill a request interrupts)
+        self.head_only = head_only  # prefetch up to the file window only (a prefetch interrupted there)
         self.lock = threading.Lock()
 
     def prefill_plan(self, prompt: FimPrompt, cache_key: str) -> PrefillPlan:
@@ -59,6 +63,9 @@ class CachedFake(OneByOne):
             self.interrupted += 1
             return 0
         ids = render_fim(TOK, prompt).ids
+        if self.head_only:
+            bare = FimPrompt("", "", prompt.path, prompt.history, prompt.sections, prompt.layout)
+            ids = ids[:common_prefix(ids, render_fim(TOK, bare).ids)]
         with self.lock:
             have = max((common_prefix(s, ids) for k, s in self.slots.items() if k.startswith(cache_key + "#")),
                        default=0)
@@ -84,9 +91,11 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def _worker(root: Path, eng: CachedFake) -> EngineWorker:
+    """A worker over ``root`` with ``eng``, its workspace indexed (builds see the same sources every time)."""
     w = EngineWorker(lambda s, m: None, roots=[root])
     w.load("cached-fake", "cpu", Settings(), eng)
     assert w.ready.wait(30)
+    assert w.settle(60).result(60)
     return w
 
 
@@ -163,6 +172,25 @@ def test_a_resting_cursor_is_prefilled_before_the_user_asks(workspace: Path) -> 
         w.rest("u", _at(workspace, 60))
         assert _wait(lambda: len(eng.computed) == 2) and eng.computed == [eng.computed[0], 0]  # all cached
         assert eng.computed[0] > 500
+    finally:
+        w.stop()
+        w.join(5)
+
+
+def test_a_quick_prompt_takes_the_new_places_context_once_a_prefetch_computed_it(workspace: Path) -> None:
+    """A rest prefetch that got through the full prompt's head (this place's definitions) but not its window:
+    the quick prompt behind that head costs what the one behind the served head does, and says more."""
+    eng = CachedFake(head_only=True)
+    w = _worker(workspace, eng)
+    try:
+        first = _ask(w, _at(workspace, 100))
+        w.rest("u", _at(workspace, 20))
+        assert _wait(lambda: eng.prefetched)
+        full = eng.prefetched[-1]
+        assert full.sections != first.sections  # the definitions near f20 are other ones
+        quick = _ask(w, _at(workspace, 20))
+        assert quick.sections == full.sections and quick.history == full.history
+        assert len(quick.prefix) + len(quick.suffix) < 1200 and eng.prefill_plan(quick, "u").ms <= 300
     finally:
         w.stop()
         w.join(5)

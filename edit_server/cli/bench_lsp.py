@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--typing-ms", type=float, default=150.0,
                    help="time between keystrokes (150 ms: ~80 words per minute)")
     p.add_argument("--chunk", type=int, default=4, help="keystrokes per burst before the typist pauses")
+    p.add_argument("--dwell-ms", type=float, default=0.0,
+                   help="before each jump, the cursor rests at the new line this long ($/editServer/cursorRest, as "
+                        "the Neovim and VS Code plugins send it): 0 = the typist starts at once")
     p.add_argument("--decode", default="", help="EDIT_SERVER_DECODE of the main run (default: the engine's)")
     p.add_argument("--no-ar", action="store_true", help="skip the autoregressive run")
     p.add_argument("--gate", action="store_true",
@@ -115,6 +118,13 @@ async def change(client: Any, uri: str, version: int, text: str, start: int, end
         "textDocument": {"uri": uri, "version": version},
         "contentChanges": [{"range": {"start": utf16_position(text, start), "end": utf16_position(text, end)},
                             "text": new}]})
+
+
+async def rest(client: Any, uri: str, text: str, offset: int) -> None:
+    from evals.lsp_client import utf16_position
+
+    await client.notify("$/editServer/cursorRest", {"textDocument": {"uri": uri},
+                                                    "position": utf16_position(text, offset)})
 
 
 async def inline(client: Any, uri: str, text: str, offset: int, invoked: bool, timeout: float) -> Any:
@@ -181,6 +191,7 @@ class Session:
     timeout: float
     typing_s: float
     chunk: int = 4
+    dwell_s: float = 0.0
     samples: list[Sample] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (kind, model call)
     _pos: int = 0
@@ -270,6 +281,9 @@ class Session:
         line = d.text.split("\n")[line_no]
         indent = len(line) - len(line.lstrip())
         head = line[indent:split_point(line)]
+        if self.dwell_s > 0:  # the cursor arrives, the plugin says where it rests, the user reads a moment
+            await rest(self.client, d.uri, d.text, start + indent)
+            await asyncio.sleep(self.dwell_s)
         await self.edit(d, start + indent, start + indent + len(head), "")
         await self.ask(d, start + indent, kind="jump")  # the cursor moved here: a new window to prefill
         _, typed = await self.type_text(d, start + indent, head, judge=True)
@@ -301,7 +315,7 @@ async def run_session(args: argparse.Namespace, decode: str, adapter: str = ""
         (root / "scratch.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
         client, load_ms = await start_server(args.model, args.device, root, log, decode, args.threads,
                                              args.timeout, adapter, gate=args.gate, sets=args.set)
-        s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk)
+        s = Session(client, log, args.timeout, args.typing_ms / 1e3, args.chunk, args.dwell_ms / 1e3)
         s.samples.append(Sample("load", load_ms))
         try:
             scratch = Doc((root / "scratch.py").as_uri(), (root / "scratch.py").read_text())
@@ -364,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     report: dict[str, Any] = {"model": args.model, "device": args.device, "machine": machine(resolve_device(args.device)),
                               "settings": {k: getattr(args, k) for k in (
-                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "threads", "rounds",
+                                  "files", "sites", "renames", "max_chars", "eol_chars", "typing_ms", "chunk", "dwell_ms", "threads", "rounds",
                                   "gate", "set", "file")}}
     if not args.no_ar and autoregressive(args.model, args.device):
         args.no_ar = True  # the same decoding twice

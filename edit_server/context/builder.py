@@ -31,7 +31,7 @@ from edit_server.context import sources as src
 from edit_server.context.budget import OVERHEAD_EDIT, OVERHEAD_FIM, TokenCounter
 from edit_server.context.fit import fit
 from edit_server.context.options import BuildReport, ContextOptions, EditBuilt, FimBuild
-from edit_server.context.quick import QUICK_MAX, QUICK_MIN, QuickPrompts
+from edit_server.context.quick import QUICK_MAX, QUICK_MIN, QuickPrompts, Served
 from edit_server.context.secrets import rules_for
 from edit_server.context.sticky import STICKY_GROW, Others, StickyFim, copy_reports, others_key
 from edit_server.context.syntax import Document
@@ -253,27 +253,29 @@ class ContextBuilder(Workspace):
             self._quick.served(path, build.prompt, build.report.budget, build.report.sources)
 
     def quick_fim(self, path: str, text: str, offset: int, tokens: int, history: Sequence[src.HunkLike] = (),
-                  budget: int | None = None) -> FimBuild | None:
+                  budget: int | None = None, head: FimBuild | None = None) -> FimBuild | None:
         """A first prompt after a jump (`edit_server.context.quick`): the sections and history last served for
-        the document and a window of about ``tokens`` tokens around the cursor; None when nothing fresh was
-        served for it at this budget, or the document gives no context now."""
+        the document (or ``head``'s: this builder's full build, whose start a prefetch may have computed)
+        and a window of about ``tokens`` tokens around the cursor; None when nothing fresh was served for it
+        at this budget, or the document gives no context now."""
         offset = max(0, min(offset, len(text)))
         if self._too_big("fim", path, text, budget) is not None:
             return None
         with self._lock:
-            head = self._quick.head(path, self._budget(budget), self.options.sticky_ttl_s)
-            if head is None or self.exclusions.reason(path, text=text):
+            kept = self._quick.head(path, self._budget(budget), self.options.sticky_ttl_s) if head is None else \
+                None if head.report.blocked else Served.of(head.prompt, head.report.budget, head.report.sources)
+            if kept is None or self.exclusions.reason(path, text=text):
                 return None
             self.exclusions.start_recording()
             doc = self._doc(path, text)
             rel = self.display(path)
-            rep = BuildReport("fim", rel, head.budget, exact=self.counter.tokenizer is not None,
+            rep = BuildReport("fim", rel, kept.budget, exact=self.counter.tokenizer is not None,
                               counting=self._counting, degraded=self.degraded, quick=True)
-            rep.sources = copy_reports(head.sources)
+            rep.sources = copy_reports(kept.sources)
             costs = self._line_costs(doc)
             key, git_diff = others_key(history, path), self._git_diff(path)
-            old = self._quick.window(path)
-            got = old.miss(text, offset, len(doc.lines), key, head.budget, git_diff,
+            old = self._quick.window(path, kept.sections, kept.history)
+            got = old.miss(text, offset, len(doc.lines), key, kept.budget, git_diff,
                            self.options.sticky_ttl_s) if old else "no quick window"
             tokens = max(QUICK_MIN, min(QUICK_MAX, tokens))
             win = None if isinstance(got, str) else fim_window_between(doc, offset, *got, self.counter, costs)
@@ -282,13 +284,13 @@ class ContextBuilder(Workspace):
                 win = fim_window(doc, offset, tokens, self.counter, costs, self.options.prefix_ratio)
                 starts, n = doc.line_starts, len(doc.lines)
                 self._quick.keep(path, StickyFim(
-                    head.budget, doc.text[:starts[win.start_line]],
+                    kept.budget, doc.text[:starts[win.start_line]],
                     doc.text[starts[win.end_line]:] if win.end_line < n else "", win.start_line,
-                    n - win.end_line, key, head.sections, head.history, [], {}, win.tokens, 0, git_diff))
-            prompt = FimPrompt(win.before, win.after, rel, head.history, head.sections, self.options.layout)  # type: ignore[arg-type]
+                    n - win.end_line, key, kept.sections, kept.history, [], {}, win.tokens, 0, git_diff))
+            prompt = FimPrompt(win.before, win.after, rel, kept.history, kept.sections, self.options.layout)  # type: ignore[arg-type]
             rep.fixed = 1 + self.counter.count_text(f"{rel}\n") + fim_specials(prompt)
             rep.sticky = not rep.sticky_miss
-            self._finish(rep, win, list(head.sections))
+            self._finish(rep, win, list(kept.sections))
             return FimBuild(prompt, rep)
 
     def _keep_sticky(self, path: str, doc: Document, win: Window, key: Others,

@@ -25,6 +25,7 @@ from engine.templates import FimPrompt, Section
 
 QUICK_MIN = 48  # tokens a quick window always has (a few lines around the cursor)
 QUICK_MAX = 384  # ... and never more (past that it is no quicker than a full build's window)
+WINDOWS = 2  # quick windows kept per document: behind the served head and behind the full build's
 
 
 @dataclass
@@ -37,13 +38,17 @@ class Served:
     sources: list[src.SourceReport]
     created: float = field(default_factory=time.monotonic)
 
+    @classmethod
+    def of(cls, prompt: FimPrompt, budget: int, sources: list[src.SourceReport]) -> Served:
+        return cls(tuple(prompt.sections), tuple(prompt.history), budget, copy_reports(sources))
+
 
 class QuickPrompts:
     """Per document: the served head, and the quick window's lines while the user types inside them."""
 
     def __init__(self) -> None:
         self._served: dict[str, Served] = {}
-        self._windows: dict[str, StickyFim] = {}
+        self._windows: dict[str, list[StickyFim]] = {}  # per head (served / the full build's), newest last
 
     def served(self, path: str, prompt: FimPrompt, budget: int, sources: list[src.SourceReport]) -> None:
         """``prompt`` was answered for ``path``: its head is what a quick prompt reuses (a quick prompt's own
@@ -52,7 +57,7 @@ class QuickPrompts:
         old = self._served.get(path)
         if old is not None and (old.sections, old.history, old.budget) == (sections, history, budget):
             return
-        self._served[path] = Served(sections, history, budget, copy_reports(sources))
+        self._served[path] = Served.of(prompt, budget, sources)
         self._windows.pop(path, None)  # a new head: the next quick window is built behind it
 
     def head(self, path: str, budget: int, ttl_s: float, now: float | None = None) -> Served | None:
@@ -63,11 +68,13 @@ class QuickPrompts:
             return None
         return h
 
-    def window(self, path: str) -> StickyFim | None:
-        return self._windows.get(path)
+    def window(self, path: str, sections: tuple[Section, ...], history: tuple[str, ...]) -> StickyFim | None:
+        """The quick window kept behind this head (its lines, while the user types inside them)."""
+        return next((w for w in self._windows.get(path, []) if (w.sections, w.hist) == (sections, history)), None)
 
     def keep(self, path: str, win: StickyFim) -> None:
-        self._windows[path] = win
+        kept = [w for w in self._windows.get(path, []) if (w.sections, w.hist) != (win.sections, win.hist)]
+        self._windows[path] = [*kept[-(WINDOWS - 1):], win]
 
     def clear(self, path: str | None = None) -> None:
         if path is None:

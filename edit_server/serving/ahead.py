@@ -27,11 +27,12 @@ from edit_server.core.requests import FimRequest
 from edit_server.serving.contexts import Context, completion_budget_ms
 from engine.api import EngineAPI
 from engine.templates import FimPrompt
-from engine.types import AbortSignal
+from engine.types import AbortSignal, PrefillPlan
 
 log = logging.getLogger(__name__)
 
 QUICK_SHARE = 0.5  # of the single-line budget a first answer's prefill may take before a quick prompt is used
+OWN_HEAD_SLACK = 1.25  # a quick prompt behind this place's own head may cost this much more than the served one's
 MAX_WAITING = 4  # documents whose full prompts wait for idle time (the most recent ones)
 
 
@@ -110,14 +111,23 @@ def first_prompt(job: Job, ctx: Context, engine: EngineAPI | None, ahead: Ahead)
         return prompt
     per_token = plan.ms / max(1, plan.uncached)
     tokens = max(QUICK_MIN, min(QUICK_MAX, int(limit / per_token)))
-    quick = ctx.quick_fim(job.req, tokens)
-    if quick is not None:
-        qplan = engine.prefill_plan(quick, job.key) if engine is not None else None
-        if qplan is not None and qplan.ms < plan.ms:
-            log.info("fim %s: quick prompt, %d tokens to compute (the full one: %d, ~%.0f ms)",
-                     job.key, qplan.uncached, plan.uncached, plan.ms)
-            ahead.want(job.key, prompt)
-            return quick
+    # behind the served head (cached since the last answer; none: the document's first request, never quick),
+    # or behind the full build's own (a prefetch may have computed it: its definitions are this place's, so it
+    # is taken when it costs at most a quarter more)
+    best: tuple[float, FimPrompt, PrefillPlan] | None = None
+    served = ctx.quick_fim(job.req, tokens)
+    sp = engine.prefill_plan(served, job.key) if engine is not None and served is not None else None
+    if served is not None and sp is not None:
+        best = (sp.ms, served, sp)
+        own = ctx.quick_fim(job.req, tokens, head=full)
+        op = engine.prefill_plan(own, job.key) if engine is not None and own is not None else None
+        if own is not None and op is not None and op.ms <= OWN_HEAD_SLACK * sp.ms:
+            best = (op.ms, own, op)
+    if best is not None and best[0] < plan.ms:
+        log.info("fim %s: quick prompt, %d tokens to compute (the full one: %d, ~%.0f ms)",
+                 job.key, best[2].uncached, plan.uncached, plan.ms)
+        ahead.want(job.key, prompt)
+        return best[1]
     ahead.drop(job.key)
     ctx.served(job.req, full)
     return prompt

@@ -145,9 +145,11 @@ class BuilderContext:
         _log_build(b.report, b.prompt)
         return None if b.report.blocked else b
 
-    def quick_fim(self, req: FimRequest, tokens: int) -> FimPrompt | None:
-        """A quick prompt after a jump (`edit_server.context.quick`), or None."""
-        b = self.builder.quick_fim(req.path, req.text, req.offset, tokens, req.history, budget=self.budget)
+    def quick_fim(self, req: FimRequest, tokens: int, head: FimBuild | None = None) -> FimPrompt | None:
+        """A quick prompt after a jump (`edit_server.context.quick`; ``head``: the full build's sections and
+        history instead of the served ones), or None."""
+        b = self.builder.quick_fim(req.path, req.text, req.offset, tokens, req.history, budget=self.budget,
+                                   head=head)
         if b is not None:
             _log_build(b.report, b.prompt)
         return None if b is None else b.prompt

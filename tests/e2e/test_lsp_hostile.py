@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.raw_client import RawServer, frame
+from tests.e2e.raw_client import ENV, RawServer, frame
 
 pytestmark = pytest.mark.e2e
 TEXT = "def add(a, b):\n    return \n"
@@ -161,5 +161,29 @@ def test_a_nul_workspace_folder_reports_degraded_and_keeps_serving_the_document(
         assert "control characters" in st["params"]["message"] and "current document" in st["params"]["message"]
         _open(s, "KEY = 'AKIA" + "IOSFODNN7EXAMPLE'\n" + TEXT)
         assert _inline(s, 1, line=2)["result"]["items"][0]["insertText"] == "a + b"
+    finally:
+        s.proc.kill()
+
+
+def test_a_resting_cursor_is_prefilled_and_bad_rest_params_are_dropped() -> None:
+    """``$/editServer/cursorRest`` (a notification): bad params are logged and dropped, the server reads on;
+    a good one has the real engine prefill the completion prompt there while it is idle."""
+    env = {k: v for k, v in ENV.items() if k != "EDIT_SERVER_ENGINE_FACTORY"}  # the real (tiny) engine
+    s = RawServer("--log-level", "INFO", env=env)
+    try:
+        s.initialize()
+        _open(s)
+        for bad in (None, {"textDocument": {"uri": URI}}, {"textDocument": {"uri": URI},
+                                                            "position": {"line": -1, "character": 0}}):
+            s.send({"jsonrpc": "2.0", "method": "$/editServer/cursorRest", "params": bad})
+        s.send({"jsonrpc": "2.0", "method": "$/editServer/cursorRest",
+                "params": {"textDocument": {"uri": URI}, "position": {"line": 1, "character": 11}}})
+        t0 = time.monotonic()
+        while b"prompt tokens prefilled ahead" not in s.stderr and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        assert b"prompt tokens prefilled ahead" in s.stderr
+        assert s.stderr.count(b"$/editServer/cursorRest dropped") == 3
+        assert "result" in _inline(s, 5)  # still serving
+        assert not [m for m in s.seen if "error" in m]  # a notification is never answered, not even an error
     finally:
         s.proc.kill()

@@ -28,6 +28,7 @@ const vscodeStub = {
     activeTextEditor: undefined,
     createTextEditorDecorationType: (o) => ({ options: o, dispose() {} }),
     onDidChangeActiveTextEditor: (l) => { activeEditorListener = l; return { dispose() {} }; },
+    onDidChangeTextEditorSelection: () => ({ dispose() {} }),
     showTextDocument: async (doc) => {
       calls.shownDocs.push(doc.uri.toString());
       const ed = editors.get(doc.uri.toString()) || makeEditor(doc);
@@ -263,5 +264,34 @@ async function jumps(ext, ctl, lc, sent, setReplies) {
   assert.strictEqual(ctl.chain, undefined);
   assert.strictEqual(asks().length, n, "no request after the accept");
   delete settings["nextEdit.chain"];
+
+  // 8) where the cursor rests: after a move to another line with the text unchanged (a jump), once it stayed
+  // there cursorRestMs; typing (a new version) and moves inside the line send nothing
+  settings.cursorRestMs = 10;
+  const rested = [];
+  const rest = new ext.CursorRest((uri, position) => rested.push([uri, position]));
+  const docR = makeDoc("a = 1\nb = 2\nc = 3\nd = 4\n", "file:///ws/rest.py");
+  const edR = makeEditor(docR);
+  vscodeStub.window.activeTextEditor = edR;
+  const wait = () => new Promise((r) => setTimeout(r, 40));
+  const moveTo = (line, ch) => { edR.selection = new Selection(new Position(line, ch), new Position(line, ch)); rest.moved(edR); };
+  moveTo(1, 2);
+  await wait();
+  assert.deepStrictEqual(rested, [["file:///ws/rest.py", { line: 1, character: 2 }]]);
+  moveTo(1, 4); // the same line
+  docR.version += 1;
+  moveTo(2, 0); // typing (Enter): the text changed
+  await wait();
+  assert.strictEqual(rested.length, 1);
+  moveTo(0, 1); // two jumps in a row: only where it stays
+  moveTo(3, 3);
+  await wait();
+  assert.deepStrictEqual(rested.slice(1), [["file:///ws/rest.py", { line: 3, character: 3 }]]);
+  settings.cursorRestMs = 0; // off
+  moveTo(0, 0);
+  await wait();
+  assert.strictEqual(rested.length, 2);
+  rest.dispose();
+  delete settings.cursorRestMs;
 }
 main().catch((e) => { console.error(e); process.exit(1); });
