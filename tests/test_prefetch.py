@@ -57,15 +57,24 @@ def test_a_prefetched_prompt_is_served_from_the_cache_with_the_same_answer(eng: 
 def test_an_aborted_prefetch_keeps_what_it_computed_and_resumes(eng: Engine) -> None:
     p = _prompt()
     n = eng.prefill_plan(p, "d").tokens  # type: ignore[union-attr]
-    assert n > 3 * 16
-    assert ahead.prefetch(eng, p, "d", AbortAfter(2), chunk=16) == 32  # two chunks, then the abort is seen
+    layers = eng.args.n_layers  # the signal is read before each forward and before each of its layers
+    assert n > 4 * 16
+    two = 2 * (1 + layers)
+    assert ahead.prefetch(eng, p, "d", AbortAfter(two), chunk=16, max_chunk=16) == 32  # aborted between forwards
     left = eng.prefill_plan(p, "d")
     assert left is not None and left.uncached == n - 32
+    # aborted inside the next forward (before its second layer): that forward's 16 tokens are not kept
+    assert ahead.prefetch(eng, p, "d", AbortAfter(1 + 1), chunk=16, max_chunk=16) == 0
+    assert eng.prefill_plan(p, "d").uncached == n - 32  # type: ignore[union-attr]
     gone = AbortSignal()
     gone.abort()
-    assert ahead.prefetch(eng, p, "d", gone, chunk=16) == 0
-    assert ahead.prefetch(eng, p, "d", chunk=16) == n - 32
+    assert ahead.prefetch(eng, p, "d", gone) == 0
+    assert ahead.prefetch(eng, p, "d", chunk=16) == n - 32  # 16, 32, 64, … tokens a forward
     assert eng.prefill_plan(p, "d").uncached == 1  # type: ignore[union-attr]
+    cold = eng.infill(p, max_tokens=8, single_line=True, cache_key="cold")
+    warm = eng.infill(p, max_tokens=8, single_line=True, cache_key="d")
+    assert warm.cached_tokens == warm.prompt_tokens - 1 and warm.tokens == cold.tokens  # the pieces add up
+    assert not any(layer._forward_pre_hooks for layer in eng.model.model.layers)  # requests run unhooked
 
 
 def test_a_jump_prefetch_starts_from_the_documents_served_prompt(eng: Engine) -> None:

@@ -4,8 +4,9 @@ After the cursor moves, the next completion's prompt shares little with what the
 (the file window moved), and on a CPU its prefill is most of the wait (~2 ms a token on two cores).
 `plan` says how many of a prompt's tokens no slot of its document holds and what computing them
 would take at the rate this engine measured (`PrefillRate`); `prefetch` computes them while the
-server is idle, into the document's own ``#ahead`` slot, a chunk at a time, stopping between chunks
-when its abort signal is set (a keystroke arrives) and keeping what it finished. A request copies
+server is idle, into the document's own ``#ahead`` slot, in forwards that grow from 32 to 256 tokens,
+stopping within a layer when its abort signal is set (a keystroke arrives) and keeping the forwards it
+finished. A request copies
 the shared prefix from that slot (`engine.decoding.blocks.cached_slot`: the best sibling slot), so
 prefetching never evicts the prompt the last answers were computed from.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,8 +44,37 @@ if TYPE_CHECKING:
         rate: PrefillRate
 
 AHEAD = "#ahead"  # the slot key suffix prefetched prompts go to (beside "#fim" / "#edit")
-CHUNK = 48  # prompt tokens a prefetch forward computes: a keystroke waits at most one such forward
+# prompt tokens of a prefetch's first forward; each finished forward doubles it up to MAX_CHUNK (longer forwards
+# cost less a token). An abort stops a forward between layers, losing that forward's work: short first forwards
+# still finish in the gaps between keystrokes
+CHUNK = 32
+MAX_CHUNK = 256
 MIN_TOKENS = 32  # prefills this long or longer teach the rate
+
+
+class Stopped(Exception):
+    """Raised before a layer runs when the prefetch's abort signal is set."""
+
+
+@contextmanager
+def stoppable(model: torch.nn.Module, abort: AbortSignal | None) -> Iterator[None]:
+    """Every decoder layer of ``model`` checks ``abort`` before it runs (`Stopped`): an aborted forward ends
+    within one layer, so a request waits a layer's time, not a forward's."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if abort is None or layers is None:
+        yield
+        return
+
+    def check(_module: torch.nn.Module, _args: object) -> None:
+        if abort.aborted:
+            raise Stopped
+
+    hooks = [layer.register_forward_pre_hook(check) for layer in layers]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 class PrefillRate:
@@ -99,7 +131,7 @@ def plan(eng: Prefetcher, prompt: FimPrompt, cache_key: str) -> PrefillPlan | No
 
 @torch.no_grad()
 def prefetch(eng: Prefetcher, prompt: FimPrompt, cache_key: str, abort: AbortSignal | None = None,
-             chunk: int = CHUNK) -> int:
+             chunk: int = CHUNK, max_chunk: int = MAX_CHUNK) -> int:
     """Compute the KV of ``prompt``'s tokens the document's slots lack into its ``#ahead`` slot; the
     number of tokens computed (0: nothing to do or not supported)."""
     if not supported(eng):
@@ -120,14 +152,18 @@ def prefetch(eng: Prefetcher, prompt: FimPrompt, cache_key: str, abort: AbortSig
                     for t, o in zip(dst, old, strict=True):
                         t[:, :, :done] = o[:, :, :done]
             start, t = done, torch.tensor([ids], device=eng.device)
-            while done < len(ids) and not (abort is not None and abort.aborted):
-                end = min(len(ids), done + chunk)
-                t0 = time.perf_counter()
-                slot.kv.length = done
-                eng.model(t[:, done:end], offset=done, cache=slot.kv, is_causal=end - done > 1,
-                          logits_slice=slice(0, 0))
-                eng.rate.observe(end - done, (time.perf_counter() - t0) * 1e3)
-                done = end
+            with stoppable(eng.model, abort):
+                while done < len(ids) and not (abort is not None and abort.aborted):
+                    end = min(len(ids), done + chunk)
+                    t0 = time.perf_counter()
+                    slot.kv.length = done
+                    try:
+                        eng.model(t[:, done:end], offset=done, cache=slot.kv, is_causal=end - done > 1,
+                                  logits_slice=slice(0, 0))
+                    except Stopped:
+                        break  # this forward's positions are not committed: ``done`` stays
+                    eng.rate.observe(end - done, (time.perf_counter() - t0) * 1e3)
+                    done, chunk = end, min(max_chunk, 2 * chunk)
             return done - start
         finally:  # what was computed stays: the KV of ids[:done] (a failed forward: up to the one before)
             slot.kv.length = done
