@@ -34,7 +34,7 @@ class CachedFake(OneByOne):
     """An engine whose prefix cache is token lists (the byte-level tokenizer's), per slot key, as the real
     one's: a request's prompt lands in ``key#fim``, a prefetched one in ``key#ahead``."""
 
-    tokenizer, args = None, None
+    tokenizer, args = TOK, None  # counts as the plan does: byte-level tokens
 
     def __init__(self, block: bool = False, head_only: bool = False) -> None:
         self.info = EngineInfo(model="cached-fake", device="cpu")
@@ -73,6 +73,10 @@ class CachedFake(OneByOne):
             self.prefetched.append(prompt)
             self.computed.append(len(ids) - have)
         return len(ids) - have
+
+    def forget(self, cache_key: str | None = None) -> None:
+        with self.lock:
+            self.slots.clear()
 
     def infill(self, prompt: FimPrompt, **kw: Any) -> GenerateResult:
         with self.lock:
@@ -124,18 +128,18 @@ def test_a_jump_is_answered_quick_then_from_the_full_prompt_prefilled_meanwhile(
     w = _worker(workspace, eng)
     try:
         first = _ask(w, _at(workspace, 100))  # the document's first request: nothing to reuse, the full prompt
-        assert first.sections and len(first.prefix) > 1000
+        assert first.sections and len(first.prefix) > 400
         assert not eng.prefetched
         quick = _ask(w, _at(workspace, 20))  # a jump: ~1,000 tokens no slot holds
         assert quick.sections == first.sections and quick.history == first.history
-        assert quick.prefix.endswith("def f20(x):\n    y = ") and len(quick.prefix) + len(quick.suffix) < 1200
+        assert quick.prefix.endswith("def f20(x):\n    y = ") and len(quick.prefix) + len(quick.suffix) < 400
         assert eng.prefill_plan(quick, "u").ms <= 300  # half the single-line budget
         assert _wait(lambda: eng.prefetched)  # the queue is empty: the full prompt is prefilled
         full = eng.prefetched[-1]
-        assert full.prefix.endswith("def f20(x):\n    y = ") and len(full.prefix) > 1000
+        assert full.prefix.endswith("def f20(x):\n    y = ") and len(full.prefix) > 400
         assert eng.prefill_plan(full, "u").uncached == 1 and not w._ahead.pending
         typed = _ask(w, _at(workspace, 20, "h"))  # the next keystroke there: the full prompt, cached but its end
-        assert typed.sections == full.sections and typed.prefix.endswith("y = h") and len(typed.prefix) > 1000
+        assert typed.sections == full.sections and typed.prefix.endswith("y = h") and len(typed.prefix) > 400
     finally:
         w.stop()
         w.join(5)
@@ -152,7 +156,7 @@ def test_a_request_interrupts_a_prefetch_and_the_prompt_waits_on(workspace: Path
         t0 = time.monotonic()
         again = _ask(w, _at(workspace, 20, "h"))
         assert time.monotonic() - t0 < 5  # not the prefetch's 10 s
-        assert eng.interrupted >= 1 and again.prefix.endswith("y = h") and len(again.prefix) < 1200
+        assert eng.interrupted >= 1 and again.prefix.endswith("y = h") and len(again.prefix) < 400
         assert w._ahead.pending  # still quick: the full prompt waits for the next idle moment
     finally:
         w.stop()
@@ -190,7 +194,28 @@ def test_a_quick_prompt_takes_the_new_places_context_once_a_prefetch_computed_it
         assert full.sections != first.sections  # the definitions near f20 are other ones
         quick = _ask(w, _at(workspace, 20))
         assert quick.sections == full.sections and quick.history == full.history
-        assert len(quick.prefix) + len(quick.suffix) < 1200 and eng.prefill_plan(quick, "u").ms <= 300
+        assert len(quick.prefix) + len(quick.suffix) < 400 and eng.prefill_plan(quick, "u").ms <= 300
+    finally:
+        w.stop()
+        w.join(5)
+
+
+def test_without_the_served_head_in_the_cache_a_jump_gets_the_full_prompt(workspace: Path) -> None:
+    """A quick prompt is a first answer within budget only while its head is cached: evicted (the engine's LRU)
+    or forgotten (``clearHistory``, which also drops the served heads), the full prompt is the answer."""
+    eng = CachedFake()
+    w = _worker(workspace, eng)
+    try:
+        _ask(w, _at(workspace, 100))
+        with eng.lock:
+            eng.slots.clear()  # evicted
+        evicted = _ask(w, _at(workspace, 20))
+        assert len(evicted.prefix) > 400 and not w._ahead.pending
+        _ask(w, _at(workspace, 100))
+        w.forget()
+        forgot = _ask(w, _at(workspace, 20))
+        assert len(forgot.prefix) > 400 and not w._ahead.pending
+        assert len(_ask(w, _at(workspace, 100)).prefix) < 400  # cached again: quick
     finally:
         w.stop()
         w.join(5)

@@ -252,6 +252,11 @@ class ContextBuilder(Workspace):
         with self._lock:
             self._quick.served(path, build.prompt, build.report.budget, build.report.sources)
 
+    def forget_served(self) -> None:
+        """The engine forgot its cached prompts (``clearHistory``): no served head is reused."""
+        with self._lock:
+            self._quick.clear()
+
     def quick_fim(self, path: str, text: str, offset: int, tokens: int, history: Sequence[src.HunkLike] = (),
                   budget: int | None = None, head: FimBuild | None = None) -> FimBuild | None:
         """A first prompt after a jump (`edit_server.context.quick`): the sections and history last served for

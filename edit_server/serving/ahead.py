@@ -32,6 +32,7 @@ from engine.types import AbortSignal, PrefillPlan
 log = logging.getLogger(__name__)
 
 QUICK_SHARE = 0.5  # of the single-line budget a first answer's prefill may take before a quick prompt is used
+QUICK_MAX_SHARE = 1.0  # ... and what the quick prompt's own prefill may take (more: the full prompt, better)
 OWN_HEAD_SLACK = 1.25  # a quick prompt behind this place's own head may cost this much more than the served one's
 MAX_WAITING = 4  # documents whose full prompts wait for idle time (the most recent ones)
 
@@ -123,7 +124,8 @@ def first_prompt(job: Job, ctx: Context, engine: EngineAPI | None, ahead: Ahead)
         op = engine.prefill_plan(own, job.key) if engine is not None and own is not None else None
         if own is not None and op is not None and op.ms <= OWN_HEAD_SLACK * sp.ms:
             best = (op.ms, own, op)
-    if best is not None and best[0] < plan.ms:
+    # a quick prompt whose own head is not cached (the engine forgot it) is no first answer within budget
+    if best is not None and best[0] <= QUICK_MAX_SHARE * limit / QUICK_SHARE and best[0] < plan.ms:
         log.info("fim %s: quick prompt, %d tokens to compute (the full one: %d, ~%.0f ms)",
                  job.key, best[2].uncached, plan.uncached, plan.ms)
         ahead.want(job.key, prompt)

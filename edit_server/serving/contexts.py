@@ -154,6 +154,9 @@ class BuilderContext:
             _log_build(b.report, b.prompt)
         return None if b is None else b.prompt
 
+    def forget_served(self) -> None:
+        self.builder.forget_served()
+
     def served(self, req: FimRequest, build: FimBuild) -> None:
         """``build`` is the prompt answered for ``req``'s document (what a quick prompt reuses)."""
         self.builder.served_fim(req.path, build)

@@ -206,6 +206,8 @@ class EngineWorker:
                 self.engine.forget(item.key)  # its prompts' KV: memory the next document can use
         elif isinstance(item, Forget):
             self._ahead.drop()
+            if self._ctx is not None:
+                self._ctx.forget_served()  # the heads' KV goes with the engine's cache
             if self.engine is not None:
                 self.engine.forget()
         elif isinstance(item, Settle):
