@@ -21,13 +21,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from edit_server.context.quick import QUICK_MAX, QUICK_MIN
+from edit_server.context.options import FimBuild
 from edit_server.core.messages import Job
 from edit_server.core.requests import FimRequest
 from edit_server.serving.contexts import Context, completion_budget_ms
 from engine.api import EngineAPI
 from engine.templates import FimPrompt
-from engine.types import AbortSignal, PrefillPlan
+from engine.types import AbortSignal
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,6 @@ class Ahead:
             log.info("fim %s: %d prompt tokens prefilled ahead", key, n)
 
 
-def quick_limit_ms(job: Job, engine: EngineAPI) -> float:
-    return QUICK_SHARE * completion_budget_ms(job.settings, engine, True)
-
-
 def first_prompt(job: Job, ctx: Context, engine: EngineAPI | None, ahead: Ahead) -> FimPrompt | None:
     """The prompt to answer ``job`` (a FIM request) from now: the full build, or a quick prompt when the full
     one's prefill would not fit (its prompt then waits in ``ahead``). None: the context blocked the file."""
@@ -103,35 +99,39 @@ def first_prompt(job: Job, ctx: Context, engine: EngineAPI | None, ahead: Ahead)
     full = ctx.fim_build(job.req)
     if full is None:
         return None
-    prompt = full.prompt
-    plan = engine.prefill_plan(prompt, job.key) if engine is not None and job.req.from_editor else None
-    limit = quick_limit_ms(job, engine) if engine is not None else 0.0
-    if plan is None or plan.ms <= limit:
+    quick = _quick(job, ctx, engine, full) if engine is not None and job.req.from_editor else None
+    if quick is None:
         ahead.drop(job.key)
         ctx.served(job.req, full)
-        return prompt
-    per_token = plan.ms / max(1, plan.uncached)
-    tokens = max(QUICK_MIN, min(QUICK_MAX, int(limit / per_token)))
+        return full.prompt
+    ahead.want(job.key, full.prompt)
+    return quick
+
+
+def _quick(job: Job, ctx: Context, engine: EngineAPI, full: FimBuild) -> FimPrompt | None:
+    """A quick prompt for ``job`` when the full one's prefill would take more than ``QUICK_SHARE`` of the
+    single-line budget and a quick one takes at most ``QUICK_MAX_SHARE`` of it (its head cached), else None."""
+    budget = completion_budget_ms(job.settings, engine, True)
+    plan = engine.prefill_plan(full.prompt, job.key)
+    if plan is None or plan.ms <= QUICK_SHARE * budget:
+        return None
+    tokens = int(QUICK_SHARE * budget / (plan.ms / max(1, plan.uncached)))
     # behind the served head (cached since the last answer; none: the document's first request, never quick),
     # or behind the full build's own (a prefetch may have computed it: its definitions are this place's, so it
     # is taken when it costs at most a quarter more)
-    best: tuple[float, FimPrompt, PrefillPlan] | None = None
     served = ctx.quick_fim(job.req, tokens)
-    sp = engine.prefill_plan(served, job.key) if engine is not None and served is not None else None
-    if served is not None and sp is not None:
-        best = (sp.ms, served, sp)
-        own = ctx.quick_fim(job.req, tokens, head=full)
-        op = engine.prefill_plan(own, job.key) if engine is not None and own is not None else None
-        if own is not None and op is not None and op.ms <= OWN_HEAD_SLACK * sp.ms:
-            best = (op.ms, own, op)
-    # a quick prompt whose own head is not cached (the engine forgot it) is no first answer within budget
-    if best is not None and best[0] <= QUICK_MAX_SHARE * limit / QUICK_SHARE and best[0] < plan.ms:
-        log.info("fim %s: quick prompt, %d tokens to compute (the full one: %d, ~%.0f ms)",
-                 job.key, best[2].uncached, plan.uncached, plan.ms)
-        ahead.want(job.key, prompt)
-        return best[1]
-    ahead.drop(job.key)
-    ctx.served(job.req, full)
+    best = (served, engine.prefill_plan(served, job.key)) if served is not None else None
+    if best is None or best[1] is None:
+        return None
+    own = ctx.quick_fim(job.req, tokens, head=full)
+    op = engine.prefill_plan(own, job.key) if own is not None else None
+    if own is not None and op is not None and op.ms <= OWN_HEAD_SLACK * best[1].ms:
+        best = (own, op)
+    prompt, qplan = best
+    if qplan is None or qplan.ms > QUICK_MAX_SHARE * budget or qplan.ms >= plan.ms:
+        return None  # its head is not cached either (evicted, forgotten): the full prompt is the better answer
+    log.info("fim %s: quick prompt, %d tokens to compute (the full one: %d, ~%.0f ms)",
+             job.key, qplan.uncached, plan.uncached, plan.ms)
     return prompt
 
 
