@@ -287,11 +287,8 @@ class ContextBuilder(Workspace):
             rep.sticky_miss = got if isinstance(got, str) else ""
             if win is None or win.tokens > 2 * tokens:  # a new window (or typing doubled the old one)
                 win = fim_window(doc, offset, tokens, self.counter, costs, self.options.prefix_ratio)
-                starts, n = doc.line_starts, len(doc.lines)
-                self._quick.keep(path, StickyFim(
-                    kept.budget, doc.text[:starts[win.start_line]],
-                    doc.text[starts[win.end_line]:] if win.end_line < n else "", win.start_line,
-                    n - win.end_line, key, kept.sections, kept.history, [], {}, win.tokens, 0, git_diff))
+                self._quick.keep(path, _kept_window(doc, win, kept.budget, key, kept.sections, kept.history,
+                                                    [], {}, 0, git_diff))
             prompt = FimPrompt(win.before, win.after, rel, kept.history, kept.sections, self.options.layout)  # type: ignore[arg-type]
             rep.fixed = 1 + self.counter.count_text(f"{rel}\n") + fim_specials(prompt)
             rep.sticky = not rep.sticky_miss
@@ -303,11 +300,8 @@ class ContextBuilder(Workspace):
                      git_diff: str | None) -> None:
         if self.options.sticky_ttl_s <= 0:
             return
-        starts, n = doc.line_starts, len(doc.lines)
-        tail = doc.text[starts[win.end_line]:] if win.end_line < n else ""
-        self._sticky[path] = StickyFim(rep.budget, doc.text[:starts[win.start_line]], tail, win.start_line,
-                                       n - win.end_line, key, sections, hist, copy_reports(rep.sources),
-                                       dict(rep.excluded), win.tokens, rep.budget - rep.total, git_diff)
+        self._sticky[path] = _kept_window(doc, win, rep.budget, key, sections, hist, copy_reports(rep.sources),
+                                          dict(rep.excluded), rep.budget - rep.total, git_diff)
 
     def _sticky_build(self, path: str) -> StickyFim | None:
         return self._sticky.get(path) if self.options.sticky_ttl_s > 0 else None
@@ -444,6 +438,17 @@ class ContextBuilder(Workspace):
         rep.window_lines = (win.start_line, win.end_line)
         rep.total = rep.fixed + win.tokens + sum(r.used for r in rep.sources)
         rep.excluded = self.exclusions.stop_recording()
+
+
+def _kept_window(doc: Document, win: Window, budget: int, key: Others, sections: tuple[Section, ...],
+                 hist: tuple[str, ...], sources: list[src.SourceReport], excluded: dict[str, str], spare: int,
+                 git_diff: str | None) -> StickyFim:
+    """A window's lines kept while the user types inside them: the text before its first line and from its
+    end line on, with what the prompt around it was built from."""
+    starts, n = doc.line_starts, len(doc.lines)
+    tail = doc.text[starts[win.end_line]:] if win.end_line < n else ""
+    return StickyFim(budget, doc.text[:starts[win.start_line]], tail, win.start_line, n - win.end_line, key,
+                     sections, hist, sources, excluded, win.tokens, spare, git_diff)
 
 
 def _guarded(name: str, gen: Callable[[], Iterator[Section]], rep: BuildReport) -> Iterator[Section]:

@@ -60,11 +60,10 @@ class QuickPrompts:
         self._served[path] = Served.of(prompt, budget, sources)
         self._windows.pop(path, None)  # a new head: the next quick window is built behind it
 
-    def head(self, path: str, budget: int, ttl_s: float, now: float | None = None) -> Served | None:
+    def head(self, path: str, budget: int, ttl_s: float) -> Served | None:
         """The served head when it is still worth reusing: same budget, younger than ``ttl_s``."""
         h = self._served.get(path)
-        now = time.monotonic() if now is None else now
-        if h is None or h.budget != budget or ttl_s <= 0 or now - h.created > ttl_s:
+        if h is None or h.budget != budget or ttl_s <= 0 or time.monotonic() - h.created > ttl_s:
             return None
         return h
 

@@ -45,10 +45,6 @@ class Ahead:
         self._waiting: OrderedDict[str, FimPrompt] = OrderedDict()
         self._abort = AbortSignal()
         self._lock = threading.Lock()
-        self.prefetched = 0  # prompt tokens computed ahead (for the logs and tests)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._waiting
 
     @property
     def pending(self) -> bool:
@@ -86,7 +82,6 @@ class Ahead:
             log.warning("prefetch of %s failed", key, exc_info=True)
             self._waiting.pop(key, None)
             return
-        self.prefetched += n
         if not abort.aborted and self._waiting.get(key) is prompt:
             del self._waiting[key]
             log.info("fim %s: %d prompt tokens prefilled ahead", key, n)

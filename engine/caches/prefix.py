@@ -154,6 +154,13 @@ class Slot:
     # next keystroke inside the same word asks from there again: `engine.decoding.blocks.prefill`)
     heal_from: tuple[list[int], Tensor] | None = None
 
+    def seed(self, src: Slot, n: int) -> None:
+        """Take ``src``'s first ``n`` positions (tokens and KV) as this slot's own, in place of what it held."""
+        for dst, old in ((self.kv.k, src.kv.k), (self.kv.v, src.kv.v)):
+            for t, o in zip(dst, old, strict=True):
+                t[:, :, :n] = o[:, :, :n]
+        self.tokens, self.last_hidden = src.tokens[:n], None
+
 
 class PrefixCache:
     """LRU of `Slot`s under a byte budget. ``take`` removes a slot while a request uses it; ``best``

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.api import InfillCall
-from engine.caches.prefix import KVCache, Slot
 from engine.calls import call_request
+from engine.decoding.blocks import document_slot
 from engine.templates import FimPrompt
 from engine.textdiff import common_prefix
 from engine.types import AbortSignal, PrefillPlan
@@ -139,18 +139,9 @@ def prefetch(eng: Prefetcher, prompt: FimPrompt, cache_key: str, abort: AbortSig
     with eng.lock:
         ids = prompt_ids(eng, prompt)
         key = cache_key + AHEAD
-        slot = eng.cache.take(key)
-        if slot is None:
-            slot = Slot([], KVCache.for_model(eng.args, 1, len(ids) + eng.block_size, eng.kv_dtype, eng.device))
+        slot = document_slot(eng, key, cache_key, ids, len(ids) + eng.block_size, min_gain=1)
         done = common_prefix(slot.tokens, ids)
         try:
-            slot.kv.ensure(len(ids) + eng.block_size)
-            donor = eng.cache.best(cache_key + "#", ids)
-            if donor is not None and donor[1] > done:
-                src, done = donor
-                for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
-                    for t, o in zip(dst, old, strict=True):
-                        t[:, :, :done] = o[:, :, :done]
             start, t = done, torch.tensor([ids], device=eng.device)
             with stoppable(eng.model, abort):
                 while done < len(ids) and not (abort is not None and abort.aborted):

@@ -16,6 +16,7 @@ Bidirectional models decode in `engine.decoding.bidir`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -96,19 +97,22 @@ def cached_slot(eng: StepRunner, j: DecodeJob, need: int) -> Slot:
     """The job's slot (per document and prompt kind), seeded from the document's other slot when that
     one shares a longer token prefix with the prompt (a next edit after typing: the FIM prompt's
     context sections, which the edit prompt shares)."""
-    key = eng.slot_key(j)
+    return document_slot(eng, eng.slot_key(j), j.cache_key, j.prompt, need)
+
+
+def document_slot(eng: StepRunner, key: str | None, document: str | None, tokens: Sequence[int], need: int,
+                  min_gain: int = DONOR_MIN) -> Slot:
+    """The cache slot ``key`` (taken out of the cache, room for ``need`` positions; a new one if there is
+    none), seeded from the ``document``'s slot sharing the longest prefix with ``tokens`` when that is at
+    least ``min_gain`` tokens longer than what the slot shares."""
     slot = eng.cache.take(key) if key else None
     if slot is not None:
         slot.kv.ensure(need)
     else:
         slot = Slot([], KVCache.for_model(eng.args, 1, need, eng.kv_dtype, eng.device))
-    donor = eng.cache.best(j.cache_key + "#", j.prompt) if j.cache_key else None
-    if donor is not None and donor[1] >= common_prefix(slot.tokens, j.prompt) + DONOR_MIN:
-        src, n = donor
-        for dst, old in ((slot.kv.k, src.kv.k), (slot.kv.v, src.kv.v)):
-            for t, o in zip(dst, old, strict=True):
-                t[:, :, :n] = o[:, :, :n]
-        slot.tokens, slot.last_hidden = src.tokens[:n], None
+    donor = eng.cache.best(document + "#", tokens) if document else None
+    if donor is not None and donor[1] >= common_prefix(slot.tokens, tokens) + min_gain:
+        slot.seed(*donor)
     return slot
 
 
