@@ -74,7 +74,7 @@ def _case(text: str, cursor: int, history: list[Hunk], path: str = "a.py") -> tu
     return req, EditBuilt(EditPrompt(text[:ra], text[ra:rb], text[rb:], cursor - ra, path, ()), ra, rb)
 
 
-BEFORE = "def area(size):\n    total = size * 2\n    return total\n" + "\n" * 30 + "print(area(size))\n"
+BEFORE = "def area(size):\n    total = size * 2\n" + "\n" * 30 + "    return total + size\n"
 AFTER = BEFORE.replace("def area(size)", "def area(dim)")
 
 
@@ -86,12 +86,13 @@ def test_a_rename_is_carried_in_the_region_and_offered_as_a_jump() -> None:
     region = [p for p in props if not p.jump]
     jumps = [p for p in props if p.jump]
     assert [p.new for p in region] == [AFTER[built.region_start:built.region_end].replace("size * 2", "dim * 2")]
-    assert [(AFTER[p.start:p.end], p.new) for p in jumps] == [("print(area(size))", "print(area(dim))")]
-    f = region[0].feats
-    assert f["o_carry"] == 1.0 and f["age0"] == 1.0 and f["new_fresh"] == 1.0 and f["lang_python"] == 1.0
+    assert [(AFTER[p.start:p.end], p.new) for p in jumps] == [("    return total + size", "    return total + dim")]
+    f = region[0].feats  # the renamed parameter's binding names the place: the ``b_`` half of the model
+    assert f["b_o_carry"] == 1.0 and f["b_age0"] == 1.0 and f["b_new_fresh"] == 1.0 and f["b_lang_python"] == 1.0
+    assert f["b_bound_decl"] == 1.0 and f["b_follows"] == 1.0 and f["b_strays"] == 0.0
     assert "below" not in propose.FEATURES  # the replays run top to bottom: no feature learns their order
     assert set(f) <= set(propose.FEATURES)
-    assert jumps[0].feats["j_jump"] == 1.0 and jumps[0].feats["j_dist"] > f["dist"] and "dist" not in jumps[0].feats
+    assert jumps[0].feats["j_jump"] == 1.0 and jumps[0].feats["j_dist"] > f["b_dist"] and "dist" not in jumps[0].feats
 
 
 def test_no_history_proposes_nothing() -> None:
@@ -107,6 +108,7 @@ def model(bias: float = 0.0, threshold: float = 0.5) -> locator.Locator:
     coef = [0.0] * n
     coef[propose.FEATURES.index("o_carry")] = 2.0
     coef[propose.FEATURES.index("j_o_carry")] = 2.0
+    coef[propose.FEATURES.index("b_o_carry")] = 2.0
     return locator.Locator(propose.FEATURES, (0.0,) * n, (1.0,) * n, tuple(coef), bias, threshold, {})
 
 
@@ -181,13 +183,13 @@ def test_locate_finds_the_next_hunk_and_tells_due_from_done() -> None:
     from edit_server.cli import eval_locate
 
     cursor = AFTER.index("dim") + 3
-    far = AFTER.index("print(area(size))")
+    far = AFTER.index("    return total + size")
     due = {"id": "due", "kind": "edit", "language": "python", "path": "a.py", "files": {"a.py": AFTER},
            "cursor": {"path": "a.py", "offset": cursor}, "expected": None,
            "history": [unified_diff("a.py", BEFORE, AFTER)],
-           "meta": {"category": "elsewhere", "pending": [{"start": far, "end": far + 18, "text": "print(area(dim))\n"}]}}
+           "meta": {"category": "elsewhere", "pending": [{"start": far, "end": far + 24, "text": "    return total + dim\n"}]}}
     done = {**due, "id": "done", "history": [], "meta": {"category": "done", "pending": []}}
-    assert eval_locate.next_hunk(due) == (33, 33) and eval_locate.next_hunk(done) is None
+    assert eval_locate.next_hunk(due) == (32, 32) and eval_locate.next_hunk(done) is None
     rep = eval_locate.locate([due, done])["all"]
     assert rep["with_next"] == 1 and rep["reach"] == 1.0 and rep["top3"] == 1.0
     assert rep["due_auroc"] == 1.0  # the case with a carried edit is likelier due than the one with none

@@ -84,13 +84,16 @@ def served(rows: Sequence[Labelled], probs: Sequence[float], cases: Sequence[dic
 
 
 def curve(best: dict[int, tuple[float, bool]], cases: Sequence[dict[str, Any]],
-          thresholds: Sequence[float]) -> list[dict[str, float]]:
-    """The served row at each threshold: exact (of the due edits), no-edit correct, precision, shown."""
-    due = sum(bool(c.get("expected")) for c in cases)
-    quiet = len(cases) - due
+          thresholds: Sequence[float], real: bool = False) -> list[dict[str, float]]:
+    """The served row at each threshold: exact (of the due edits), no-edit correct, precision, shown (with
+    ``real``: over the replayed cases alone, the synthetic ones left out)."""
+    keep = [i for i, c in enumerate(cases) if not (real and c.get("meta", {}).get("synthetic"))]
+    due = sum(bool(cases[i].get("expected")) for i in keep)
+    quiet = len(keep) - due
+    kept = set(keep)
     out = []
     for t in thresholds:
-        shown = [(i, ok) for i, (p, ok) in best.items() if p >= t]
+        shown = [(i, ok) for i, (p, ok) in best.items() if p >= t and i in kept]
         right = sum(ok for _, ok in shown)
         quiet_shown = sum(not cases[i].get("expected") for i, _ in shown)
         out.append({"threshold": t, "shown": len(shown), "right": right,
@@ -145,14 +148,18 @@ def train(cases: Sequence[dict[str, Any]], target: float = TARGET, c: float = 1.
     if len({r.right for r in rows}) < 2:
         raise ValueError("the cases give no right and wrong proposals to fit on")
     oof = out_of_fold(rows, c)
-    points = curve(served(rows, oof, cases), cases, THRESHOLDS)
+    best = served(rows, oof, cases)
+    # the threshold is chosen on the replayed sessions alone: synthetic renames teach what a binding says,
+    # they are not the mix of edits a user makes
+    points = curve(best, cases, THRESHOLDS, real=True)
     t = choose(points, target)
     scaler, model = fit(rows, c)
     repos = sorted({r.group for r in rows})
     from edit_server.nextedit.propose import FEATURES
 
     report = {"cases": len(cases), "proposals": len(rows), "right": sum(r.right for r in rows),
-              "repositories": repos, "target_precision": target, "threshold": t, "out_of_fold": points}
+              "repositories": repos, "target_precision": target, "threshold": t, "out_of_fold": points,
+              "out_of_fold_all": curve(best, cases, THRESHOLDS)}
     loc = locating.Locator(tuple(FEATURES), tuple(float(m) for m in scaler.mean_),
                            tuple(float(s) if s > 0 else 1.0 for s in scaler.scale_),
                            tuple(float(w) for w in model.coef_[0]), float(model.intercept_[0]), t,
@@ -172,6 +179,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="fit with only these rules' candidates (repeatable; default: the settings' defaults)")
     p.add_argument("--no-jumps", action="store_true", help="fit without the carried edits outside the region")
     p.add_argument("--report", type=Path, default=None, help="write the fit's report (JSON) here")
+    p.add_argument("--renames", type=int, default=0, metavar="N",
+                   help="add N rename sessions made from the cases' own files (evals.synth_renames); the "
+                        "threshold is still chosen on the replayed cases alone")
     p.set_defaults(func=main)
 
 
@@ -180,6 +190,12 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         cases = [c for f in args.cases for c in read_cases(f)]
+        if args.renames:
+            from evals.synth_renames import summary, synthesize
+
+            made = synthesize(cases, args.renames)
+            print(f"synthetic rename sessions: {summary(made)}")
+            cases += made
         loc, report = train(cases, args.target_precision, args.c, args.rule, not args.no_jumps)
     except (ValueError, FileNotFoundError) as e:
         print(f"edit-server align locator: error: {e}", file=sys.stderr)

@@ -168,7 +168,9 @@ def changes(history: Sequence[HunkLike], max_hunks: int = MAX_HUNKS) -> list[Cha
                 count, src, com = found.get((o, n), (0, a, commented))
                 found[(o, n)] = (count + 1, src, com and commented)
         for (o, n), (count, src, com) in found.items():
-            if (o, n) in seen or len(o.strip()) < MIN_OLD:
+            # a one-letter name is kept only as a rename (its places then follow its binding: `propose`)
+            short = len(o.strip()) < MIN_OLD and not (_IDENT.fullmatch(o) and _IDENT.fullmatch(n))
+            if (o, n) in seen or short:
                 continue
             seen.add((o, n))
             out.append(Change(o, n, h.path, age, src, count, len(pairs), len(found), clean, com))
@@ -204,19 +206,22 @@ def targets(text: str, change: Change, path: str, skip_rows: set[int] | frozense
     return rows
 
 
-def carry(line: str, subs: Sequence[Change], path: str) -> str:
+def carry(line: str, subs: Sequence[Change], path: str, labels: frozenset[int] = frozenset()) -> str:
     """``line`` with each change of ``subs`` made at every occurrence of its old text (in code only, unless
-    the change was made in a comment); the line itself when none applies."""
+    the change was made in a comment; not at ``labels``, the columns of keyword arguments' names); the line
+    itself when none applies."""
     marker = comment_marker(path)
     for c in subs:
         out, at = [], 0
         for i in occurrences(line, c.old):
-            if i < at or not c.in_comment and (marker and in_comment(line, i, marker) or in_string(line, i)):
+            if i < at or i in labels or not c.in_comment and (
+                    marker and in_comment(line, i, marker) or in_string(line, i)):
                 continue
             out += [line[at:i], c.new]
             at = i + len(c.old)
         if out:
             line = "".join(out) + line[at:]
+            labels = frozenset()  # columns of the line as it was
     return line
 
 

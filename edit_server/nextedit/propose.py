@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edit_server.context import languages
+from edit_server.nextedit import bindings as binding
 from edit_server.nextedit import carry as carrying
 from edit_server.nextedit.carry import Change
 from edit_server.selectivity.candidates import HunkLike
@@ -52,12 +53,14 @@ _BASE = (
     "old_len", "extends", "shrinks", "value", "declares", "comment_change", "rows", "rows_doc", "new_in_doc",
     "old_left_doc", "dist", "cursor_row", "likeness", "in_string", "region_lines_changed",
     "times", "history", "cursor_blank", "last_size", "left_match", "right_match", "camel", "new_before",
-    "new_fresh", "same_scope", "other_scope",
+    "new_fresh", "same_scope", "other_scope", "bound_decl", "bound_use", "follows", "strays",
     *(f"lang_{x}" for x in LANGS),
 )
 # a jump's features are kept apart (``j_`` + name): a place outside the region is right for other reasons
 # than a rewrite of it, and one logistic regression over both halves is two models on one scale
-FEATURES = _BASE + tuple(f"j_{x}" for x in _BASE)
+# and so are a rename's places that its binding names (``b_``): where the tree says the old name now refers
+# to nothing, the text's cues (how far, how alike) matter less
+FEATURES = _BASE + tuple(f"j_{x}" for x in _BASE) + tuple(f"b_{x}" for x in _BASE)
 
 
 def _rows(text: str) -> list[int]:
@@ -152,7 +155,8 @@ def _around(line: str, old: str) -> tuple[str, str]:
 
 def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[Change] = (),
              changed_rows: Sequence[int] = (), rows_doc: int = 0, ctx: Setting | None = None,
-             skip: set[int] | None = None) -> dict[str, float]:
+             skip: set[int] | None = None, follow: dict[tuple[str, str], Followed] | None = None
+             ) -> dict[str, float]:
     """The proposal as the location model's inputs (`FEATURES`; absent ones are 0)."""
     cur_row = text.count("\n", 0, cursor)
     f: dict[str, float] = {"bias": 1.0, f"o_{p.origin}": 1.0, "jump": float(p.jump), f"lang_{_lang(path)}": 1.0}
@@ -195,9 +199,53 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
         home = scope_of(lines, cur_row)
         f["same_scope"] = float(all(scope_of(lines, r) == home for r in rows))
         f["other_scope"] = float(home is not None and any(scope_of(lines, r) not in (home, None) for r in rows))
+    known = [k for c in changes if (k := (follow or {}).get(c.key)) is not None]
+    if known and rows:
+        allowed = set().union(*(k.rows for k in known))
+        f["bound_decl"] = float(any(k.kind == "binding" for k in known))
+        f["bound_use"] = float(any(k.kind == "use" for k in known))
+        f["follows"] = float(all(r in allowed for r in rows))
+        f["strays"] = float(any(r not in allowed for r in rows))
     if p.jump:
         return {f"j_{k}": v for k, v in f.items() if k in _BASE}
+    if known:
+        return {f"b_{k}": v for k, v in f.items() if k in _BASE}
     return {k: v for k, v in f.items() if k in _BASE}
+
+
+@dataclass(frozen=True)
+class Followed:
+    """Where a rename's binding says it goes: ``binding`` (the declaration was renamed: the rows that still
+    use the old name and now refer to nothing) or ``use`` (a use was renamed to a name nothing binds: the
+    old name's declaration it referred to and that declaration's other uses)."""
+
+    kind: str
+    rows: frozenset[int]
+
+
+def follow(text: str, path: str, change: Change, skip: set[int]) -> Followed | None:
+    """The places a renamed name's binding names in ``text`` (None: not a rename of a bound name here, or no
+    grammar for the file)."""
+    if change.path != path or not (carrying._IDENT.fullmatch(change.old) and carrying._IDENT.fullmatch(change.new)):
+        return None
+    binds = binding.of(text, path)
+    if binds is None:
+        return None
+    lines = text.split("\n")
+    edited = [r for r in sorted(skip) if r < len(lines) and carrying.occurrences(lines[r], change.new)]
+    if not edited:
+        return None
+    places = carrying.targets(text, change, path, skip)
+    renamed = {b.scope for e in edited for b in binds.sites(change.new) if b.row == e}
+    if renamed:
+        rows = {r for r in places if not binds.visible(change.old, r) and any(a <= r <= b for a, b in renamed)}
+        return Followed("binding", frozenset(rows))
+    if any(binds.visible(change.new, e) for e in edited):
+        return None
+    referred = {b for e in edited for b in binds.visible(change.old, e)}
+    if not referred:
+        return None
+    return Followed("use", frozenset(r for r in places if referred & set(binds.visible(change.old, r))))
 
 
 def _changed_rows(text: str, p: Proposal) -> list[int]:
@@ -235,38 +283,52 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
     out: list[Proposal] = []
     seen: set[tuple[int, int, str]] = set()
     ctx = setting(text, cursor, path, history)
+    followed = {c.key: k for c in chs if (k := follow(text, path, c, skip)) is not None}
+    # a one-letter name is carried only where its binding leads
+    chs = [c for c in chs if len(c.old.strip()) >= carrying.MIN_OLD or c.key in followed]
+
+    binds = binding.of(text, path)
+
+    def labels(r: int) -> frozenset[int]:
+        return binds.labels(r) if binds is not None else frozenset()
+
+    def places(c: Change) -> list[int]:
+        k = followed.get(c.key)
+        return sorted(k.rows) if k is not None else carrying.targets(text, c, path, skip)
 
     def add(p: Proposal, group: Sequence[Change], rows: Sequence[int], rows_doc: int) -> None:
         if (p.start, p.end, p.new) in seen or text[p.start:p.end] == p.new:
             return
         seen.add((p.start, p.end, p.new))
         out.append(Proposal(p.start, p.end, p.new, p.origin, p.jump,
-                            features(p, text, path, cursor, group, rows, rows_doc, ctx, skip)))
+                            features(p, text, path, cursor, group, rows, rows_doc, ctx, skip, followed)))
 
     region_rows = range(r0, max(r0 + 1, r1)) if region else range(0)
     # a rule's rewrite that a carried change also makes is described by that change (its features); the
     # rule's own origin is kept: the rules come first
     carried: dict[str, tuple[list[Change], list[int], int]] = {}
     for group in _groups(chs):
-        rows = sorted(set().union(*(carrying.targets(text, c, path, skip) for c in group)))
+        rows = sorted(set().union(*(places(c) for c in group)))
         inside = [r for r in rows if r in region_rows]
         if inside:
             new_lines = lines[r0:r1]
             for r in inside:
-                new_lines[r - r0] = carrying.carry(lines[r], group, path)
+                new_lines[r - r0] = carrying.carry(lines[r], group, path, labels(r))
             carried.setdefault("\n".join(new_lines) + ("\n" if text[start:end].endswith("\n") else ""),
                                (group, inside, len(rows)))
+    # a rule's rewrite no carried change makes is described by the newest hunk's changes (its rows its own)
+    newest = [c for c in chs if c.age == 0 and c.path == path][:1]
     for origin, new in rules:
-        add(Proposal(start, end, new, origin), *carried.get(new, ((), (), 0)))
+        add(Proposal(start, end, new, origin), *carried.get(new, (newest, (), 0)))
     for group in _groups(chs):
-        rows = sorted(set().union(*(carrying.targets(text, c, path, skip) for c in group)))
+        rows = sorted(set().union(*(places(c) for c in group)))
         if not rows:
             continue
         inside = [r for r in rows if r in region_rows]
         if inside:
             new_lines = lines[r0:r1]
             for r in inside:
-                new_lines[r - r0] = carrying.carry(lines[r], group, path)
+                new_lines[r - r0] = carrying.carry(lines[r], group, path, labels(r))
             tail = "\n" if text[start:end].endswith("\n") else ""
             add(Proposal(start, end, "\n".join(new_lines) + tail, ORIGIN), group, inside, len(rows))
         outside = [r for r in rows if r not in region_rows and abs(r - cur_row) <= JUMP_LINES]
@@ -274,6 +336,6 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             below = [r for r in outside if r > cur_row]
             r = min(below) if below else max(outside)
             a, b = starts[r], starts[r] + len(lines[r])
-            add(Proposal(a, b, carrying.carry(lines[r], group, path), ORIGIN, True), group, [r], len(rows))
+            add(Proposal(a, b, carrying.carry(lines[r], group, path, labels(r)), ORIGIN, True), group, [r], len(rows))
     return out
 
