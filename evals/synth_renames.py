@@ -24,71 +24,55 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-Case = dict[str, Any]  # a case as `evals.next_edit.read_cases` reads it
-
 from edit_server.nextedit import bindings as binding
-from edit_server.nextedit.carry import Change, carry
-from edit_server.nextedit.repeat_edit import comment_marker, in_comment, in_string, occurrences
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.textdiff import line_span, unified_diff
 
+Case = dict[str, Any]  # a case as `evals.next_edit.read_cases` reads it
 KINDS = ("declaration", "use", "done")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,24}")
 _KEYWORDS = frozenset("self cls this super None True False nil null undefined true false return async await "
                       "def class fn func let mut const var type impl struct enum pub use mod match".split())
 
 
-def _code_hits(line: str, name: str, path: str) -> list[int]:
-    marker = comment_marker(path)
-    return [i for i in occurrences(line, name)
-            if not (marker and in_comment(line, i, marker) or in_string(line, i))]
-
-
 def _style(name: str) -> str:
     return "upper" if name.isupper() else "camel" if name[:1].isupper() else "lower"
 
 
-def _uses(lines: list[str], binds: binding.Bindings, name: str, site: binding.Binding, path: str) -> list[int]:
-    """The rows of ``site``'s scope whose code occurrences of ``name`` refer to ``site`` (its innermost
-    visible binding is in ``site``'s scope)."""
-    a, b = site.scope
+def _uses(binds: binding.Bindings, name: str, site: binding.Binding) -> list[tuple[int, int]]:
+    """Where ``name`` is used referring to ``site`` (the innermost binding visible there)."""
     out = []
-    for r in range(max(0, a), min(len(lines) - 1, b) + 1):
-        if not _code_hits(lines[r], name, path):
-            continue
-        vis = binds.visible(name, r)
-        if vis and max(v.scope[0] for v in vis) == a:
-            out.append(r)
+    for r, c in binds.refs(name):
+        vis = binds.visible(name, r, c)
+        if vis and max(vis, key=lambda v: (v.scope[0], v.start)) == site:
+            out.append((r, c))
     return out
 
 
-def _rename_rows(text: str, rows: Sequence[int], old: str, new: str, path: str) -> str:
+def _rename_at(text: str, places: Sequence[tuple[int, int]], old: str, new: str) -> str:
     lines = text.split("\n")
-    ch = Change(old, new, path, 0, "", 1, 1, 1, True, False)
-    binds = binding.of(text, path)
-    for r in rows:
-        lines[r] = carry(lines[r], [ch], path, binds.labels(r) if binds else frozenset())
+    for r, c in sorted(places, reverse=True):
+        if lines[r][c:c + len(old)] == old:
+            lines[r] = lines[r][:c] + new + lines[r][c + len(old):]
     return "\n".join(lines)
 
 
-def _case(src: Case, kind: str, before: str, after: str, truth_rows: Sequence[int], row: int, old: str,
-          new: str) -> Case | None:
-    """The case: ``after`` is the file once the user's edit is made (cursor after ``new`` on ``row``), the
-    truth the rest of the rename inside the region (``truth_rows``)."""
+def _case(src: Case, kind: str, before: str, after: str, truth: Sequence[tuple[int, int]], at: tuple[int, int],
+          old: str, new: str) -> Case | None:
+    """The case: ``after`` is the file once the user's edit is made (cursor after ``new`` at ``at``), the
+    truth the rest of the rename inside the region (``truth``: the places still saying ``old``)."""
     path = src["path"]
     lines = after.split("\n")
-    col = lines[row].find(new)
-    if col < 0:
-        return None
+    row, col = at
     cursor = sum(len(x) + 1 for x in lines[:row]) + col + len(new)
     ra, rb = line_span(after, cursor, EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
     r0, r1 = after.count("\n", 0, ra), after.count("\n", 0, rb)
-    inside = [r for r in truth_rows if r0 <= r < max(r1, r0 + 1)]
+    inside = [(r, c) for r, c in truth if r0 <= r < max(r1, r0 + 1)]
     expected = None
     if kind != "done":
         if not inside:
             return None
-        done = _rename_rows(after, inside, old, new, path)
+        done = _rename_at(after, inside, old, new)
         expected = [{"path": path, "start": ra, "end": rb, "text": done[ra:len(done) - (len(after) - rb)]}]
     meta = {"repo": src["meta"].get("repo", ""), "category": "next-edit" if expected else "done",
             "synthetic": f"rename-{kind}", "source": src["id"], "pending": []}
@@ -104,40 +88,40 @@ def from_case(src: Case, rng: random.Random, names: Sequence[str]) -> list[Case]
     binds = binding.of(text, path) if text else None
     if binds is None:
         return []
-    lines = text.split("\n")
     words = set(re.findall(r"\w+", text))
     out: list[Case] = []
-    sites = [(n, s) for n in sorted(binds._sites) for s in binds.sites(n)
+    sites = [(n, s) for n in binds.names() for s in binds.sites(n)
              if s.scope != binding.MODULE and _NAME.fullmatch(n) and n not in _KEYWORDS]
     rng.shuffle(sites)
     want = list(KINDS)
     for old, site in sites:
         if not want:
             break
-        uses = _uses(lines, binds, old, site, path)
-        others = [r for r in uses if r != site.row]
-        if site.row not in uses or not others or len(_code_hits(lines[site.row], old, path)) != 1:
+        uses = [u for u in _uses(binds, old, site) if u[0] != site.row]
+        if not uses:
             continue
         pool = [m for m in names if _style(m) == _style(old) and m not in words and m != old]
         if not pool:
             continue
         new = rng.choice(pool)
         kind = want[0]
+        decl = (site.row, site.col)
         if kind == "declaration":
-            after = _rename_rows(text, [site.row], old, new, path)
-            case = _case(src, kind, text, after, others, site.row, old, new)
+            after = _rename_at(text, [decl], old, new)
+            case = _case(src, kind, text, after, uses, decl, old, new)
         elif kind == "use":
-            row = others[-1]
-            if len(_code_hits(lines[row], old, path)) != 1:
+            last = uses[-1]
+            if sum(r == last[0] for r, _ in uses) > 1:
                 continue
-            after = _rename_rows(text, [row], old, new, path)
-            case = _case(src, kind, text, after, [r for r in uses if r != row], row, old, new)
+            after = _rename_at(text, [last], old, new)
+            case = _case(src, kind, text, after, [decl, *uses[:-1]], last, old, new)
         else:
-            elsewhere = [s for s in binds.sites(old) if s.scope != site.scope]
-            if not elsewhere:
+            if not [s for s in binds.sites(old) if s.scope != site.scope]:
                 continue
-            after = _rename_rows(text, uses, old, new, path)
-            case = _case(src, kind, text, after, [], uses[-1], old, new)
+            after = _rename_at(text, [decl, *uses], old, new)
+            r, c = uses[-1]
+            shift = sum(1 for q, d in [decl, *uses] if q == r and d < c) * (len(new) - len(old))
+            case = _case(src, kind, text, after, [], (r, c + shift), old, new)
         if case is not None:
             out.append(case)
             want.remove(kind)

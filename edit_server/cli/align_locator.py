@@ -164,6 +164,7 @@ def train(cases: Sequence[dict[str, Any]], target: float = TARGET, c: float = 1.
                            tuple(float(s) if s > 0 else 1.0 for s in scaler.scale_),
                            tuple(float(w) for w in model.coef_[0]), float(model.intercept_[0]), t,
                            {"trained_on": repos, "cases": len(cases), "proposals": len(rows),
+                            "synthetic": sum(bool(k.get("meta", {}).get("synthetic")) for k in cases),
                             "target_precision": target, "C": c,
                             "out_of_fold_at_threshold": next((p for p in points if p["threshold"] == t), None)})
     return loc, report
@@ -182,6 +183,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--renames", type=int, default=0, metavar="N",
                    help="add N rename sessions made from the cases' own files (evals.synth_renames); the "
                         "threshold is still chosen on the replayed cases alone")
+    p.add_argument("--completions", type=int, default=0, metavar="N",
+                   help="add N started edits made from the cases' own files (evals.synth_completions)")
     p.set_defaults(func=main)
 
 
@@ -195,6 +198,12 @@ def main(args: argparse.Namespace) -> int:
 
             made = synthesize(cases, args.renames)
             print(f"synthetic rename sessions: {summary(made)}")
+            cases += made
+        if args.completions:
+            from evals import synth_completions
+
+            made = synth_completions.synthesize(cases, args.completions)
+            print(f"synthetic started edits: {summary(made)}")
             cases += made
         loc, report = train(cases, args.target_precision, args.c, args.rule, not args.no_jumps)
     except (ValueError, FileNotFoundError) as e:

@@ -52,6 +52,8 @@ _NOT_BOUND = ("type", "value", "body", "return_type", "right", "key", "condition
 SCOPES = {"function_definition", "lambda", "function_declaration", "generator_function_declaration",
           "function_expression", "function", "arrow_function", "method_definition", "function_item",
           "closure_expression", "method_declaration", "func_literal"}
+# declarations a use refers to only after their statement (``let line = line.trim()`` uses the line before)
+_LATE = {"let_declaration", "short_var_declaration", "variable_declarator", "var_spec", "const_spec"}
 _IDENTS = {"identifier", "shorthand_property_identifier_pattern", "field_identifier", "type_identifier"}
 MAX_ERRORS = 0.2  # a tree whose error nodes cover more than this share of the text tells nothing
 
@@ -59,7 +61,9 @@ MAX_ERRORS = 0.2  # a tree whose error nodes cover more than this share of the t
 @dataclass(frozen=True)
 class Binding:
     row: int  # where the name is bound
+    col: int
     scope: tuple[int, int]  # the rows of the function it is bound in ((-1, big): the module)
+    start: tuple[int, int] = (-1, 0)  # (row, col) from which a use refers to it (a ``let``: after its statement)
 
 
 MODULE = (-1, 1 << 30)
@@ -68,17 +72,26 @@ MODULE = (-1, 1 << 30)
 class Bindings:
     """A document's binding sites by name."""
 
-    def __init__(self, sites: dict[str, list[Binding]], labels: dict[int, frozenset[int]] | None = None) -> None:
+    def __init__(self, sites: dict[str, list[Binding]], labels: dict[int, frozenset[int]] | None = None,
+                 refs: dict[str, list[tuple[int, int]]] | None = None) -> None:
         self._sites = sites
         self._labels = labels or {}
+        self._refs = refs or {}
+
+    def names(self) -> list[str]:
+        return sorted(self._sites)
+
+    def refs(self, name: str) -> list[tuple[int, int]]:
+        """Where ``name`` is used (not bound, not a label) in code: (row, column)."""
+        return self._refs.get(name, [])
 
     def sites(self, name: str) -> list[Binding]:
         return self._sites.get(name, [])
 
-    def visible(self, name: str, row: int) -> list[Binding]:
-        """The bindings of ``name`` a use on ``row`` can refer to (its function's, an enclosing one's, the
-        module's)."""
-        return [b for b in self.sites(name) if b.scope[0] <= row <= b.scope[1]]
+    def visible(self, name: str, row: int, col: int = 1 << 30) -> list[Binding]:
+        """The bindings of ``name`` a use at ``row``, ``col`` can refer to (its function's, an enclosing
+        one's, the module's; a declaration's only after it)."""
+        return [b for b in self.sites(name) if b.scope[0] <= row <= b.scope[1] and (row, col) >= b.start]
 
     def binds_at(self, name: str, row: int) -> bool:
         return any(b.row == row for b in self.sites(name))
@@ -150,19 +163,29 @@ def of(text: str, path: str) -> Bindings | None:
         return None
     sites: dict[str, list[Binding]] = {}
     labels: dict[int, set[int]] = {}
+    refs: dict[str, list[tuple[int, int]]] = {}
     starts = [0] + [i + 1 for i, b in enumerate(data) if b == 10]
+
+    def col(row: int, byte: int) -> int:  # a character column, as the text's lines count them
+        return len(data[starts[row]:byte].decode("utf-8", "replace"))
+
     for ident in _walk(tree.root_node):
+        row = ident.start_point.row
         parent = ident.parent
         if parent is not None and parent.type == "keyword_argument" and parent.child_by_field_name("name") == ident:
-            row = ident.start_point.row
-            col = len(data[starts[row]:ident.start_byte].decode("utf-8", "replace"))
-            labels.setdefault(row, set()).add(col)
-            continue
-        binder = _is_binding(ident)
-        if binder is None:
+            labels.setdefault(row, set()).add(col(row, ident.start_byte))
             continue
         name = data[ident.start_byte:ident.end_byte].decode("utf-8", "replace")
+        binder = _is_binding(ident)
+        if binder is None:
+            if ident.type == "identifier":
+                refs.setdefault(name, []).append((row, col(row, ident.start_byte)))
+            continue
         # a declaration's own name belongs to the scope around it; a parameter to the function it names
         scope = _scope(binder.parent if binder.type in _NAMED else binder)
-        sites.setdefault(name, []).append(Binding(ident.start_point.row, scope))
-    return Bindings(sites, {r: frozenset(c) for r, c in labels.items()})
+        end = binder.end_point
+        # a module's names are used from functions anywhere in it
+        late = binder.type in _LATE and scope != MODULE
+        start = (end.row, col(end.row, binder.end_byte)) if late else (-1, 0)
+        sites.setdefault(name, []).append(Binding(row, col(row, ident.start_byte), scope, start))
+    return Bindings(sites, {r: frozenset(c) for r, c in labels.items()}, refs)

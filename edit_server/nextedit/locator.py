@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SHIPPED = Path(__file__).with_name("locator.json")
-KINDS = ("edit:carry", "edit:repeat", "edit:analog", "edit:move", "edit:import")  # gated on its probability
+KINDS = ("edit:carry", "edit:complete", "edit:repeat", "edit:analog", "edit:move", "edit:import")  # gated on its probability
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from edit_server.context import languages
 from edit_server.nextedit import bindings as binding
 from edit_server.nextedit import carry as carrying
+from edit_server.nextedit import complete_edit
 from edit_server.nextedit.carry import Change
 from edit_server.selectivity.candidates import HunkLike
 
 ORIGIN = "carry"  # the carried edit's origin (gate kind ``edit:carry``)
+COMPLETE = "complete"  # a started edit's second half (`complete_edit`; gate kind ``edit:complete``)
 RULE_ORIGINS = ("repeat", "analog", "move", "import")
+ORIGINS = (ORIGIN, COMPLETE, *RULE_ORIGINS)  # every proposal's origin
 LANGS = ("python", "typescript", "javascript", "go", "rust", "cpp")
 JUMP_LINES = 400  # a carried edit further than this from the cursor is not offered
 
@@ -48,7 +51,7 @@ class Proposal:
 
 
 _BASE = (
-    "bias", "o_carry", "o_repeat", "o_analog", "o_move", "o_import", "jump", "joint",
+    "bias", "o_carry", "o_complete", "o_repeat", "o_analog", "o_move", "o_import", "jump", "joint",
     "age", "age0", "same_file", "pairs", "consistency", "hunk_changes", "clean", "old_ident", "new_ident",
     "old_len", "extends", "shrinks", "value", "declares", "comment_change", "rows", "rows_doc", "new_in_doc",
     "old_left_doc", "dist", "cursor_row", "likeness", "in_string", "region_lines_changed",
@@ -60,7 +63,9 @@ _BASE = (
 # than a rewrite of it, and one logistic regression over both halves is two models on one scale
 # and so are a rename's places that its binding names (``b_``): where the tree says the old name now refers
 # to nothing, the text's cues (how far, how alike) matter less
-FEATURES = _BASE + tuple(f"j_{x}" for x in _BASE) + tuple(f"b_{x}" for x in _BASE)
+# and a started edit's completion (``c_``) is judged by its own cues
+HALVES = ("", "j_", "b_", "c_")
+FEATURES = tuple(f"{h}{x}" for h in HALVES for x in _BASE)
 
 
 def _rows(text: str) -> list[int]:
@@ -206,6 +211,8 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
         f["bound_use"] = float(any(k.kind == "use" for k in known))
         f["follows"] = float(all(r in allowed for r in rows))
         f["strays"] = float(any(r not in allowed for r in rows))
+    if p.origin == COMPLETE:
+        return {f"c_{k}": v for k, v in f.items() if k in _BASE}
     if p.jump:
         return {f"j_{k}": v for k, v in f.items() if k in _BASE}
     if known:
@@ -215,12 +222,31 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
 
 @dataclass(frozen=True)
 class Followed:
-    """Where a rename's binding says it goes: ``binding`` (the declaration was renamed: the rows that still
-    use the old name and now refer to nothing) or ``use`` (a use was renamed to a name nothing binds: the
-    old name's declaration it referred to and that declaration's other uses)."""
+    """Where a rename's binding says it goes: ``binding`` (the declaration was renamed: the uses that still
+    say the old name and now refer to nothing) or ``use`` (a use was renamed to a name nothing binds: the
+    old name's declaration it referred to and that declaration's other uses) — each place's row and the
+    columns of the name on it (code only: a template's ``${port}`` is code, a string's word is not)."""
 
     kind: str
-    rows: frozenset[int]
+    cols: dict[int, tuple[int, ...]]
+
+    @property
+    def rows(self) -> frozenset[int]:
+        return frozenset(self.cols)
+
+    def rename(self, line: str, row: int, old: str, new: str) -> str:
+        for c in sorted(self.cols.get(row, ()), reverse=True):
+            if line[c:c + len(old)] == old:
+                line = line[:c] + new + line[c + len(old):]
+        return line
+
+
+def _grouped(places: set[tuple[int, int]], skip: set[int]) -> dict[int, tuple[int, ...]]:
+    out: dict[int, list[int]] = {}
+    for r, c in sorted(places):
+        if r not in skip:
+            out.setdefault(r, []).append(c)
+    return {r: tuple(cs) for r, cs in out.items()}
 
 
 def follow(text: str, path: str, change: Change, skip: set[int]) -> Followed | None:
@@ -231,21 +257,22 @@ def follow(text: str, path: str, change: Change, skip: set[int]) -> Followed | N
     binds = binding.of(text, path)
     if binds is None:
         return None
-    lines = text.split("\n")
-    edited = [r for r in sorted(skip) if r < len(lines) and carrying.occurrences(lines[r], change.new)]
-    if not edited:
+    old, new = change.old, change.new
+    edited = [(b.row, b.col, b) for b in binds.sites(new) if b.row in skip]
+    if edited:  # the declaration was renamed
+        renamed = {b for _, _, b in edited}
+        places = {(r, c) for r, c in binds.refs(old) if not binds.visible(old, r, c)
+                  and renamed & set(binds.visible(new, r, c))}
+        return Followed("binding", _grouped(places, skip))
+    uses = [(r, c) for r, c in binds.refs(new) if r in skip]
+    if not uses or any(binds.visible(new, r, c) for r, c in uses):
         return None
-    places = carrying.targets(text, change, path, skip)
-    renamed = {b.scope for e in edited for b in binds.sites(change.new) if b.row == e}
-    if renamed:
-        rows = {r for r in places if not binds.visible(change.old, r) and any(a <= r <= b for a, b in renamed)}
-        return Followed("binding", frozenset(rows))
-    if any(binds.visible(change.new, e) for e in edited):
-        return None
-    referred = {b for e in edited for b in binds.visible(change.old, e)}
+    referred = {b for r, c in uses for b in binds.visible(old, r, c)}
     if not referred:
         return None
-    return Followed("use", frozenset(r for r in places if referred & set(binds.visible(change.old, r))))
+    places = {(b.row, b.col) for b in referred} | {
+        (r, c) for r, c in binds.refs(old) if referred & set(binds.visible(old, r, c))}
+    return Followed("use", _grouped(places, skip))
 
 
 def _changed_rows(text: str, p: Proposal) -> list[int]:
@@ -292,6 +319,13 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
     def labels(r: int) -> frozenset[int]:
         return binds.labels(r) if binds is not None else frozenset()
 
+    def rewrite(r: int, group: Sequence[Change]) -> str:
+        """Row ``r`` with the group's changes made: at the columns its binding names for a followed rename."""
+        k = followed.get(group[0].key) if len(group) == 1 else None
+        if k is not None and r in k.cols:
+            return k.rename(lines[r], r, group[0].old, group[0].new)
+        return carrying.carry(lines[r], group, path, labels(r))
+
     def places(c: Change) -> list[int]:
         k = followed.get(c.key)
         return sorted(k.rows) if k is not None else carrying.targets(text, c, path, skip)
@@ -301,7 +335,8 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             return
         seen.add((p.start, p.end, p.new))
         out.append(Proposal(p.start, p.end, p.new, p.origin, p.jump,
-                            features(p, text, path, cursor, group, rows, rows_doc, ctx, skip, followed)))
+                            features(p, text, path, cursor, group, rows, rows_doc, ctx, skip,
+                                     None if p.origin == COMPLETE else followed)))
 
     region_rows = range(r0, max(r0 + 1, r1)) if region else range(0)
     # a rule's rewrite that a carried change also makes is described by that change (its features); the
@@ -313,7 +348,7 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
         if inside:
             new_lines = lines[r0:r1]
             for r in inside:
-                new_lines[r - r0] = carrying.carry(lines[r], group, path, labels(r))
+                new_lines[r - r0] = rewrite(r, group)
             carried.setdefault("\n".join(new_lines) + ("\n" if text[start:end].endswith("\n") else ""),
                                (group, inside, len(rows)))
     # a rule's rewrite no carried change makes is described by the newest hunk's changes (its rows its own)
@@ -328,7 +363,7 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
         if inside:
             new_lines = lines[r0:r1]
             for r in inside:
-                new_lines[r - r0] = carrying.carry(lines[r], group, path, labels(r))
+                new_lines[r - r0] = rewrite(r, group)
             tail = "\n" if text[start:end].endswith("\n") else ""
             add(Proposal(start, end, "\n".join(new_lines) + tail, ORIGIN), group, inside, len(rows))
         outside = [r for r in rows if r not in region_rows and abs(r - cur_row) <= JUMP_LINES]
@@ -336,6 +371,17 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             below = [r for r in outside if r > cur_row]
             r = min(below) if below else max(outside)
             a, b = starts[r], starts[r] + len(lines[r])
-            add(Proposal(a, b, carrying.carry(lines[r], group, path, labels(r)), ORIGIN, True), group, [r], len(rows))
+            add(Proposal(a, b, rewrite(r, group), ORIGIN, True), group, [r], len(rows))
+    if region:
+        for row, n, written in complete_edit.stored_parameter(text, path, history) + complete_edit.adapted_copy(
+                text, path, history):
+            if row in region_rows and row + n <= r1:
+                new_lines = lines[r0:r1]
+                new_lines[row - r0:row - r0 + n] = written
+                tail = "\n" if text[start:end].endswith("\n") else ""
+                add(Proposal(start, end, "\n".join(new_lines) + tail, COMPLETE), newest, [], 1)
+            elif jumps and abs(row - cur_row) <= JUMP_LINES:
+                a, b = starts[row], starts[row + n - 1] + len(lines[row + n - 1])
+                add(Proposal(a, b, "\n".join(written), COMPLETE, True), newest, [row], 1)
     return out
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from edit_server.core.requests import EditBuilt, EditRequest
 from edit_server.core.settings import Settings
 from edit_server.nextedit import locator as locating
-from edit_server.nextedit.propose import ORIGIN, Proposal, propose
+from edit_server.nextedit.propose import COMPLETE, ORIGIN, Proposal, propose
 from edit_server.nextedit.rules import rule_candidate
 from edit_server.selectivity.select import Candidate
 
@@ -24,7 +24,7 @@ def proposals(req: EditRequest, built: EditBuilt, rules: Sequence[Candidate], ca
     """The rules' candidates and (with ``carry``) the carried edits for the request, with their features."""
     props = propose(req.text, req.path, req.offset, built.region_start, built.region_end, req.history,
                     [(c.origin, c.new) for c in rules], jumps=jumps)
-    return [p for p in props if carry or p.origin != "carry"]
+    return [p for p in props if carry or p.origin not in (ORIGIN, COMPLETE)]
 
 
 def located(req: EditRequest, built: EditBuilt, rules: Sequence[Candidate], loc: locating.Locator,
