@@ -153,10 +153,13 @@ async def replay(model: str, device: str, gate: bool, out: Any = sys.stdout,
             await s.edit(sig, sig + len("width"), "w")
             edits, ms = await s.next_edit(sig + 1)
             say(f"  {ms:7.0f} ms  {len(edits)} edit(s)")
+            lines = s.text.split("\n")
             for e in edits:
                 a, b = e["range"]["start"], e["range"]["end"]
                 where = f"{a['line'] + 1}:{a['character'] + 1}-{b['line'] + 1}:{b['character'] + 1}"
-                say(f"    {where} -> {e['text']!r}")
+                # the line as the edit leaves it (ASCII here: UTF-16 columns are characters)
+                after = lines[a["line"]][:a["character"]] + e["text"] + lines[b["line"]][b["character"]:]
+                say(f"    {where} -> {e['text']!r}   line {a['line'] + 1} becomes {after.strip()!r}")
     finally:  # the demo's scratch workspace: nothing of it stays behind
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -25,6 +25,7 @@ MIN_OLD = 2  # characters of a change's old text: one-letter names are everywher
 PAIR_LIKENESS = 0.6  # a removed and an added line pair only when this alike (difflib ratio)
 MAX_OPS = 2  # a line pair that changes more places than this was rewritten, not renamed
 _IDENT = re.compile(r"\w+")
+_ALIGNED = re.compile(r"(:?)( {2,})(?=\S)")  # a name padded to the next column
 _WORDY = re.compile(r"[A-Za-z_]")
 _MEMBER = (".", "->", "::")
 _KEYWORDS = frozenset("if elif else for while return and or not in is case def fn func function let const var new "
@@ -219,10 +220,26 @@ def carry(line: str, subs: Sequence[Change], path: str, labels: frozenset[int] =
                 continue
             out += [line[at:i], c.new]
             at = i + len(c.old)
+            pad = _ALIGNED.match(line, at)
+            if pad:  # a column of aligned values (gofmt): the value stays where it was
+                width = max(1, len(pad.group(2)) - (len(c.new) - len(c.old)))
+                out.append(pad.group(1) + " " * width)
+                at = pad.end()
         if out:
             line = "".join(out) + line[at:]
             labels = frozenset()  # columns of the line as it was
     return line
+
+
+def replace_at(line: str, i: int, old: str, new: str) -> str:
+    """``line`` with ``old`` at column ``i`` replaced by ``new``, a column of aligned values after it kept
+    (``Addr:        *addr`` → ``ListenAddr:  *addr``)."""
+    end = i + len(old)
+    pad = _ALIGNED.match(line, end)
+    if pad is None:
+        return line[:i] + new + line[end:]
+    width = max(1, len(pad.group(2)) - (len(new) - len(old)))
+    return line[:i] + new + pad.group(1) + " " * width + line[pad.end():]
 
 
 def declares(line: str, old: str) -> bool:

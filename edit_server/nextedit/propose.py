@@ -237,7 +237,7 @@ class Followed:
     def rename(self, line: str, row: int, old: str, new: str) -> str:
         for c in sorted(self.cols.get(row, ()), reverse=True):
             if line[c:c + len(old)] == old:
-                line = line[:c] + new + line[c + len(old):]
+                line = carrying.replace_at(line, c, old, new)
         return line
 
 
@@ -368,7 +368,8 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             add(Proposal(start, end, "\n".join(new_lines) + tail, ORIGIN), group, inside, len(rows))
         outside = [r for r in rows if r not in region_rows and abs(r - cur_row) <= JUMP_LINES]
         if jumps and outside:
-            below = [r for r in outside if r > cur_row]
+            # in another document (no region) its first place from the top
+            below = [r for r in outside if r > cur_row or not region]
             r = min(below) if below else max(outside)
             a, b = starts[r], starts[r] + len(lines[r])
             add(Proposal(a, b, rewrite(r, group), ORIGIN, True), group, [r], len(rows))
