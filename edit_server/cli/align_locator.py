@@ -181,10 +181,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-jumps", action="store_true", help="fit without the carried edits outside the region")
     p.add_argument("--report", type=Path, default=None, help="write the fit's report (JSON) here")
     p.add_argument("--renames", type=int, default=0, metavar="N",
-                   help="add N rename sessions made from the cases' own files (evals.synth_renames); the "
+                   help="add N rename sessions made from the cases' own files (edit_server.cli.synth_renames); the "
                         "threshold is still chosen on the replayed cases alone")
     p.add_argument("--completions", type=int, default=0, metavar="N",
-                   help="add N started edits made from the cases' own files (evals.synth_completions)")
+                   help="add N started edits made from the cases' own files (edit_server.cli.synth_completions)")
     p.set_defaults(func=main)
 
 
@@ -194,13 +194,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         cases = [c for f in args.cases for c in read_cases(f)]
         if args.renames:
-            from evals.synth_renames import summary, synthesize
+            from edit_server.cli.synth_renames import summary, synthesize
 
             made = synthesize(cases, args.renames)
             print(f"synthetic rename sessions: {summary(made)}")
             cases += made
         if args.completions:
-            from evals import synth_completions
+            from edit_server.cli import synth_completions
 
             made = synth_completions.synthesize(cases, args.completions)
             print(f"synthetic started edits: {summary(made)}")

@@ -62,7 +62,8 @@ class NextEdit(Feature, rename="camel", kw_only=True):
     # line when it binds nothing else; `edit_server.nextedit.import_edit`); gated as ``edit:import``
     import_edit: bool = True
     # the recent edits' token changes carried to the places that still hold the old text — in the region and,
-    # with ``jumps``, the nearest place elsewhere in the document (`edit_server.nextedit`); every rule's
+    # with ``jumps``, the nearest place elsewhere in the document (`edit_server.nextedit`), and the second
+    # half of a started edit (`edit_server.nextedit.complete_edit`, gated as ``edit:complete``); every rule's
     # candidate is then scored by the location model (``locator``: a model file, "" the shipped one) and
     # shown at its threshold — one scale for all of them
     carry_edit: bool = True
