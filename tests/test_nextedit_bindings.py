@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 
+from edit_server.cli import synth_completions, synth_renames
 from edit_server.core.history import Hunk
 from edit_server.nextedit import bindings, complete_edit, propose
 from edit_server.nextedit.carry import changes, written_rows
 from engine.templates import EDIT_REGION_ABOVE, EDIT_REGION_BELOW
 from engine.textdiff import line_span, unified_diff
-from edit_server.cli import synth_completions, synth_renames
 from evals.next_edit import judge
 
 
