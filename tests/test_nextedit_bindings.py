@@ -201,3 +201,16 @@ def test_started_edit_sessions_are_real_code_taken_out() -> None:
     copy = synth_completions.adapted_copy(_src(), random.Random(0))
     assert [c["meta"]["synthetic"] for c in copy] == ["complete-copy"] and _reached(copy[0])
     assert len(copy[0]["history"]) == 2  # the paste, then the one word changed
+
+
+def test_a_new_member_is_listed_after_the_member_before_it() -> None:
+    before = ('const (\n\tIdle State = iota\n\tRunning\n\tStopped\n)\n\nfunc (s State) String() string {\n'
+              '\tswitch s {\n\tcase Idle:\n\t\treturn "idle"\n\tcase Running:\n\t\treturn "running"\n'
+              '\tcase Stopped:\n\t\treturn "stopped"\n\t}\n\treturn ""\n}\n')
+    after = before.replace("\tRunning\n", "\tRunning\n\tDraining\n", 1)
+    h = [hunk("s.go", before, after)]
+    assert complete_edit.member_entry(after, "s.go", h) == [
+        (12, 1, ['\t\treturn "running"', "\tcase Draining:", '\t\treturn "draining"'])]
+    locals_ = before.replace("Idle", "idle").replace("Running", "running").replace("Stopped", "stopped")
+    assert complete_edit.member_entry(locals_.replace("\trunning\n", "\trunning\n\tdraining\n", 1), "s.go",
+                                      [hunk("s.go", locals_, locals_.replace("\trunning\n", "\trunning\n\tdraining\n", 1))]) == []

@@ -124,6 +124,52 @@ def adapted_copy(src: Case, rng: random.Random) -> list[Case]:
     return []
 
 
+def member_entry(src: Case, rng: random.Random) -> list[Case]:
+    """A member of an enumeration whose listing names it (a switch's case, a map's key) taken out with its
+    entry, the member typed again: the truth is the entry where the file had it (after the member before's)."""
+    path, text = src["path"], src["files"][src["path"]]
+    lines = text.split("\n")
+    rows = list(range(len(lines)))
+    rng.shuffle(rows)
+    for m in rows:
+        if not completing._MEMBER.match(lines[m]):
+            continue
+        block = completing._siblings(lines, m)
+        names = [completing._first_word(lines[r]) for r in block]
+        at = block.index(m)
+        if at < 2 or len(set(names)) != len(names) or not all(x[:1].isupper() for x in names):
+            continue
+        new, prev = names[at], names[at - 1]
+        for r, line in enumerate(lines):
+            if r in block or r == 0 or not completing._has(line, new) or \
+                    completing._entry_of(line, new, prev) not in lines[max(0, r - completing.LISTING_GAP):r]:
+                continue
+            end = r
+            while end + 1 < len(lines) and lines[end + 1].strip() and \
+                    completing._indent(lines[end + 1]) > completing._indent(line):
+                end += 1
+            now = lines[:r] + lines[end + 1:]
+            m_now = m if m < r else m - (end + 1 - r)
+            base = now[:m_now] + now[m_now + 1:]
+            if sum(completing._has(x, new) for x in now) != 1:
+                break  # the member is used elsewhere too: not a listing's only mention
+            anchor = r - 1 if m > r else r - 1
+            a = _offset(now, anchor, 0)
+            b = a + len(now[anchor])
+            pending = [{"start": a, "end": b, "text": "\n".join([now[anchor], *lines[r:end + 1]])}]
+            now_text = "\n".join(now)
+            cursor = _offset(now, m_now, len(now[m_now]))
+            ra, rb = line_span(now_text, cursor, EDIT_REGION_ABOVE, EDIT_REGION_BELOW)
+            if a < rb and b > ra:
+                break  # inside the region: the jump cases are what this teaches
+            return [{"id": f"{src['id']}:complete-member", "kind": "edit", "language": src.get("language", ""),
+                     "path": path, "files": {path: now_text}, "cursor": {"path": path, "offset": cursor},
+                     "expected": None, "history": [unified_diff(path, "\n".join(base), now_text)],
+                     "meta": {"repo": src["meta"].get("repo", ""), "category": "elsewhere",
+                              "synthetic": "complete-member", "source": src["id"], "pending": pending}}]
+    return []
+
+
 def synthesize(cases: Sequence[Case], n: int, seed: int = 0) -> list[Case]:
     """Up to ``n`` started edits from ``cases``' files (a file at most once; kinds in turn)."""
     rng = random.Random(seed)
@@ -131,7 +177,7 @@ def synthesize(cases: Sequence[Case], n: int, seed: int = 0) -> list[Case]:
     rng.shuffle(order)
     seen: set[tuple[str, str]] = set()
     out: list[Case] = []
-    makers = [stored_parameter, adapted_copy]
+    makers = [stored_parameter, adapted_copy, member_entry]
     for c in order:
         if len(out) >= n:
             break

@@ -6,6 +6,10 @@ no model).
   a struct literal's ``name,``): the new one is stored the same way — after the store of the field declared
   before it where the type declares it, else after the store of the parameter before it — with a
   ``key: value`` line's value column kept (gofmt);
+* **a new member listed** (`member_entry`): a member added to an enumeration (an enum's variant, a constant of an
+  ``iota`` block): its entry in the listing that names the members in order (a switch's case, a map's key),
+  after the member before's and written as that one is, a string spelling the name spelt the same way
+  (``case StateRunning: return "running"`` → ``case StateDraining: return "draining"``);
 * **a pasted copy adapted** (`adapted_copy`): lines just pasted as a copy of others, then one word of the
   copy changed (``phoneInput`` → ``emailInput``, ``"/users"`` → ``"/orders"``): the part of the word that
   changed (``phone`` → ``email``) changed in the rest of the copy, in each case it is written in
@@ -208,3 +212,89 @@ def adapted_copy(text: str, path: str, history: Sequence[HunkLike]) -> list[Rewr
         return []
     new = [_restem(line, *stem) for line in copy]
     return [(start, len(copy), new)] if new != copy else []
+
+
+_MEMBER = re.compile(r"^(\s*)([A-Za-z_]\w*)\b")
+LISTING_GAP = 4  # rows between a listing's entries for consecutive members
+
+
+def _siblings(lines: Sequence[str], row: int) -> list[int]:
+    """The rows of the member block ``row`` sits in: neighbouring rows at its indent, each naming a member."""
+    ind = _indent(lines[row])
+
+    def member(r: int) -> bool:
+        return 0 <= r < len(lines) and bool(_MEMBER.match(lines[r])) and _indent(lines[r]) == ind \
+            and "(" not in lines[r].split("=")[0]
+
+    a = row
+    while member(a - 1):
+        a -= 1
+    b = row
+    while member(b + 1):
+        b += 1
+    return list(range(a, b + 1))
+
+
+def _first_word(line: str) -> str:
+    m = _MEMBER.match(line)
+    return m.group(2) if m else ""
+
+
+def _has(line: str, word: str) -> bool:
+    return bool(re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", line))
+
+
+def _entry_of(line: str, member: str, other: str) -> str:
+    """``line`` (a listing's entry for ``member``) as the entry for ``other``."""
+    out = re.sub(rf"(?<![\w]){re.escape(member)}(?![\w])", other, line)
+    stem = _stem(member, other)
+    return _restem(out, *stem) if stem is not None else out
+
+
+def member_entry(text: str, path: str, history: Sequence[HunkLike]) -> list[Rewrite]:
+    """A member added to an enumeration (an enum's variant, a constant of an ``iota`` block): its entry in
+    the listing that names the members in order (a switch's cases, a map's keys), after the member before
+    it, written as that member's entry is with the member's name — and a string there that spells the
+    member's name, in the case it is spelt."""
+    mine = [h for h in history if h.path == path]
+    if not mine:
+        return []
+    body = list(diff_body(mine[-1].diff))
+    added = [b for tag, b in body if tag == "+"]
+    if len(added) != 1 or any(tag == "-" for tag, _ in body) or not _MEMBER.match(added[0]):
+        return []
+    lines = text.split("\n")
+    rows = [r for r in sorted(diff_lines(mine[-1].diff)[2]) if r < len(lines) and lines[r] == added[0]]
+    if not rows:
+        return []
+    m_row = rows[0]
+    block = _siblings(lines, m_row)
+    names = [_first_word(lines[r]) for r in block]
+    at = block.index(m_row)
+    new = names[at]
+    if at == 0 or len(block) < 3 or len(set(names)) != len(names) or sum(_has(x, new) for x in lines) != 1:
+        return []
+    if not all(n[:1].isupper() for n in names):  # members are named like constants or types, not locals
+        return []
+    prev, before = names[at - 1], names[at - 2] if at >= 2 else None
+    after = names[at + 1] if at + 1 < len(names) else None
+    out: list[Rewrite] = []
+    for r, line in enumerate(lines):
+        if r in block or not _has(line, prev):
+            continue
+        # a listing in order: the entry of the member before just above, or of the one after just below, is
+        # this row with that member's name (and its spelling in a string)
+        if not (before and _entry_of(line, prev, before) in lines[max(0, r - LISTING_GAP):r]
+                or after and _entry_of(line, prev, after) in lines[r + 1:r + 1 + LISTING_GAP]):
+            continue
+        end = r
+        while end + 1 < len(lines) and lines[end + 1].strip() and _indent(lines[end + 1]) > _indent(line):
+            end += 1
+        entry = [_entry_of(x, prev, new) for x in lines[r:end + 1]]
+        out.append((end, 1, [lines[end], *entry]))
+        break
+    return out
+
+
+# every completion by name (the location model's ``c_kind_*`` feature)
+KINDS = {"store": stored_parameter, "copy": adapted_copy, "member": member_entry}

@@ -57,6 +57,7 @@ _BASE = (
     "old_left_doc", "dist", "cursor_row", "likeness", "in_string", "region_lines_changed",
     "times", "history", "cursor_blank", "last_size", "left_match", "right_match", "camel", "new_before",
     "new_fresh", "same_scope", "other_scope", "bound_decl", "bound_use", "follows", "strays",
+    "kind_store", "kind_copy", "kind_member",
     *(f"lang_{x}" for x in LANGS),
 )
 # a jump's features are kept apart (``j_`` + name): a place outside the region is right for other reasons
@@ -374,8 +375,9 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             a, b = starts[r], starts[r] + len(lines[r])
             add(Proposal(a, b, rewrite(r, group), ORIGIN, True), group, [r], len(rows))
     if region:
-        for row, n, written in complete_edit.stored_parameter(text, path, history) + complete_edit.adapted_copy(
-                text, path, history):
+        done = [(kind, w) for kind, make in complete_edit.KINDS.items() for w in make(text, path, history)]
+        for kind, (row, n, written) in done:
+            before = len(out)
             if row in region_rows and row + n <= r1:
                 new_lines = lines[r0:r1]
                 new_lines[row - r0:row - r0 + n] = written
@@ -384,5 +386,7 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
             elif jumps and abs(row - cur_row) <= JUMP_LINES:
                 a, b = starts[row], starts[row + n - 1] + len(lines[row + n - 1])
                 add(Proposal(a, b, "\n".join(written), COMPLETE, True), newest, [row], 1)
+            if len(out) > before:  # which completion it is: each is right for its own reasons
+                out[-1].feats[f"c_kind_{kind}"] = 1.0
     return out
 
