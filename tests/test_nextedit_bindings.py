@@ -96,6 +96,30 @@ def test_a_rename_at_a_use_carries_to_the_declaration() -> None:
     assert any("    duration = job.time()" in p.new for p in props)
 
 
+def test_a_renamed_name_used_as_a_shorthand_field_keeps_the_field() -> None:
+    ts = "function serve(port) {\n  const opts = {port, host: 'x'};\n  return {port: 1, opts};\n}\n"
+    after = ts.replace("serve(port)", "serve(listenPort)")
+    props = [p for p in _proposals(ts, after, "a.ts", after.index("listenPort") + 10) if p.origin == "carry"]
+    assert len(props) == 1  # ``{port: 1}`` is a key, not a use: untouched
+    assert props[0].new.count("{port: listenPort, host: 'x'}") == 1 and props[0].new.count("{port: 1, opts}") == 1
+    rs = "fn make(name: String) -> Config {\n    Config { name }\n}\n"
+    after = rs.replace("make(name", "make(label")
+    props = [p for p in _proposals(rs, after, "a.rs", after.index("label") + 5) if p.origin == "carry"]
+    assert len(props) == 1 and "Config { name: label }" in props[0].new
+
+
+def test_a_hunk_of_several_renames_follows_each_binding_together() -> None:
+    js = ("test('q', async t => {\n\tconst searchParams = new URLSearchParams(arrayParams);\n"
+          "\tt.is(await ky(url, {searchParams: arrayParams}).text(), 'x');\n"
+          "\tt.is(await ky(url, {searchParams}).text(), 'x');\n});\n")
+    after = js.replace("const searchParams = new URLSearchParams(arrayParams)",
+                       "const searchParameters = new URLSearchParams(arrayParameters)")
+    props = [p for p in _proposals(js, after, "a.js", after.index("arrayParameters)") + 16) if p.origin == "carry"]
+    joint = [p for p in props if "arrayParameters})" in p.new and "searchParameters}" in p.new]
+    assert len(joint) == 1
+    assert "{searchParams: arrayParameters}" in joint[0].new and "{searchParams: searchParameters}" in joint[0].new
+
+
 # ---- started edits completed -------------------------------------------------------------------------------
 
 

@@ -54,7 +54,11 @@ SCOPES = {"function_definition", "lambda", "function_declaration", "generator_fu
           "closure_expression", "method_declaration", "func_literal"}
 # declarations a use refers to only after their statement (``let line = line.trim()`` uses the line before)
 _LATE = {"let_declaration", "short_var_declaration", "variable_declarator", "var_spec", "const_spec"}
-_IDENTS = {"identifier", "shorthand_property_identifier_pattern", "field_identifier", "type_identifier"}
+_IDENTS = {"identifier", "shorthand_property_identifier_pattern", "shorthand_property_identifier", "field_identifier",
+           "type_identifier"}
+# a use that is also a field's name (``{port}`` in JavaScript, ``Config { name }`` in Rust): renamed, the
+# field keeps its name (``{port: listenPort}``)
+_SHORTHAND = {"shorthand_property_identifier", "shorthand_field_initializer"}
 MAX_ERRORS = 0.2  # a tree whose error nodes cover more than this share of the text tells nothing
 
 
@@ -73,10 +77,12 @@ class Bindings:
     """A document's binding sites by name."""
 
     def __init__(self, sites: dict[str, list[Binding]], labels: dict[int, frozenset[int]] | None = None,
-                 refs: dict[str, list[tuple[int, int]]] | None = None) -> None:
+                 refs: dict[str, list[tuple[int, int]]] | None = None,
+                 shorthands: frozenset[tuple[int, int]] = frozenset()) -> None:
         self._sites = sites
         self._labels = labels or {}
         self._refs = refs or {}
+        self.shorthands = shorthands  # (row, column) of the uses that also name a field
 
     def names(self) -> list[str]:
         return sorted(self._sites)
@@ -164,6 +170,7 @@ def of(text: str, path: str) -> Bindings | None:
     sites: dict[str, list[Binding]] = {}
     labels: dict[int, set[int]] = {}
     refs: dict[str, list[tuple[int, int]]] = {}
+    shorthands: set[tuple[int, int]] = set()
     starts = [0] + [i + 1 for i, b in enumerate(data) if b == 10]
 
     def col(row: int, byte: int) -> int:  # a character column, as the text's lines count them
@@ -178,8 +185,11 @@ def of(text: str, path: str) -> Bindings | None:
         name = data[ident.start_byte:ident.end_byte].decode("utf-8", "replace")
         binder = _is_binding(ident)
         if binder is None:
-            if ident.type == "identifier":
-                refs.setdefault(name, []).append((row, col(row, ident.start_byte)))
+            if ident.type in ("identifier", "shorthand_property_identifier"):
+                at = (row, col(row, ident.start_byte))
+                refs.setdefault(name, []).append(at)
+                if ident.type in _SHORTHAND or parent is not None and parent.type in _SHORTHAND:
+                    shorthands.add(at)
             continue
         # a declaration's own name belongs to the scope around it; a parameter to the function it names
         scope = _scope(binder.parent if binder.type in _NAMED else binder)
@@ -188,4 +198,4 @@ def of(text: str, path: str) -> Bindings | None:
         late = binder.type in _LATE and scope != MODULE
         start = (end.row, col(end.row, binder.end_byte)) if late else (-1, 0)
         sites.setdefault(name, []).append(Binding(row, col(row, ident.start_byte), scope, start))
-    return Bindings(sites, {r: frozenset(c) for r, c in labels.items()}, refs)
+    return Bindings(sites, {r: frozenset(c) for r, c in labels.items()}, refs, frozenset(shorthands))
