@@ -185,6 +185,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                         "threshold is still chosen on the replayed cases alone")
     p.add_argument("--completions", type=int, default=0, metavar="N",
                    help="add N started edits made from the cases' own files (edit_server.cli.synth_completions)")
+    p.add_argument("--patterns", nargs="+", type=Path, default=[], metavar="REPO",
+                   help="add pattern sessions mined from these repositories' histories (bundles or directories; "
+                        "edit_server.cli.synth_patterns): one change made on two look-alike lines, the rest due")
+    p.add_argument("--patterns-per-repo", type=int, default=40, metavar="N")
     p.set_defaults(func=main)
 
 
@@ -204,6 +208,13 @@ def main(args: argparse.Namespace) -> int:
 
             made = synth_completions.synthesize(cases, args.completions)
             print(f"synthetic started edits: {summary(made)}")
+            cases += made
+        if args.patterns:
+            from edit_server.cli import synth_patterns
+            from edit_server.cli.synth_renames import summary
+
+            made = synth_patterns.synthesize(args.patterns, args.patterns_per_repo)
+            print(f"synthetic pattern sessions: {summary(made)}")
             cases += made
         loc, report = train(cases, args.target_precision, args.c, args.rule, not args.no_jumps)
     except (ValueError, FileNotFoundError) as e:

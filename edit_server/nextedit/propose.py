@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from edit_server.context import languages
+from edit_server.nextedit import analog_edit, complete_edit
 from edit_server.nextedit import bindings as binding
 from edit_server.nextedit import carry as carrying
-from edit_server.nextedit import complete_edit
 from edit_server.nextedit.carry import Change
 from edit_server.selectivity.candidates import HunkLike
 
@@ -56,7 +56,7 @@ _BASE = (
     "old_len", "extends", "shrinks", "value", "declares", "comment_change", "rows", "rows_doc", "new_in_doc",
     "old_left_doc", "dist", "cursor_row", "likeness", "in_string", "region_lines_changed",
     "times", "history", "cursor_blank", "last_size", "left_match", "right_match", "camel", "new_before",
-    "new_fresh", "same_scope", "other_scope", "bound_decl", "bound_use", "follows", "strays",
+    "new_fresh", "same_scope", "other_scope", "bound_decl", "bound_use", "follows", "strays", "pattern",
     "kind_store", "kind_copy", "kind_member",
     *(f"lang_{x}" for x in LANGS),
 )
@@ -117,6 +117,7 @@ class Setting:
     last_size: int  # lines the newest hunk removed and added
     cursor_blank: bool
     times: dict[tuple[str, str], int]  # hunks that made each change
+    pattern: int = 0  # earlier hunks of the document the newest one's change reproduces (a pattern repeated)
 
 
 def setting(text: str, cursor: int, path: str, history: Sequence[HunkLike]) -> Setting:
@@ -129,7 +130,23 @@ def setting(text: str, cursor: int, path: str, history: Sequence[HunkLike]) -> S
     for h in list(reversed(history))[:carrying.MAX_HUNKS]:
         for c in carrying.changes([h]):
             times[c.key] = times.get(c.key, 0) + 1
-    return Setting(len(mine), size, not text[ls:len(text) if le < 0 else le].strip(), times)
+    return Setting(len(mine), size, not text[ls:len(text) if le < 0 else le].strip(), times, repeats(mine))
+
+
+def repeats(mine: Sequence[HunkLike]) -> int:
+    """How many of the document's earlier recent hunks the newest one's line change, carried over token by
+    token (`analog_edit.transfer`), makes again: the user is applying one pattern line after line
+    (``errors.New(fmt.Sprintf(…))`` → ``fmt.Errorf(…)`` with another message each time)."""
+    recent = list(reversed(mine))[:carrying.MAX_HUNKS]
+    if len(recent) < 2:
+        return 0
+    last = analog_edit.changed_pairs(recent[0].diff)[:analog_edit.MAX_PAIRS]
+    n = 0
+    for h in recent[1:]:
+        pairs = analog_edit.changed_pairs(h.diff)[:analog_edit.MAX_PAIRS]
+        if any((analog_edit.transfer(a0, b0, a) or "").strip() == b.strip() for a0, b0 in last for a, b in pairs):
+            n += 1
+    return n
 
 
 _SCOPE = re.compile(r"^\s*(?:(?:pub(?:\([\w:]+\))?|export|async|static|public|private|protected)\s+)*"
@@ -168,7 +185,7 @@ def features(p: Proposal, text: str, path: str, cursor: int, changes: Sequence[C
     f: dict[str, float] = {"bias": 1.0, f"o_{p.origin}": 1.0, "jump": float(p.jump), f"lang_{_lang(path)}": 1.0}
     if ctx is not None:
         f.update({"history": math.log1p(ctx.history), "last_size": math.log1p(ctx.last_size),
-                  "cursor_blank": float(ctx.cursor_blank)})
+                  "cursor_blank": float(ctx.cursor_blank), "pattern": math.log1p(ctx.pattern)})
         if changes:
             f["times"] = math.log1p(max(ctx.times.get(c.key, 1) for c in changes))
     if changes:
@@ -230,16 +247,15 @@ class Followed:
 
     kind: str
     cols: dict[int, tuple[int, ...]]
+    shorthands: frozenset[tuple[int, int]] = frozenset()  # places that also name a field: the field stays
 
     @property
     def rows(self) -> frozenset[int]:
         return frozenset(self.cols)
 
-    def rename(self, line: str, row: int, old: str, new: str) -> str:
-        for c in sorted(self.cols.get(row, ()), reverse=True):
-            if line[c:c + len(old)] == old:
-                line = carrying.replace_at(line, c, old, new)
-        return line
+    def name_at(self, row: int, col: int, old: str, new: str) -> str:
+        """What ``old`` at ``row``, ``col`` becomes: ``new``, or ``old: new`` where it also names a field."""
+        return f"{old}: {new}" if (row, col) in self.shorthands else new
 
 
 def _grouped(places: set[tuple[int, int]], skip: set[int]) -> dict[int, tuple[int, ...]]:
@@ -264,7 +280,7 @@ def follow(text: str, path: str, change: Change, skip: set[int]) -> Followed | N
         renamed = {b for _, _, b in edited}
         places = {(r, c) for r, c in binds.refs(old) if not binds.visible(old, r, c)
                   and renamed & set(binds.visible(new, r, c))}
-        return Followed("binding", _grouped(places, skip))
+        return Followed("binding", _grouped(places, skip), binds.shorthands & places)
     uses = [(r, c) for r, c in binds.refs(new) if r in skip]
     if not uses or any(binds.visible(new, r, c) for r, c in uses):
         return None
@@ -273,7 +289,7 @@ def follow(text: str, path: str, change: Change, skip: set[int]) -> Followed | N
         return None
     places = {(b.row, b.col) for b in referred} | {
         (r, c) for r, c in binds.refs(old) if referred & set(binds.visible(old, r, c))}
-    return Followed("use", _grouped(places, skip))
+    return Followed("use", _grouped(places, skip), binds.shorthands & places)
 
 
 def _changed_rows(text: str, p: Proposal) -> list[int]:
@@ -321,11 +337,16 @@ def propose(text: str, path: str, cursor: int, start: int, end: int, history: Se
         return binds.labels(r) if binds is not None else frozenset()
 
     def rewrite(r: int, group: Sequence[Change]) -> str:
-        """Row ``r`` with the group's changes made: at the columns its binding names for a followed rename."""
-        k = followed.get(group[0].key) if len(group) == 1 else None
-        if k is not None and r in k.cols:
-            return k.rename(lines[r], r, group[0].old, group[0].new)
-        return carrying.carry(lines[r], group, path, labels(r))
+        """Row ``r`` with the group's changes made: a followed rename at the columns its binding names (none
+        elsewhere), the others wherever their old text is."""
+        line = lines[r]
+        renames = sorted(((c, ch, k) for ch in group if (k := followed.get(ch.key)) is not None
+                          for c in k.cols.get(r, ())), key=lambda x: -x[0])
+        for c, ch, k in renames:  # right to left: each column still where the line had it
+            if line[c:c + len(ch.old)] == ch.old:
+                line = carrying.replace_at(line, c, ch.old, k.name_at(r, c, ch.old, ch.new))
+        rest = [ch for ch in group if ch.key not in followed]
+        return carrying.carry(line, rest, path, frozenset() if renames else labels(r)) if rest else line
 
     def places(c: Change) -> list[int]:
         k = followed.get(c.key)
